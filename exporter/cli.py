@@ -1,0 +1,156 @@
+"""Command line: parses flags, builds the settings, wires the stages together.
+
+Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from exporter import __version__, report, stats
+from exporter.config import ConfigError, Settings, load_settings
+from exporter.discover import default_roots, projects_dirs
+from exporter.ledger import Ledger, LedgerError
+from exporter.logs import make_logger
+from exporter.pricing import Pricing
+from exporter.progress import progress_bar
+from exporter.scan import Scanner
+from exporter.synth import GenOptions, generate
+
+EXIT_CONFIG = 2
+EXIT_LEDGER = 3
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    """Flags every subcommand shares; each maps to a Settings field."""
+    parser.add_argument("--config", type=Path, help="TOML settings file")
+    parser.add_argument(
+        "--data-dir", dest="data_dirs", action="append", type=Path, metavar="PATH",
+        help="transcript root or projects/ dir; repeatable; replaces the default roots",
+    )
+    parser.add_argument("--state-dir", type=Path, help="where the ledger lives")
+    parser.add_argument("--workers", type=int, help="parser processes for big scans")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["auto", "json", "console"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with all subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="claude-code-exporter",
+        description="Claude Code transcripts as exact, deduplicated usage metrics.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    report = sub.add_parser("report", help="ingest, then print a usage summary")
+    _common(report)
+    report.add_argument("--json", action="store_true", help="machine-readable output")
+    report.add_argument("--since", type=_moment, help="ISO date/time (UTC) or age like 7d, 12h")
+    report.add_argument("--until", type=_moment, help="ISO date/time (UTC) or age like 1d")
+
+    gen = sub.add_parser("generate", help="write a synthetic transcript tree with ground truth")
+    gen.add_argument("root", type=Path, help="directory to create (acts as ~/.claude)")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--sessions", type=int, default=8)
+    gen.add_argument("--target-mb", type=float, help="grow the tree to about this size")
+    return parser
+
+
+def _moment(text: str) -> datetime:
+    """An ISO-8601 date/time (naive = UTC) or an age such as ``7d``/``12h``/``30m``."""
+    age = re.fullmatch(r"(\d+)([dhm])", text.strip())
+    if age:
+        unit = {"d": "days", "h": "hours", "m": "minutes"}[age.group(2)]
+        return datetime.now(UTC) - timedelta(**{unit: int(age.group(1))})
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date/time or an age") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """Settings from the flags that name settings, the environment and --config."""
+    fields = set(Settings.model_fields)
+    flags = {k: v for k, v in vars(args).items() if k in fields}
+    return load_settings(flags, args.config)
+
+
+def transcript_dirs(settings: Settings) -> list[Path]:
+    """The projects directories to read: --data-dir, or every default root."""
+    roots = settings.data_dirs or default_roots(os.environ, Path.home())
+    return projects_dirs(roots)
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
+    """Ingest what is new, then print the figures."""
+    pricing = Pricing.load(settings.pricing)
+    ledger = Ledger(settings.ledger_path)
+    try:
+        scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log)
+        with progress_bar(enabled=sys.stderr.isatty() and not args.json) as progress:
+            result = scanner.scan(progress=progress)
+        log.info("scan_done", files=result.files, files_read=result.files_read,
+                 bytes_read=result.bytes_read, new_requests=result.new_requests,
+                 seconds=round(result.seconds, 3))
+        since = args.since.timestamp() if args.since else None
+        until = args.until.timestamp() if args.until else None
+        figures = stats.compute(
+            ledger.requests(since, until), pricing,
+            kv_bytes_per_token=settings.kv_bytes_per_token,
+            upload_bytes_per_token=settings.upload_bytes_per_token,
+            lines=ledger.counters("lines"), rejected=ledger.counters("rejected"),
+        )
+    finally:
+        ledger.close()
+    if args.json:
+        sys.stdout.write(report.to_json(figures) + "\n")
+    else:
+        report.render_text(figures, Console())
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Write a synthetic tree (for demos, tests and benchmarks)."""
+    target = int(args.target_mb * 1e6) if args.target_mb else None
+    truth = generate(args.root, GenOptions(seed=args.seed, sessions=args.sessions,
+                                           target_bytes=target))
+    print(f"wrote {args.root} ({truth['totals']['requests']} requests); truth in "
+          f"{args.root / 'truth.json'}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``claude-code-exporter`` command."""
+    args = build_parser().parse_args(argv)
+    if args.command == "generate":
+        return cmd_generate(args)
+    try:
+        settings = _settings(args)
+    except ConfigError as exc:
+        print(f"claude-code-exporter: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    log = make_logger(settings.log_level, settings.log_format)
+    try:
+        return cmd_report(args, settings, log)
+    except LedgerError as exc:
+        log.error("ledger_unusable", detail=str(exc))
+        print(f"claude-code-exporter: {exc}", file=sys.stderr)
+        return EXIT_LEDGER
+    except ValueError as exc:  # e.g. a bad pricing override, found when it is loaded
+        print(f"claude-code-exporter: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

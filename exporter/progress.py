@@ -1,0 +1,30 @@
+"""A progress bar for long scans, shown on a terminal only (rich)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
+    """Yield a ``progress(done, total)`` callback drawing a byte bar, or None when disabled."""
+    if not enabled:
+        yield None
+        return
+    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress("reading transcripts", *columns, transient=True) as bar:
+        task = bar.add_task("scan", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

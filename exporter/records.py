@@ -1,0 +1,168 @@
+"""Small typed values that connect the stages: tail → parse → ledger → projections.
+
+Nothing here does I/O. Every stage imports this module; it imports no stage.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple
+
+
+class Source(IntEnum):
+    """Who made a request.
+
+    The integer order is the merge order: a request seen as a sidechain
+    anywhere is a sidechain, whichever copy was read first.
+    """
+
+    MAIN = 0
+    SUBAGENT = 1
+    COMPACTION = 2
+
+    @property
+    def label(self) -> str:
+        """The metric label value: ``main``, ``subagent`` or ``compaction``."""
+        return self.name.lower()
+
+
+class LineResult:
+    """Values of the ``result`` label of ``claude_code_exporter_lines_total``."""
+
+    USAGE = "usage"
+    DUPLICATE = "duplicate"
+    OTHER = "other"
+    REJECTED = "rejected"
+
+
+class Request(NamedTuple):
+    r"""One API request as seen on one transcript line (or as merged in the ledger).
+
+    ``key`` is ``message.id + "\x1f" + requestId`` (or ``message.id`` alone).
+    Token fields merge by maximum, ``ts`` by minimum; the descriptive fields
+    (model, session, project) come from the copy with the smallest
+    ``(ts, session)`` so the result does not depend on reading order.
+    """
+
+    key: str
+    ts: float  # epoch seconds of the line's timestamp
+    model: str
+    session: str
+    project: str  # the record's cwd, verbatim
+    source: Source
+    input: int
+    output: int
+    cache_read: int
+    cache_write_5m: int
+    cache_write_1h: int
+    service_tier: str = ""
+    inference_geo: str = ""
+    speed: str = ""
+    recorded_cost_usd: float = 0.0  # old builds' top-level costUSD, an aside only
+
+    @property
+    def cache_write(self) -> int:
+        """All cache-write tokens (5 m + 1 h)."""
+        return self.cache_write_5m + self.cache_write_1h
+
+    @property
+    def context(self) -> int:
+        """Prompt size: input + cache read + cache writes."""
+        return self.input + self.cache_read + self.cache_write_5m + self.cache_write_1h
+
+
+def merge(a: Request, b: Request) -> Request:
+    """Merge two copies of one request: per-field max, earliest time, stable labels."""
+    first = a if (a.ts, a.session) <= (b.ts, b.session) else b
+    return first._replace(
+        source=max(a.source, b.source),
+        input=max(a.input, b.input),
+        output=max(a.output, b.output),
+        cache_read=max(a.cache_read, b.cache_read),
+        cache_write_5m=max(a.cache_write_5m, b.cache_write_5m),
+        cache_write_1h=max(a.cache_write_1h, b.cache_write_1h),
+        recorded_cost_usd=max(a.recorded_cost_usd, b.recorded_cost_usd),
+    )
+
+
+@dataclass(slots=True)
+class LineCounts:
+    """How the lines of some bytes were classified.
+
+    ``usage_lines`` counts lines that carried a request (before global dedupe);
+    the ledger splits them into ``usage`` (new key) and ``duplicate``.
+    """
+
+    usage_lines: int = 0
+    other: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        """Every line counted exactly once."""
+        return self.usage_lines + self.other + sum(self.rejected.values())
+
+    def add(self, other: LineCounts) -> None:
+        """Accumulate another batch's counts into this one."""
+        self.usage_lines += other.usage_lines
+        self.other += other.other
+        self.rejected.update(other.rejected)
+
+
+@dataclass(slots=True)
+class Parsed:
+    """What the parser made of a run of complete lines.
+
+    ``requests`` is already merged per key within the batch; ``key_lines`` says
+    how many lines carried each key, so the ledger can tell new from duplicate.
+    """
+
+    requests: dict[str, Request] = field(default_factory=dict)
+    key_lines: Counter[str] = field(default_factory=Counter)
+    counts: LineCounts = field(default_factory=LineCounts)
+
+    def add(self, req: Request) -> None:
+        """Record one usage-bearing line."""
+        old = self.requests.get(req.key)
+        self.requests[req.key] = req if old is None else merge(old, req)
+        self.key_lines[req.key] += 1
+        self.counts.usage_lines += 1
+
+    def update(self, other: Parsed) -> None:
+        """Fold another batch into this one (order does not matter)."""
+        for key, req in other.requests.items():
+            old = self.requests.get(key)
+            self.requests[key] = req if old is None else merge(old, req)
+        self.key_lines.update(other.key_lines)
+        self.counts.add(other.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """How far one transcript file has been read, and how to recognise it again.
+
+    ``fingerprint`` hashes the first ``fp_len`` bytes: a file whose first bytes
+    changed was replaced, not appended to, and is read again from the start.
+    """
+
+    path: str
+    dev: int
+    ino: int
+    size: int
+    offset: int
+    fp_len: int
+    fingerprint: str
+    mtime_ns: int = 0
+
+
+@dataclass(slots=True)
+class Chunk:
+    """Complete lines read from one file, plus the checkpoint after them."""
+
+    path: str
+    data: bytes
+    start: int
+    checkpoint: Checkpoint
+    restarted: bool = False  # the file was truncated or replaced: read from 0

@@ -1,0 +1,179 @@
+"""Ingestion: discover → tail → parse → ledger, for one pass over the transcripts.
+
+A pass stats every transcript, reads only files that changed since their
+checkpoint, parses the new complete lines and commits them to the ledger in
+batches of about ``BATCH_BYTES``. Big cold scans fan out over processes
+(parsing is CPU-bound and the merge is order-free, so workers need no
+coordination); the parent alone writes the ledger.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import structlog
+
+from exporter.discover import find_transcripts, is_compaction_file
+from exporter.ledger import Applied, Ledger
+from exporter.parse import parse_lines
+from exporter.records import Checkpoint, Parsed
+from exporter.tail import read_new, unchanged
+
+BATCH_BYTES: Final = 32 * 1024 * 1024
+PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
+
+Progress = Callable[[int, int], None]
+"""Called as ``progress(bytes_done, bytes_total)`` while a pass runs."""
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What one pass did."""
+
+    files: int = 0
+    files_read: int = 0
+    bytes_read: int = 0
+    new_requests: int = 0
+    upgraded_requests: int = 0
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One worker's output for a group of files."""
+
+    parsed: Parsed
+    checkpoints: list[Checkpoint]
+    bytes_read: int
+    errors: list[tuple[str, str]]
+
+
+# Top-level (not a method) so that a process pool can pickle it.
+def read_files(work: Sequence[tuple[str, Checkpoint | None]]) -> _Batch:
+    """Read and parse the new lines of some files (runs in a worker or inline)."""
+    batch = _Batch(Parsed(), [], 0, [])
+    for path, start_cp in work:
+        cp = start_cp
+        try:
+            while (chunk := read_new(path, cp)) is not None:
+                parse_lines(chunk.data, compaction_file=is_compaction_file(path), into=batch.parsed)
+                batch.bytes_read += len(chunk.data)
+                cp = chunk.checkpoint
+                if not chunk.data:
+                    break  # only an incomplete line, or a restart with nothing complete yet
+        except OSError as exc:
+            batch.errors.append((path, exc.strerror or str(exc)))
+        if cp is not None:
+            batch.checkpoints.append(cp)
+    return batch
+
+
+class Scanner:
+    """Runs ingestion passes over some transcript directories into a ledger."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        dirs: Sequence[Path],
+        *,
+        workers: int | None = None,
+        on_applied: Callable[[Applied], None] | None = None,
+        log: Any = None,
+        parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+        batch_bytes: int = BATCH_BYTES,
+    ) -> None:
+        """Set up passes; ``workers`` defaults to the CPU count (1 disables the pool)."""
+        self.parallel_min_bytes = parallel_min_bytes
+        self.batch_bytes = batch_bytes
+        self.ledger = ledger
+        self.dirs = list(dirs)
+        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        self.on_applied = on_applied
+        self.log = log if log is not None else structlog.get_logger()
+
+    def files(self) -> list[str]:
+        """The transcript files present now."""
+        return find_transcripts(self.dirs, self._problem)
+
+    def scan(self, progress: Progress | None = None) -> ScanResult:
+        """One pass: read everything new, commit it, return what happened."""
+        started = time.perf_counter()
+        result = ScanResult()
+        paths = self.files()
+        result.files = len(paths)
+        work, total = self._plan(paths, result)
+        done = 0
+        for batch in self._run(work, total):
+            self._commit(batch, result)
+            done += batch.bytes_read
+            if progress:
+                progress(min(done, total), total)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _plan(
+        self, paths: list[str], result: ScanResult
+    ) -> tuple[list[list[tuple[str, Checkpoint | None]]], int]:
+        """Group the files that changed into batches of about ``batch_bytes``."""
+        cps = self.ledger.checkpoints()
+        present = set(paths)
+        gone = [p for p in cps if p not in present and not os.path.exists(p)]
+        if gone:
+            self.ledger.forget_files(gone)
+        groups: list[list[tuple[str, Checkpoint | None]]] = [[]]
+        size = total = 0
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                self._problem("transcript_unreadable", path, why)
+                result.unreadable.append((path, why))
+                continue
+            cp = cps.get(path)
+            if unchanged(st, cp):
+                continue
+            pending = st.st_size - (cp.offset if cp and cp.ino == st.st_ino else 0)
+            if size and size + pending > self.batch_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append((path, cp))
+            size += max(pending, 0)
+            total += max(pending, 0)
+        return [g for g in groups if g], total
+
+    def _run(self, work: list[list[tuple[str, Checkpoint | None]]], total: int) -> Any:
+        """Yield each group's batch, from a process pool when it pays off."""
+        if self.workers < 2 or total < self.parallel_min_bytes or len(work) < 2:
+            yield from (read_files(g) for g in work)
+            return
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(work)), mp_context=ctx) as pool:
+            futures = [pool.submit(read_files, g) for g in work]
+            for fut in as_completed(futures):
+                yield fut.result()
+
+    def _commit(self, batch: _Batch, result: ScanResult) -> None:
+        """Write one batch to the ledger and account for it."""
+        for path, why in batch.errors:
+            self._problem("transcript_unreadable", path, why)
+        result.unreadable.extend(batch.errors)
+        applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read)
+        result.files_read += len(batch.checkpoints)
+        result.bytes_read += batch.bytes_read
+        result.new_requests += len(applied.new)
+        result.upgraded_requests += len(applied.upgraded)
+        if self.on_applied:
+            self.on_applied(applied)
+
+    def _problem(self, event: str, path: str, detail: str) -> None:
+        """Log a file-system problem once per pass; it never stops ingestion."""
+        self.log.warning(event, path=path, detail=detail)
