@@ -9,6 +9,8 @@ import argparse
 import os
 import re
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +20,7 @@ from rich.console import Console
 
 from exporter import __version__, report, stats
 from exporter.config import ConfigError, Settings, load_settings
+from exporter.daemon import Daemon
 from exporter.discover import default_roots, projects_dirs
 from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
@@ -57,6 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="machine-readable output")
     report.add_argument("--since", type=_moment, help="ISO date/time (UTC) or age like 7d, 12h")
     report.add_argument("--until", type=_moment, help="ISO date/time (UTC) or age like 1d")
+
+    serve = sub.add_parser("serve", help="follow the transcripts and serve /metrics")
+    _common(serve)
+    serve.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:9477)")
+    serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"])
+    serve.add_argument("--budget-day-usd", type=float, help="daily budget, for alert rules")
+    serve.add_argument("--budget-month-usd", type=float, help="monthly budget, for alert rules")
+    serve.add_argument("--poll", action="store_const", const=True,
+                       help="no file events: rescan every --rescan-seconds")
+    serve.add_argument("--rescan-seconds", type=float, help="full rescan interval")
+    serve.add_argument("--settle-seconds", type=float,
+                       help="quiet time before a request enters the histograms")
+    serve.add_argument("--tls-cert-file", type=Path)
+    serve.add_argument("--tls-key-file", type=Path)
+    serve.add_argument("--basic-auth-user",
+                       help="require basic auth; the password comes from the config or "
+                            "CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD, never a flag")
+    serve.add_argument("--demo", action="store_true",
+                       help="serve generated sample sessions from a temporary tree")
 
     gen = sub.add_parser("generate", help="write a synthetic transcript tree with ground truth")
     gen.add_argument("root", type=Path, help="directory to create (acts as ~/.claude)")
@@ -120,6 +142,23 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
+    """Run the daemon until SIGTERM/SIGINT."""
+    with tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") as tmp:
+        if args.demo:
+            root = Path(tmp)
+            truth = generate(root, GenOptions(seed=int(time.time()) % 1000))
+            settings = settings.model_copy(
+                update={"data_dirs": [root], "state_dir": root / "state"}
+            )
+            log.info("demo", root=str(root), requests=truth["totals"]["requests"])
+        daemon = Daemon(settings, transcript_dirs(settings), log)
+        daemon.install_signals()
+        daemon.start()
+        daemon.run()
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Write a synthetic tree (for demos, tests and benchmarks)."""
     target = int(args.target_mb * 1e6) if args.target_mb else None
@@ -142,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
     try:
+        if args.command == "serve":
+            return cmd_serve(args, settings, log)
         return cmd_report(args, settings, log)
     except LedgerError as exc:
         log.error("ledger_unusable", detail=str(exc))

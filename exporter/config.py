@@ -65,6 +65,7 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "console"] = "auto"
     poll: bool = False
     rescan_seconds: float = Field(30.0, gt=0)
+    settle_seconds: float = Field(30.0, ge=0, description="quiet time before histograms")
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     basic_auth_user: str | None = None
@@ -117,7 +118,7 @@ def split_listen(value: str) -> tuple[str, int]:
     if not sep or not port_text.isdigit():
         raise ValueError(f"{value!r} is not HOST:PORT")
     port = int(port_text)
-    if not 0 < port < 65536:
+    if not 0 <= port < 65536:
         raise ValueError(f"port {port} is out of range")
     return host.strip("[]"), port
 
@@ -143,7 +144,9 @@ def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> 
         cls = type(
             "FileSettings",
             (Settings,),
-            {"model_config": SettingsConfigDict(**Settings.model_config, toml_file=config_file)},
+            {"model_config": SettingsConfigDict(
+                **{**Settings.model_config, "toml_file": config_file}
+            )},
         )
     given = {k: v for k, v in flags.items() if v is not None}
     try:

@@ -57,7 +57,9 @@ class Applied:
 
     new: list[Request] = field(default_factory=list)
     upgraded: list[tuple[Request, Request]] = field(default_factory=list)  # (old, new)
-    duplicate_lines: int = 0
+    lines: dict[str, int] = field(default_factory=dict)  # by result label
+    rejected: dict[str, int] = field(default_factory=dict)  # by reason
+    bytes_read: int = 0
 
 
 class Ledger:
@@ -150,21 +152,24 @@ class Ledger:
                     for c in checkpoints
                 ],
             )
-            usage = len(applied.new)
-            applied.duplicate_lines = parsed.counts.usage_lines - usage
-            self._count_lines(parsed, usage, applied.duplicate_lines, bytes_read)
+            counts = parsed.counts
+            applied.lines = {
+                LineResult.USAGE: len(applied.new),
+                LineResult.DUPLICATE: counts.usage_lines - len(applied.new),
+                LineResult.OTHER: counts.other,
+                LineResult.REJECTED: sum(counts.rejected.values()),
+            }
+            applied.rejected = dict(counts.rejected)
+            applied.bytes_read = bytes_read
+            self._count_lines(applied)
         return applied
 
-    def _count_lines(self, parsed: Parsed, usage: int, duplicate: int, bytes_read: int) -> None:
+    def _count_lines(self, applied: Applied) -> None:
         """Add one batch's line classification to the persistent counters."""
-        counts = parsed.counts
         rows = [
-            ("lines", LineResult.USAGE, usage),
-            ("lines", LineResult.DUPLICATE, duplicate),
-            ("lines", LineResult.OTHER, counts.other),
-            ("lines", LineResult.REJECTED, sum(counts.rejected.values())),
-            ("bytes_read", "", bytes_read),
-            *(("rejected", reason, n) for reason, n in counts.rejected.items()),
+            *(("lines", result, n) for result, n in applied.lines.items()),
+            ("bytes_read", "", applied.bytes_read),
+            *(("rejected", reason, n) for reason, n in applied.rejected.items()),
         ]
         self._db.executemany(
             "INSERT INTO counters VALUES (?,?,?) "

@@ -1,0 +1,314 @@
+"""Metrics projection: ledger requests → the catalogue's OpenTelemetry instruments.
+
+At start the whole ledger is loaded, so counters begin at their historical
+totals and a restart is no counter reset for Prometheus. Afterwards every
+committed batch is applied as it comes: counters move at once (an upgraded
+request adds only its difference), while a request enters the histograms
+once, with its final values, after ``settle_seconds`` without further lines.
+An upgrade after that is added to the counters and counted as a late update.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from exporter import instruments
+from exporter.labels import LabelPolicy
+from exporter.ledger import Applied
+from exporter.pricing import Pricing
+from exporter.records import Request, Source
+from exporter.stats import gap_bucket, session_gaps
+
+TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
+PROMPT_TYPES = ("input", "cache_read", "cache_write")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsOptions:
+    """The settings the projection needs (taken from the exporter's Settings)."""
+
+    namespace: str = "claude_code"
+    project_label: str = "basename"
+    kv_bytes_per_token: Mapping[str, int] = field(
+        default_factory=lambda: {"mla": 70_272, "gqa": 516_096}
+    )
+    upload_bytes_per_token: float = 4.0
+    budgets: Mapping[str, float] = field(default_factory=dict)  # period → USD
+    settle_seconds: float = 60.0
+    version: str = "0"
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the projection remembers of a request it has counted."""
+
+    req: Request
+    labels: tuple[str, str, str]  # model, project, source as first counted
+    gap: float | None
+    due: float | None  # monotonic time to enter the histograms; None once recorded
+
+
+class Projection:
+    """Feeds ledger requests into the instruments and answers the live gauges."""
+
+    def __init__(
+        self,
+        pricing: Pricing,
+        options: MetricsOptions,
+        registry: CollectorRegistry,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        files_watched: Callable[[], int] = lambda: 0,
+    ) -> None:
+        """Create the instruments in ``registry``; nothing is counted until load()."""
+        self.pricing = pricing
+        self.opts = options
+        self.labels = LabelPolicy(options.project_label)
+        self._clock = clock
+        self._mono = monotonic
+        self._files_watched = files_watched
+        self._lock = threading.Lock()
+        self._pending: dict[str, _Seen] = {}
+        self._labels_of: dict[str, tuple[str, str, str]] = {}
+        self._main_times: dict[str, list[float]] = defaultdict(list)
+        self._sessions: dict[str, tuple[float, int, bool]] = {}  # last ts, last context, 1h
+        self._last_ts: dict[str, float] = {}
+        self._rows = 0
+        self.inst = instruments.build(options.namespace, registry, self._gauge_sources())
+
+    # ----------------------------------------------------------------- loading
+    def load(
+        self, requests: Sequence[Request], lines: Mapping[str, int],
+        rejected: Mapping[str, int], bytes_read: int,
+    ) -> None:
+        """Count the whole ledger (startup): every request final, gaps exact."""
+        gaps = session_gaps(requests)
+        adds = _Adds()
+        with self._lock:
+            for req in requests:
+                gap = gaps.get(req.key)
+                labels = self._request_labels(req)
+                self._labels_of[req.key] = labels
+                self._count_new(adds, req, labels, gap)
+                self._record(req, labels, gap)
+                self._note_session(req)
+                if req.source is Source.MAIN:
+                    self._main_times[req.session].append(req.ts)
+            for times in self._main_times.values():
+                times.sort()
+            self._rows = len(requests)
+        self._count_lines(adds, lines, rejected, bytes_read)
+        adds.add("exporter_late_updates", 0)  # the series exists from the start
+        adds.flush(self.inst.counters)
+
+    def apply(self, applied: Applied) -> None:
+        """Count one committed batch: new requests, upgrades and its lines."""
+        adds = _Adds()
+        now = self._mono()
+        with self._lock:
+            for req in applied.new:
+                gap = self._live_gap(req)
+                labels = self._request_labels(req)
+                self._labels_of[req.key] = labels
+                self._count_new(adds, req, labels, gap)
+                self._pending[req.key] = _Seen(req, labels, gap, now + self.opts.settle_seconds)
+                self._note_session(req)
+            for old, new in applied.upgraded:
+                self._upgrade(adds, old, new, now)
+            self._rows += len(applied.new)
+        self._count_lines(adds, applied.lines, applied.rejected, applied.bytes_read)
+        adds.flush(self.inst.counters)
+
+    def settle(self, force: bool = False) -> int:
+        """Record the requests whose quiet time is over (all with ``force``)."""
+        now = self._mono()
+        with self._lock:
+            due = [k for k, s in self._pending.items() if force or (s.due or 0) <= now]
+            for key in due:
+                seen = self._pending.pop(key)
+                self._record(seen.req, seen.labels, seen.gap)
+        return len(due)
+
+    @property
+    def pending(self) -> int:
+        """Requests counted but not yet in the histograms."""
+        return len(self._pending)
+
+    def shutdown(self) -> None:
+        """Release the instruments."""
+        self.inst.shutdown()
+
+    # ---------------------------------------------------------------- counting
+    def _request_labels(self, req: Request) -> tuple[str, str, str]:
+        """(model, project, source) label values under the label policy."""
+        return self.labels.model(req.model), self.labels.project(req.project), req.source.label
+
+    def _count_new(
+        self, adds: _Adds, req: Request, labels: tuple[str, str, str], gap: float | None
+    ) -> None:
+        """All counter increments of a request seen for the first time."""
+        model, project, source = labels
+        adds.add("requests", 1, model=model, project=project, source=source)
+        self._count_tokens(adds, req, None, labels, gap)
+
+    def _upgrade(self, adds: _Adds, old: Request, new: Request, now: float) -> None:
+        """A request got larger: add the difference under the labels first used."""
+        labels = self._labels_of.get(new.key) or self._request_labels(new)
+        seen = self._pending.get(new.key)
+        gap = seen.gap if seen else None
+        self._count_tokens(adds, new, old, labels, gap)
+        self._note_session(new)
+        if seen is not None:
+            seen.req, seen.due = new, now + self.opts.settle_seconds
+        else:
+            adds.add("exporter_late_updates", 1)
+
+    def _count_tokens(
+        self, adds: _Adds, req: Request, old: Request | None,
+        labels: tuple[str, str, str], gap: float | None,
+    ) -> None:
+        """Token, cost, gap, upload and KV counters for ``req`` minus ``old``."""
+        model, project, source = labels
+        base = dict(model=model, project=project, source=source)
+        for name in TOKEN_FIELDS:
+            adds.add("tokens", _diff(req, old, name), type=name, **base)
+        cost = self.pricing.cost(req)
+        if cost is None:
+            unpriced = sum(_diff(req, old, n) for n in TOKEN_FIELDS)
+            adds.add("unpriced_tokens", unpriced, model=model)
+        else:
+            before = self.pricing.cost(old) if old is not None else None
+            for name, usd in cost.items():
+                adds.add("cost_usd", max(0.0, usd - (before or {}).get(name, 0.0)), type=name,
+                         **base)
+        context = req.context - (old.context if old else 0)
+        computed = (req.input + req.cache_write) - ((old.input + old.cache_write) if old else 0)
+        adds.add("upload_bytes", context * self.opts.upload_bytes_per_token)
+        for arch, per_token in self.opts.kv_bytes_per_token.items():
+            adds.add("kv_recomputed_bytes", computed * per_token, arch=arch)
+        if req.source is Source.MAIN:
+            bucket = gap_bucket(gap)
+            if old is None:
+                adds.add("requests_after_gap", 1, gap=bucket)
+            adds.add("prompt_tokens_after_gap", _diff(req, old, "input"), gap=bucket, type="input")
+            adds.add("prompt_tokens_after_gap", _diff(req, old, "cache_read"), gap=bucket,
+                     type="cache_read")
+            write = req.cache_write - (old.cache_write if old else 0)
+            adds.add("prompt_tokens_after_gap", write, gap=bucket, type="cache_write")
+
+    def _count_lines(
+        self, adds: _Adds, lines: Mapping[str, int], rejected: Mapping[str, int], nbytes: int
+    ) -> None:
+        """Exporter line, rejection and byte counters."""
+        for result, n in lines.items():
+            adds.add("exporter_lines", n, result=result)
+        for reason, n in rejected.items():
+            adds.add("exporter_rejected_lines", n, reason=reason)
+        adds.add("exporter_bytes_read", nbytes)
+
+    def _record(self, req: Request, labels: tuple[str, str, str], gap: float | None) -> None:
+        """Enter one request into the histograms (once, final values)."""
+        model, _project, source = labels
+        hist = self.inst.histograms
+        context = req.context
+        hist["request_context_tokens"].record(context, {"model": model, "source": source})
+        hist["request_output_tokens"].record(req.output, {"model": model, "source": source})
+        if gap is not None:
+            hist["request_gap_seconds"].record(gap)
+        for arch, per_token in self.opts.kv_bytes_per_token.items():
+            hist["request_kv_cache_bytes"].record(context * per_token, {"arch": arch})
+        hist["request_upload_bytes"].record(context * self.opts.upload_bytes_per_token)
+
+    def _live_gap(self, req: Request) -> float | None:
+        """Gap before a newly seen main request, from its session's known times."""
+        if req.source is not Source.MAIN:
+            return None
+        times = self._main_times[req.session]
+        at = bisect.bisect_left(times, req.ts)
+        times.insert(at, req.ts)
+        return None if at == 0 else req.ts - times[at - 1]
+
+    def _note_session(self, req: Request) -> None:
+        """Remember a session's newest request for the live gauges."""
+        last_ts, context, wrote_1h = self._sessions.get(req.session, (0.0, 0, False))
+        if req.source is Source.MAIN and req.ts >= last_ts:
+            context = req.context
+        self._sessions[req.session] = (
+            max(last_ts, req.ts), context, wrote_1h or req.cache_write_1h > 0
+        )
+        src = req.source.label
+        self._last_ts[src] = max(self._last_ts.get(src, 0.0), req.ts)
+
+    # ------------------------------------------------------------------ gauges
+    def _gauge_sources(self) -> dict[str, instruments.Observe]:
+        """The observers of every live gauge."""
+        opts = self.opts
+        return {
+            "active_sessions": self._active_sessions,
+            "warm_kv_cache_bytes": self._warm_kv,
+            "last_request_timestamp_seconds": lambda: [
+                (ts, {"source": s}) for s, ts in sorted(self._last_ts.items())
+            ],
+            "budget_usd": lambda: [(v, {"period": p}) for p, v in sorted(opts.budgets.items())],
+            "kv_bytes_per_token": lambda: [
+                (float(b), {"arch": a}) for a, b in sorted(opts.kv_bytes_per_token.items())
+            ],
+            "exporter_files_watched": lambda: [(float(self._files_watched()), {})],
+            "exporter_ledger_requests": lambda: [(float(self._rows), {})],
+            "exporter_build_info": lambda: [(1.0, {"version": opts.version})],
+        }
+
+    def _ages(self) -> list[tuple[float, int, bool]]:
+        """(age seconds, last context, wrote 1h cache) of sessions active within an hour."""
+        now = self._clock()
+        with self._lock:
+            return [(now - ts, ctx, h) for ts, ctx, h in self._sessions.values()
+                    if now - ts < 3600]
+
+    def _active_sessions(self) -> Iterable[tuple[float, dict[str, str]]]:
+        """Sessions younger than each cache TTL."""
+        ages = self._ages()
+        return [(float(sum(a < 300 for a, _, _ in ages)), {"ttl": "5m"}),
+                (float(len(ages)), {"ttl": "1h"})]
+
+    def _warm_kv(self) -> Iterable[tuple[float, dict[str, str]]]:
+        """KV bytes of the last context of sessions whose cache is still warm."""
+        warm = sum(ctx for age, ctx, wrote_1h in self._ages() if age < 300 or wrote_1h)
+        return [(float(warm * b), {"arch": a})
+                for a, b in sorted(self.opts.kv_bytes_per_token.items())]
+
+
+class _Adds:
+    """Counter increments summed per label set, then added in one go."""
+
+    def __init__(self) -> None:
+        self._sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] = defaultdict(float)
+
+    def add(self, name: str, value: float, **labels: str) -> None:
+        """Queue ``value`` for counter ``name`` with ``labels`` (negatives are dropped)."""
+        if value > 0:
+            self._sums[(name, tuple(labels.items()))] += value
+        else:
+            self._sums.setdefault((name, tuple(labels.items())), 0.0)
+
+    def flush(self, counters: Mapping[str, Any]) -> None:
+        """Apply the queued increments (zeros too, so the series exist)."""
+        for (name, labels), value in self._sums.items():
+            counters[name].add(value, dict(labels))
+        self._sums.clear()
+
+
+def _diff(req: Request, old: Request | None, name: str) -> int:
+    """How much one token field grew (the whole value for a new request)."""
+    value: int = getattr(req, name)
+    return value - (getattr(old, name) if old is not None else 0)
+

@@ -1,0 +1,74 @@
+"""Settings: precedence flags > env > TOML > defaults, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.config import ConfigError, load_settings
+
+
+def test_defaults_bind_loopback_on_our_own_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing set the exporter listens on 127.0.0.1, never on 9464."""
+    monkeypatch.setenv("XDG_STATE_HOME", "/tmp/xdg-state")
+    s = load_settings({})
+    assert s.listen.startswith("127.0.0.1:") and not s.listen.endswith(":9464")
+    assert s.ledger_path == Path("/tmp/xdg-state/claude-code-exporter/ledger.sqlite3")
+
+
+def test_precedence_flags_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flag beats the environment, which beats the TOML file, which beats defaults."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('listen = "127.0.0.1:1111"\nnamespace = "from_file"\nworkers = 3\n'
+                   '[kv_bytes_per_token]\nmine = 1000\n')
+    monkeypatch.setenv("CLAUDE_CODE_EXPORTER_NAMESPACE", "from_env")
+    monkeypatch.setenv("CLAUDE_CODE_EXPORTER_WORKERS", "2")
+    s = load_settings({"workers": 1}, cfg)
+    assert (s.listen, s.namespace, s.workers) == ("127.0.0.1:1111", "from_env", 1)
+    assert s.kv_bytes_per_token == {"mine": 1000}
+
+
+def test_data_dirs_from_env_comma_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLAUDE_CODE_EXPORTER_DATA_DIRS takes a comma list, like CLAUDE_CONFIG_DIR."""
+    monkeypatch.setenv("CLAUDE_CODE_EXPORTER_DATA_DIRS", "/a, /b/projects")
+    assert load_settings({}).data_dirs == [Path("/a"), Path("/b/projects")]
+
+
+def test_all_errors_at_once_each_naming_the_setting() -> None:
+    """Several bad settings give one message that names each flag and env variable."""
+    with pytest.raises(ConfigError) as err:
+        load_settings({"listen": "127.0.0.1:9464", "workers": 0, "log_level": "loud"})
+    text = str(err.value)
+    for name in ("--listen", "CLAUDE_CODE_EXPORTER_WORKERS", "--log-level", "Claude Code"):
+        assert name in text
+
+
+def test_unknown_key_in_file_is_an_error(tmp_path: Path) -> None:
+    """A typo in the TOML file is reported, not ignored."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("lisen = '127.0.0.1:1'\n")
+    with pytest.raises(ConfigError, match="lisen"):
+        load_settings({}, cfg)
+
+
+def test_missing_or_broken_config_file(tmp_path: Path) -> None:
+    """A missing file and a non-TOML file each give a clear error naming the file."""
+    with pytest.raises(ConfigError, match=r"nope\.toml"):
+        load_settings({}, tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("= = =")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings({}, bad)
+
+
+@pytest.mark.parametrize("listen", ["nohost", "1.2.3.4:70000", "host name:80"])
+def test_bad_listen_values(listen: str) -> None:
+    """Malformed listen addresses are refused."""
+    with pytest.raises(ConfigError, match="listen"):
+        load_settings({"listen": listen})
+
+
+def test_ipv6_listen_is_accepted() -> None:
+    """[::1]:PORT is a valid loopback listen address."""
+    assert load_settings({"listen": "[::1]:9999"}).listen == "[::1]:9999"

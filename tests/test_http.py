@@ -1,0 +1,99 @@
+"""The HTTP endpoint: routes, health status, TLS and basic auth on loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from exporter.http import BasicAuth, HttpServer, make_app
+from tests.tls import self_signed
+
+
+def _registry() -> CollectorRegistry:
+    reg = CollectorRegistry()
+    Counter("claude_code_probe", "probe", registry=reg).inc(7)
+    return reg
+
+
+def _get(url: str, *, headers: dict[str, str] | None = None,
+         context: ssl.SSLContext | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[HttpServer, dict[str, Any]]]:
+    """A plain HTTP server on a free loopback port with a switchable health state."""
+    state: dict[str, Any] = {"ok": True}
+    srv = HttpServer(make_app(_registry(), lambda: (state["ok"], {"why": "x"}), "9.9"),
+                     "127.0.0.1", 0)
+    yield srv, state
+    srv.close()
+
+
+def test_routes(server: tuple[HttpServer, dict[str, Any]]) -> None:
+    """/metrics exposes the registry, / links both pages, unknown paths are 404."""
+    srv, _ = server
+    base = f"http://127.0.0.1:{srv.port}"
+    status, body = _get(base + "/metrics")
+    assert status == 200 and "claude_code_probe_total 7.0" in body
+    status, body = _get(base + "/")
+    assert status == 200 and 'href="metrics"' in body and "9.9" in body
+    assert _get(base + "/nope")[0] == 404
+
+
+def test_healthz_reflects_state(server: tuple[HttpServer, dict[str, Any]]) -> None:
+    """/healthz answers 200 when healthy and 503 with details when not."""
+    srv, state = server
+    url = f"http://127.0.0.1:{srv.port}/healthz"
+    assert _get(url) == (200, json.dumps({"ok": True, "why": "x"}))
+    state["ok"] = False
+    status, body = _get(url)
+    assert status == 503 and json.loads(body)["ok"] is False
+
+
+def test_tls_and_basic_auth(tmp_path: Path) -> None:
+    """With a certificate and credentials, only authenticated TLS clients get metrics."""
+    cert, key = self_signed(tmp_path)
+    auth = BasicAuth("prom", "s3cret")
+    srv = HttpServer(make_app(_registry(), lambda: (True, {}), "1", auth), "127.0.0.1", 0,
+                     (cert, key))
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        url = f"https://127.0.0.1:{srv.port}/metrics"
+        assert _get(url, context=ctx)[0] == 401
+        bad = base64.b64encode(b"prom:wrong").decode()
+        assert _get(url, headers={"Authorization": f"Basic {bad}"}, context=ctx)[0] == 401
+        good = base64.b64encode(b"prom:s3cret").decode()
+        status, body = _get(url, headers={"Authorization": f"Basic {good}"}, context=ctx)
+        assert status == 200 and "claude_code_probe_total" in body
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            _get(f"http://127.0.0.1:{srv.port}/metrics")  # plain HTTP to a TLS port fails
+        assert _get(url, headers={"Authorization": f"Basic {good}"}, context=ctx)[0] == 200
+    finally:
+        srv.close()
+
+
+def test_ipv6_loopback() -> None:
+    """The server binds [::1] when given an IPv6 host."""
+    try:
+        srv = HttpServer(make_app(_registry(), lambda: (True, {}), "1"), "::1", 0)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    try:
+        assert _get(f"http://[::1]:{srv.port}/metrics")[0] == 200
+    finally:
+        srv.close()

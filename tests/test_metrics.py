@@ -1,0 +1,154 @@
+"""The metrics projection: catalogue exposition, live updates, settling."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.ledger import Applied
+from exporter.metrics import MetricsOptions, Projection
+from exporter.pricing import Pricing
+from exporter.records import Request, Source
+
+GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
+T0 = 1_790_000_000.0
+
+
+def req(key: str, ts: float, *, session: str = "s1", source: Source = Source.MAIN,
+        model: str = "claude-opus-4-6", output: int = 100, read: int = 10_000,
+        w5: int = 500, w1h: int = 0, project: str = "/home/u/app") -> Request:
+    """A request with small, distinct numbers."""
+    return Request(key, ts, model, session, project, source, 5, output, read, w5, w1h)
+
+
+class Clock:
+    """A settable clock for gauges and settling."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        """The current fake time."""
+        return self.now
+
+
+def projection(clock: Clock | None = None, **opts: object) -> tuple[Projection, CollectorRegistry]:
+    """A projection on a fresh registry with a fixed clock."""
+    registry = CollectorRegistry()
+    c = clock or Clock(T0 + 100)
+    options = MetricsOptions(budgets={"day": 20.0, "month": 400.0}, version="test",
+                             **opts)  # type: ignore[arg-type]
+    return Projection(Pricing.load(), options, registry, clock=c, monotonic=c,
+                      files_watched=lambda: 3), registry
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in an exposition, by name and exact labels."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        m = re.fullmatch(r"([a-z_:]+)(?:\{(.*)\})? (\S+)", line)
+        if m and m.group(1) == name:
+            got = ",".join(sorted((m.group(2) or "").split(","))) if m.group(2) else ""
+            if got == want:
+                return float(m.group(3))
+    raise AssertionError(f"{name}{labels} not exposed")
+
+
+HISTORY = [
+    req("a", T0), req("b", T0 + 10, output=300), req("c", T0 + 400, w5=9_000, read=1_000),
+    req("d", T0 + 5_000, w1h=20_000, read=0), req("x", T0 + 20, source=Source.SUBAGENT,
+                                                 model="claude-haiku-4-5-20251001"),
+    req("u", T0 + 30, session="s2", model="claude-nova-9"),
+]
+
+
+def test_golden_exposition() -> None:
+    """The exposition of a fixed ledger equals the golden file (UPDATE_GOLDEN=1 rewrites it)."""
+    proj, registry = projection()
+    proj.load(HISTORY, {"usage": 6, "duplicate": 4, "other": 20, "rejected": 1},
+              {"invalid_json": 1}, 12_345)
+    text = generate_latest(registry).decode()
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_counters_match_the_requests() -> None:
+    """Requests, tokens, cost, gap buckets and lines add up to the loaded ledger."""
+    proj, registry = projection()
+    proj.load(HISTORY, {"usage": 6}, {}, 0)
+    text = generate_latest(registry).decode()
+    base = {"model": "claude-opus-4-6", "project": "app", "source": "main"}
+    assert sample(text, "claude_code_requests_total", **base) == 4
+    assert sample(text, "claude_code_tokens_total", type="output", **base) == 100 * 3 + 300
+    assert sample(text, "claude_code_requests_after_gap_total", gap="lt_5m") == 1
+    assert sample(text, "claude_code_requests_after_gap_total", gap="5m_to_1h") == 1
+    assert sample(text, "claude_code_requests_after_gap_total", gap="gt_1h") == 1
+    assert sample(text, "claude_code_requests_after_gap_total", gap="first") == 2
+    assert sample(text, "claude_code_prompt_tokens_after_gap_total", gap="gt_1h",
+                  type="cache_write") == 20_500
+    assert sample(text, "claude_code_unpriced_tokens_total", model="claude-nova-9") == 10_605
+    cost = sample(text, "claude_code_cost_usd_total", type="cache_write_1h", **base)
+    assert cost == pytest.approx(20_000 * 10 / 1e6)
+    assert sample(text, "claude_code_request_gap_seconds_bucket", le="300") == 1
+    assert sample(text, "claude_code_request_gap_seconds_bucket", le="3600") == 2
+    assert sample(text, "claude_code_request_gap_seconds_count") == 3
+
+
+def test_live_batch_counts_at_once_and_settles_histograms_later() -> None:
+    """A new request moves counters immediately and the histograms after the quiet time."""
+    clock = Clock(T0 + 100)
+    proj, registry = projection(clock, settle_seconds=5.0)
+    proj.load(HISTORY, {}, {}, 0)
+    first = req("n", T0 + 60, output=2)
+    proj.apply(Applied(new=[first], lines={"usage": 1}, bytes_read=10))
+    proj.apply(Applied(upgraded=[(first, first._replace(output=700))], lines={"duplicate": 1}))
+    text = generate_latest(registry).decode()
+    labels = {"model": "claude-opus-4-6", "source": "main"}
+    assert sample(text, "claude_code_tokens_total", type="output", project="app",
+                  **labels) == 600 + 700
+    assert sample(text, "claude_code_request_output_tokens_count", **labels) == 4
+    assert proj.settle() == 0
+    clock.now += 6
+    assert proj.settle() == 1
+    text = generate_latest(registry).decode()
+    assert sample(text, "claude_code_request_output_tokens_count", **labels) == 5
+    assert sample(text, "claude_code_request_output_tokens_sum", **labels) == 100 * 3 + 300 + 700
+    proj.apply(Applied(upgraded=[(first._replace(output=700), first._replace(output=900))]))
+    text = generate_latest(registry).decode()
+    assert sample(text, "claude_code_exporter_late_updates_total") == 1
+    assert sample(text, "claude_code_tokens_total", type="output", project="app",
+                  **labels) == 600 + 900
+
+
+def test_live_gauges_follow_the_clock() -> None:
+    """Active sessions and warm KV count sessions younger than the TTLs."""
+    clock = Clock(T0 + 5_100)
+    proj, registry = projection(clock)
+    proj.load(HISTORY, {}, {}, 0)
+    text = generate_latest(registry).decode()
+    assert sample(text, "claude_code_active_sessions", ttl="5m") == 1
+    assert sample(text, "claude_code_warm_kv_cache_bytes", arch="mla") == 20_505 * 70_272
+    clock.now += 400  # past 5 minutes, but session s1 wrote 1h cache
+    text = generate_latest(registry).decode()
+    assert sample(text, "claude_code_active_sessions", ttl="5m") == 0
+    assert sample(text, "claude_code_active_sessions", ttl="1h") == 1
+    assert sample(text, "claude_code_warm_kv_cache_bytes", arch="mla") == 20_505 * 70_272
+    clock.now += 4_000
+    text = generate_latest(registry).decode()
+    assert sample(text, "claude_code_warm_kv_cache_bytes", arch="gqa") == 0
+
+
+def test_project_policy_and_cardinality_cap() -> None:
+    """Project paths follow the policy and odd model ids never explode the series."""
+    proj, registry = projection(project_label="hash")
+    many = [req(f"k{i}", T0 + i, model=f"m{i}\n") for i in range(100)]
+    proj.load(many, {}, {}, 0)
+    text = generate_latest(registry).decode()
+    models = {m for m in re.findall(r'claude_code_requests_total\{model="([^"]*)"', text)}
+    assert len(models) == 65 and "other" in models
+    assert re.search(r'project="[0-9a-f]{12}"', text)
