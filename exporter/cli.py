@@ -16,18 +16,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from exporter import __version__, report, stats
 from exporter.config import ConfigError, Settings, load_settings
-from exporter.daemon import Daemon
 from exporter.discover import default_roots, projects_dirs
 from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
 from exporter.pricing import Pricing
 from exporter.progress import progress_bar
 from exporter.scan import Scanner
-from exporter.synth import GenOptions, generate
 
 EXIT_CONFIG = 2
 EXIT_LEDGER = 3
@@ -42,6 +38,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--state-dir", type=Path, help="where the ledger lives")
     parser.add_argument("--workers", type=int, help="parser processes for big scans")
+    parser.add_argument("--batch-mb", type=float, help="commit to the ledger every N MB read")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["auto", "json", "console"])
 
@@ -119,7 +116,8 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     pricing = Pricing.load(settings.pricing)
     ledger = Ledger(settings.ledger_path)
     try:
-        scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log)
+        scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
+                          batch_bytes=int(settings.batch_mb * 1024 * 1024))
         with progress_bar(enabled=sys.stderr.isatty() and not args.json) as progress:
             result = scanner.scan(progress=progress)
         log.info("scan_done", files=result.files, files_read=result.files_read,
@@ -138,12 +136,18 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     if args.json:
         sys.stdout.write(report.to_json(figures) + "\n")
     else:
+        from rich.console import Console
+
         report.render_text(figures, Console())
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Run the daemon until SIGTERM/SIGINT."""
+    # Imported here: OpenTelemetry and the watcher cost `report` 0.2 s of start-up.
+    from exporter.daemon import Daemon
+    from exporter.synth import GenOptions, generate
+
     with tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") as tmp:
         if args.demo:
             root = Path(tmp)
@@ -161,6 +165,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Write a synthetic tree (for demos, tests and benchmarks)."""
+    from exporter.synth import GenOptions, generate
+
     target = int(args.target_mb * 1e6) if args.target_mb else None
     truth = generate(args.root, GenOptions(seed=args.seed, sessions=args.sessions,
                                            target_bytes=target))

@@ -46,7 +46,8 @@ class Daemon:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pricing = Pricing.load(settings.pricing)
         self.ledger = Ledger(settings.ledger_path)
-        self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log)
+        self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log,
+                               batch_bytes=int(settings.batch_mb * 1024 * 1024))
         self._files = 0
         self.projection = Projection(
             self.pricing, _options(settings), self.registry,

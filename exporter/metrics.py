@@ -25,7 +25,7 @@ from exporter.labels import LabelPolicy
 from exporter.ledger import Applied
 from exporter.pricing import Pricing
 from exporter.records import Request, Source
-from exporter.stats import gap_bucket, session_gaps
+from exporter.stats import gap_bucket, gap_seconds, session_gaps
 
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 PROMPT_TYPES = ("input", "cache_read", "cache_write")
@@ -235,7 +235,7 @@ class Projection:
         times = self._main_times[req.session]
         at = bisect.bisect_left(times, req.ts)
         times.insert(at, req.ts)
-        return None if at == 0 else req.ts - times[at - 1]
+        return None if at == 0 else gap_seconds(req.ts, times[at - 1])
 
     def _note_session(self, req: Request) -> None:
         """Remember a session's newest request for the live gauges."""

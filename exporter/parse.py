@@ -1,12 +1,18 @@
 """Parse stage: complete transcript lines → requests and line counts.
 
-Each line is decoded once by msgspec against a narrow schema: only the few
-fields a usage record needs are materialised, everything else (tool output,
-file contents, thinking text) is validated and skipped without building
-Python objects. Container fields accept any JSON type, so a schema mismatch
-can only mean "the line is not an object"; every other judgement is made by
-hand below, in one place, and every rejected line is counted with a reason.
-The parser never raises on input.
+Each line is decoded by msgspec against a narrow schema: only the few fields
+a usage record needs are materialised, everything else (tool output, file
+contents, thinking text) is validated and skipped without building Python
+objects. Two schemas share one set of rules:
+
+- the *fast* schema types the usage object strictly (integer token fields),
+  so msgspec checks it in C; it fits nearly every real line;
+- the *tolerant* schema accepts any JSON type in every field. A line the
+  fast schema refuses is decoded again with it and judged by hand below,
+  which gives every rejected line its reason.
+
+The fast path only accepts what the tolerant path would accept with the same
+result (a property test holds them equal). The parser never raises on input.
 """
 
 from __future__ import annotations
@@ -77,7 +83,45 @@ class _Line(msgspec.Struct):
     data: _Data | _AnyButObject = None
 
 
-_DECODER: Final = msgspec.json.Decoder(_Line)
+class _FastCacheCreation(msgspec.Struct):
+    ephemeral_5m_input_tokens: int = 0
+    ephemeral_1h_input_tokens: int = 0
+
+
+class _FastUsage(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_creation: _FastCacheCreation | None = None
+    service_tier: str | None = None
+    inference_geo: str | None = None
+    speed: str | None = None
+
+
+class _FastMessage(_Message):
+    usage: _FastUsage | msgspec.UnsetType = msgspec.UNSET
+
+
+class _FastEmbedded(_Embedded):
+    message: _FastMessage | _AnyButObject = None
+
+
+class _FastData(_Data):
+    message: _FastEmbedded | _AnyButObject = None
+
+
+class _FastLine(_Line):
+    message: _FastMessage | _AnyButObject = None
+    data: _FastData | _AnyButObject = None
+
+
+_FAST: Final = msgspec.json.Decoder(_FastLine)
+_TOLERANT: Final = msgspec.json.Decoder(_Line)
+
+
+# Returned for a line whose request is already known and would not change.
+_UNCHANGED: Final = Request("", 0.0, "", "", "", Source.MAIN, 0, 0, 0, 0, 0)
 
 
 class _RejectError(Exception):
@@ -100,27 +144,27 @@ def parse_lines(
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()  # the split after the final newline
+    rejected = out.counts.rejected
+    known = out.requests
+    other = usage = 0
     for line in lines:
-        reason = parse_line(line, out, compaction_file)
-        if reason is not None:
-            out.counts.rejected[reason] += 1
+        try:
+            req = _classify(line, compaction_file, known)
+        except _RejectError as exc:
+            rejected[exc.reason] += 1
+            continue
+        if req is None:
+            other += 1
+        elif req is _UNCHANGED:
+            usage += 1
+        else:
+            out.add(req)
+    out.counts.other += other
+    out.counts.usage_lines += usage
     return out
 
 
-def parse_line(line: bytes, out: Parsed, compaction_file: bool = False) -> str | None:
-    """Classify one line into ``out``; return a rejection reason or None."""
-    try:
-        req = _classify(line, compaction_file)
-    except _RejectError as exc:
-        return exc.reason
-    if req is None:
-        out.counts.other += 1
-    else:
-        out.add(req)
-    return None
-
-
-def _classify(line: bytes, compaction_file: bool) -> Request | None:
+def _classify(line: bytes, compaction_file: bool, known: dict[str, Request]) -> Request | None:
     """The request one line carries, None for a valid line without one."""
     if len(line) > MAX_LINE_BYTES:
         raise _RejectError(RejectReason.TOO_LONG)
@@ -129,32 +173,42 @@ def _classify(line: bytes, compaction_file: bool) -> Request | None:
             line.decode("utf-8")
         except UnicodeDecodeError:
             raise _RejectError(RejectReason.INVALID_UTF8) from None
-    if not line.strip():
-        return None  # a blank line carries nothing; Claude Code writes none
+    rec: _Line
     try:
-        rec = _DECODER.decode(line)
+        rec = _FAST.decode(line)
     except msgspec.ValidationError:
-        raise _RejectError(RejectReason.NOT_OBJECT) from None
+        rec = _tolerant(line)
     except msgspec.DecodeError:
+        if not line.strip():
+            return None  # a blank line carries nothing; Claude Code writes none
         raise _RejectError(RejectReason.INVALID_JSON) from None
-    return _request(rec, compaction_file)
-
-
-def _request(rec: _Line, compaction_file: bool) -> Request | None:
-    """The request a decoded line carries, None if it carries none."""
-    if rec.type == "assistant":
-        return _from_record(rec, rec, embedded=False, compaction_file=compaction_file)
-    if rec.type == "progress" and isinstance(rec.data, _Data):
+    kind = rec.type
+    if kind == "assistant":
+        return _from_record(rec, rec, known, embedded=False, compaction_file=compaction_file)
+    if kind == "progress" and isinstance(rec.data, _Data):
         inner = rec.data.message
         if isinstance(inner, _Embedded) and inner.type == "assistant":
-            return _from_record(inner, rec, embedded=True, compaction_file=compaction_file)
+            return _from_record(inner, rec, known, embedded=True, compaction_file=compaction_file)
     return None
 
 
+def _tolerant(line: bytes) -> _Line:
+    """Decode a line the fast schema refused; only a non-object fails here."""
+    try:
+        return _TOLERANT.decode(line)
+    except msgspec.ValidationError:
+        raise _RejectError(RejectReason.NOT_OBJECT) from None
+
+
 def _from_record(
-    rec: _Line | _Embedded, outer: _Line, *, embedded: bool, compaction_file: bool
+    rec: _Line | _Embedded, outer: _Line, known: dict[str, Request], *, embedded: bool,
+    compaction_file: bool,
 ) -> Request | None:
-    """Build a request from an assistant record (possibly embedded in a progress line)."""
+    """Build a request from an assistant record (possibly embedded in a progress line).
+
+    Returns ``_UNCHANGED`` for a copy that cannot change the request already
+    in ``known`` (most streaming lines), sparing a merge.
+    """
     msg = rec.message
     if not isinstance(msg, _Message):
         raise _RejectError(RejectReason.BAD_MESSAGE)
@@ -162,25 +216,62 @@ def _from_record(
         return None  # an assistant line without usage bills nothing
     if msg.model == SYNTHETIC_MODEL or outer.isApiErrorMessage is True:
         return None  # API error placeholder, not a billed request
-    tokens = _tokens(msg.usage)
+    usage = msg.usage
+    if type(usage) is _FastUsage:
+        tokens = _fast_tokens(usage)
+        tier, geo, speed = usage.service_tier, usage.inference_geo, usage.speed
+    else:
+        tokens = _tokens(usage)
+        tier, geo, speed = usage.get("service_tier"), usage.get("inference_geo"), usage.get("speed")
     if not isinstance(msg.id, str) or not msg.id:
         raise _RejectError(RejectReason.MISSING_ID)
     request_id = rec.requestId
     key = f"{msg.id}\x1f{request_id}" if isinstance(request_id, str) and request_id else msg.id
-    usage: dict[str, Any] = msg.usage
+    ts = _timestamp(rec.timestamp)
+    source = _source(rec, outer, embedded=embedded, compaction_file=compaction_file)
+    old = known.get(key)
+    if (
+        old is not None and ts > old.ts and source <= old.source
+        and tokens[0] <= old.input and tokens[1] <= old.output
+        and tokens[2] <= old.cache_read and tokens[3] <= old.cache_write_5m
+        and tokens[4] <= old.cache_write_1h and outer.costUSD is None
+    ):
+        return _UNCHANGED
+    model, session, cwd = msg.model, outer.sessionId, outer.cwd
+    # Positional construction, inline type checks: this runs for every usage line.
     return Request(
         key,
-        _timestamp(rec.timestamp),
-        msg.model if isinstance(msg.model, str) else "",
-        _str(outer.sessionId),
-        _str(outer.cwd),
-        _source(rec, outer, embedded=embedded, compaction_file=compaction_file),
+        ts,
+        model if type(model) is str else "",
+        session if type(session) is str else "",
+        cwd if type(cwd) is str else "",
+        source,
         *tokens,
-        service_tier=_str(usage.get("service_tier")),
-        inference_geo=_str(usage.get("inference_geo")),
-        speed=_str(usage.get("speed")),
-        recorded_cost_usd=_cost(outer.costUSD),
+        tier if type(tier) is str else "",
+        geo if type(geo) is str else "",
+        speed if type(speed) is str else "",
+        _cost(outer.costUSD) if outer.costUSD is not None else 0.0,
     )
+
+
+def _fast_tokens(usage: _FastUsage) -> tuple[int, int, int, int, int]:
+    """The token tuple of a strictly typed usage object (same rules as ``_tokens``)."""
+    inp, out = usage.input_tokens, usage.output_tokens
+    read, created = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
+    detail = usage.cache_creation
+    if detail is None:
+        w5, w1h = created, 0
+    else:
+        w5 = detail.ephemeral_5m_input_tokens
+        w1h = detail.ephemeral_1h_input_tokens
+    low = min(inp, out, read, created, w5, w1h)
+    if low < 0:
+        raise _RejectError(RejectReason.NEGATIVE_TOKENS)
+    if max(inp, out, read, created, w5, w1h) > MAX_TOKENS:
+        raise _RejectError(RejectReason.BAD_USAGE)
+    if detail is not None:
+        w5 += max(0, created - w5 - w1h)
+    return inp, out, read, w5, w1h
 
 
 def _tokens(usage: Any) -> tuple[int, int, int, int, int]:
@@ -248,11 +339,6 @@ def _source(
     if isinstance(agent, str) and agent.startswith("acompact"):
         return Source.COMPACTION
     return Source.SUBAGENT
-
-
-def _str(value: Any) -> str:
-    """A string field, or "" when absent or of another type."""
-    return value if isinstance(value, str) else ""
 
 
 def _cost(value: Any) -> float:

@@ -75,15 +75,15 @@ class Request(NamedTuple):
 
 def merge(a: Request, b: Request) -> Request:
     """Merge two copies of one request: per-field max, earliest time, stable labels."""
-    first = a if (a.ts, a.session) <= (b.ts, b.session) else b
-    return first._replace(
-        source=max(a.source, b.source),
-        input=max(a.input, b.input),
-        output=max(a.output, b.output),
-        cache_read=max(a.cache_read, b.cache_read),
-        cache_write_5m=max(a.cache_write_5m, b.cache_write_5m),
-        cache_write_1h=max(a.cache_write_1h, b.cache_write_1h),
-        recorded_cost_usd=max(a.recorded_cost_usd, b.recorded_cost_usd),
+    if (b.ts, b.session) < (a.ts, a.session):
+        a, b = b, a  # ``a`` is the earliest copy: its descriptive fields win
+    # Positional construction: this runs once per transcript line on cold scans.
+    return Request(
+        a.key, a.ts, a.model, a.session, a.project,
+        max(a.source, b.source), max(a.input, b.input), max(a.output, b.output),
+        max(a.cache_read, b.cache_read), max(a.cache_write_5m, b.cache_write_5m),
+        max(a.cache_write_1h, b.cache_write_1h), a.service_tier, a.inference_geo, a.speed,
+        max(a.recorded_cost_usd, b.recorded_cost_usd),
     )
 
 
@@ -115,19 +115,17 @@ class LineCounts:
 class Parsed:
     """What the parser made of a run of complete lines.
 
-    ``requests`` is already merged per key within the batch; ``key_lines`` says
-    how many lines carried each key, so the ledger can tell new from duplicate.
+    ``requests`` is already merged per key within the batch; the ledger tells
+    new keys from known ones, and every other usage line is a duplicate.
     """
 
     requests: dict[str, Request] = field(default_factory=dict)
-    key_lines: Counter[str] = field(default_factory=Counter)
     counts: LineCounts = field(default_factory=LineCounts)
 
     def add(self, req: Request) -> None:
         """Record one usage-bearing line."""
         old = self.requests.get(req.key)
         self.requests[req.key] = req if old is None else merge(old, req)
-        self.key_lines[req.key] += 1
         self.counts.usage_lines += 1
 
     def update(self, other: Parsed) -> None:
@@ -135,7 +133,6 @@ class Parsed:
         for key, req in other.requests.items():
             old = self.requests.get(key)
             self.requests[key] = req if old is None else merge(old, req)
-        self.key_lines.update(other.key_lines)
         self.counts.add(other.counts)
 
 

@@ -13,12 +13,12 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    """ruff finds nothing in the package, tests and benchmarks."""
+    """Ruff finds nothing in the package, tests and benchmarks."""
     proc = _run(sys.executable, "-m", "ruff", "check", "exporter", "tests", "bench")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_mypy_strict_is_clean() -> None:
-    """mypy --strict (configured in pyproject.toml) finds nothing in the package."""
+    """Mypy --strict (configured in pyproject.toml) finds nothing in the package."""
     proc = _run(sys.executable, "-m", "mypy")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,202 @@
+"""Ground truth: every figure of docs/figures.md, from the book of unique requests.
+
+Independent of the exporter on purpose: its own price table (pricing.md, only
+the models the generator uses), its own percentiles and gap buckets, exact
+integer arithmetic (milliseconds, 1e-9 USD) until the final division. A
+disagreement with ``report --json`` therefore points at one of the two.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from exporter.synth.book import SOURCES, Book, Entry
+from exporter.synth.model import NOVA, OPUS, SimRequest
+
+# Prices per token in 1e-8 USD (= USD per MTok × 100), so every product is an
+# integer: (input, cache write 5m, cache write 1h, cache read, output).
+_PRICES: Final[dict[str, tuple[int, int, int, int, int]]] = {
+    "claude-opus-4-6": (500, 625, 1000, 50, 2500),
+    "claude-sonnet-4-5": (300, 375, 600, 30, 1500),
+    "claude-haiku-4-5": (100, 125, 200, 10, 500),
+}
+_SONNET_LONG: Final = (600, 750, 1200, 60, 2250)  # all tokens, when the prompt > 200k
+LONG_CONTEXT: Final = 200_000
+_UNPRICED: Final = (NOVA,)
+GAP_BUCKETS: Final = ("first", "lt_5m", "5m_to_1h", "gt_1h")
+_ACTIVE_GAP_MS: Final = 120_000
+
+
+def cost_nano_usd(req: SimRequest) -> int | None:
+    """Cost of one request in 1e-9 USD (None if its model has no price)."""
+    if req.model in _UNPRICED:
+        return None
+    family = next(f for f in _PRICES if req.model.startswith(f))
+    rates = _PRICES[family]
+    if family == "claude-sonnet-4-5" and req.context > LONG_CONTEXT:
+        rates = _SONNET_LONG
+    tokens = (req.input, req.cache_write_5m, req.cache_write_1h, req.cache_read, req.output)
+    units = sum(t * r for t, r in zip(tokens, rates, strict=True))  # 1e-8 USD
+    factor = 11 if req.geo == "us" else 10  # US-only inference: ×1.1
+    if req.speed == "fast" and req.model == OPUS:
+        factor *= 6
+    return units * factor
+
+
+def percentile(values: Sequence[int], p: int) -> int:
+    """Nearest rank on sorted values: ``v[ceil(p/100 × n) − 1]``; 0 when empty."""
+    if not values:
+        return 0
+    return values[max(1, -(-p * len(values) // 100)) - 1]
+
+
+def bucket(gap_ms: int | None) -> str:
+    """Gap bucket of a main request (upper bounds inclusive)."""
+    if gap_ms is None:
+        return "first"
+    return "lt_5m" if gap_ms <= 300_000 else "5m_to_1h" if gap_ms <= 3_600_000 else "gt_1h"
+
+
+def compute_truth(
+    book: Book, kv_bytes_per_token: Mapping[str, int], upload_bytes_per_token: float
+) -> dict[str, Any]:
+    """The ``report --json`` figures for everything the book recorded."""
+    entries = sorted(book.entries.values(), key=lambda e: (e.ts_ms, e.req.key))
+    contexts = sorted(e.req.context for e in entries)
+    outputs = sorted(e.req.output for e in entries)
+    ctx = _spread(contexts)
+    prompt_sum = sum(contexts)
+    totals, by_model, by_source = _totals(entries)
+    usage = len(entries)
+    gaps = _gap_figures(entries)
+    return {
+        "totals": totals,
+        "by_model": by_model,
+        "by_source": by_source,
+        "sessions": len({e.session for e in entries}),
+        "rejected_lines": sum(book.rejected.values()),
+        "rejected_by_reason": dict(sorted(book.rejected.items())),
+        "context_tokens": ctx,
+        "output_tokens": _spread(outputs),
+        "gap_seconds": gaps["gap_seconds"],
+        "cache_write_share_by_gap": gaps["cache_write_share_by_gap"],
+        "requests_by_gap": gaps["requests_by_gap"],
+        "cache_read_share": totals["cache_read_tokens"] / prompt_sum if prompt_sum else 0.0,
+        "peak_requests_per_minute": max(
+            Counter(e.ts_ms // 60_000 for e in entries).values(), default=0
+        ),
+        "max_parallel_sessions_10m": _parallel(entries),
+        "generation_tokens_per_second": gaps["generation_tokens_per_second"],
+        "kv_bytes": {
+            a: {q: v * int(b) for q, v in ctx.items()} for a, b in kv_bytes_per_token.items()
+        },
+        "upload_bytes": {
+            "total": round(prompt_sum * upload_bytes_per_token),
+            "p50": round(ctx["p50"] * upload_bytes_per_token),
+            "p90": round(ctx["p90"] * upload_bytes_per_token),
+        },
+        "lines": {
+            "usage": usage,
+            "duplicate": book.usage_lines - usage,
+            "other": book.other_lines,
+            "rejected": sum(book.rejected.values()),
+        },
+    }
+
+
+def _spread(values: Sequence[int]) -> dict[str, int]:
+    """p50/p90/max of sorted integers."""
+    return {
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "max": values[-1] if values else 0,
+    }
+
+
+def _totals(entries: Sequence[Entry]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``T`` overall, by model (as recorded) and by source."""
+    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 8)
+    for e in entries:
+        r = e.req
+        nano = cost_nano_usd(r)
+        row = (
+            1,
+            r.input,
+            r.output,
+            r.cache_read,
+            r.cache_write_5m,
+            r.cache_write_1h,
+            nano or 0,
+            0 if nano is not None else r.context + r.output,
+        )
+        for target in (("", ""), ("m", r.model), ("s", SOURCES[e.source])):
+            acc = sums[target]
+            for i, value in enumerate(row):
+                acc[i] += value
+    as_t = {key: _t(acc) for key, acc in sums.items()}
+    total = as_t.pop(("", ""), _t([0] * 8))
+    by_model = {name: t for (kind, name), t in sorted(as_t.items()) if kind == "m"}
+    by_source = {s: as_t[("s", s)] for s in SOURCES if ("s", s) in as_t}
+    return total, by_model, by_source
+
+
+def _t(acc: Sequence[int]) -> dict[str, Any]:
+    """One ``T`` object from integer sums (cost in 1e-9 USD)."""
+    return {
+        "requests": acc[0],
+        "input_tokens": acc[1],
+        "output_tokens": acc[2],
+        "cache_read_tokens": acc[3],
+        "cache_write_5m_tokens": acc[4],
+        "cache_write_1h_tokens": acc[5],
+        "cost_usd": acc[6] / 1e9,
+        "unpriced_tokens": acc[7],
+    }
+
+
+def _gap_figures(entries: Sequence[Entry]) -> dict[str, Any]:
+    """Gap percentiles, the cache-expiry table and the active generation speed."""
+    last: dict[str, int] = {}
+    gaps: list[int] = []
+    count = dict.fromkeys(GAP_BUCKETS, 0)
+    written = dict.fromkeys(GAP_BUCKETS, 0)
+    prompt = dict.fromkeys(GAP_BUCKETS, 0)
+    active_out = active_ms = 0
+    for e in entries:  # already in time order
+        if e.source != 0:
+            continue  # only the main chain has gaps
+        prev = last.get(e.session)
+        gap = None if prev is None else e.ts_ms - prev
+        last[e.session] = e.ts_ms
+        b = bucket(gap)
+        count[b] += 1
+        written[b] += e.req.cache_write_5m + e.req.cache_write_1h
+        prompt[b] += e.req.context
+        if gap is not None:
+            gaps.append(gap)
+            if gap <= _ACTIVE_GAP_MS:
+                active_out += e.req.output
+                active_ms += gap
+    gaps.sort()
+    return {
+        "gap_seconds": {
+            "p50": percentile(gaps, 50) / 1000,
+            "p90": percentile(gaps, 90) / 1000,
+            "count": len(gaps),
+        },
+        "cache_write_share_by_gap": {
+            b: written[b] / prompt[b] if prompt[b] else 0.0 for b in GAP_BUCKETS
+        },
+        "requests_by_gap": count,
+        "generation_tokens_per_second": active_out * 1000 / active_ms if active_ms else 0.0,
+    }
+
+
+def _parallel(entries: Sequence[Entry]) -> int:
+    """Most distinct sessions with a request in one aligned 10-minute window."""
+    windows: dict[int, set[str]] = defaultdict(set)
+    for e in entries:
+        windows[e.ts_ms // 600_000].add(e.session)
+    return max(map(len, windows.values()), default=0)

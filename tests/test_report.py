@@ -1,0 +1,160 @@
+"""Tests of the text and JSON renderings of the figures."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from exporter.pricing import Pricing
+from exporter.records import Request, Source
+from exporter.report import duration, pct, render_text, size, to_json, tokens, transfer_time, usd
+from exporter.stats import compute
+
+
+def req(key: str, ts: float, session: str = "3324d49f-aaaa", **fields: Any) -> Request:
+    """Build a main Opus 4.6 request with zero tokens unless given."""
+    base: dict[str, Any] = {
+        "key": key,
+        "ts": ts,
+        "model": "claude-opus-4-6",
+        "session": session,
+        "project": "/p",
+        "source": Source.MAIN,
+        "input": 0,
+        "output": 0,
+        "cache_read": 0,
+        "cache_write_5m": 0,
+        "cache_write_1h": 0,
+    }
+    base.update(fields)
+    return Request(**base)
+
+
+@pytest.fixture(scope="module")
+def figures() -> dict[str, Any]:
+    """Return figures of a few requests: one long-context session, an unpriced model."""
+    requests = [
+        req("a", 0.0, input=1, output=582, cache_read=456_000, cache_write_5m=874),
+        req("b", 12.0, input=1, output=3321, cache_read=457_000, cache_write_5m=1000),
+        req("c", 4000.0, input=2, output=100, cache_write_1h=458_000),
+        req("d", 30.0, "18d79b2f-bbbb", model="claude-opus-5-5", output=10, cache_read=1000),
+        req("e", 31.0, source=Source.SUBAGENT, output=5, cache_read=2000),
+    ]
+    return compute(
+        requests,
+        Pricing.load(),
+        kv_bytes_per_token={"mla": 70_272, "gqa": 516_096},
+        upload_bytes_per_token=4.0,
+        lines={"usage": 5, "duplicate": 7, "other": 11, "rejected": 2},
+        rejected={"invalid_json": 2},
+    )
+
+
+def render(figures: dict[str, Any], width: int = 120) -> str:
+    """Render to a plain console of ``width`` columns and return the text."""
+    console = Console(file=io.StringIO(), width=width)
+    render_text(figures, console)
+    out = console.file.getvalue()
+    assert isinstance(out, str)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0"),
+        (582, "582"),
+        (3321, "3,321"),
+        (33_762, "33.76k"),
+        (456_875, "456.9k"),
+        (1_951_000, "1.951M"),
+        (590_000_000, "590M"),
+        (999_999, "1M"),
+    ],
+)
+def test_tokens_format(n: int, text: str) -> None:
+    """Token counts are exact below 10k and k/M above, four significant digits."""
+    assert tokens(n) == text
+
+
+def test_other_units() -> None:
+    """Bytes, dollars, shares, durations and transfer times use human units."""
+    assert size(457_000 * 70_272) == "32.1 GB"
+    assert size(512) == "512 B"
+    assert usd(0.00144) == "$0.0014"
+    assert usd(1234.5) == "$1,234.50"
+    assert usd(0) == "$0.00"
+    assert pct(0.969) == "96.9%"
+    assert pct(0.00001) == "<0.1%"
+    assert duration(10.7) == "10.7 s"
+    assert duration(44.3 * 3600) == "44.3 h"
+    assert transfer_time(32e9, 100) == "2.6 s"
+    assert transfer_time(236e9, 800) == "2.4 s"
+
+
+def test_render_contains_key_figures(figures: dict[str, Any]) -> None:
+    """The summary shows totals, shares, distributions and every section's figures."""
+    text = render(figures)
+    t = figures["totals"]
+    assert f"{t['requests']:,} in 2 sessions" in text
+    assert usd(t["cost_usd"]) in text
+    assert pct(figures["cache_read_share"]) in text
+    assert tokens(figures["context_tokens"]["p50"]) in text
+    assert "p90 3,321" in text  # output p90
+    assert "≤ 5 min" in text and "> 1 h" in text
+    assert "claude-opus-5-5" in text and "n/a" in text  # unpriced model: no cost, not $0
+    assert "subagent" in text
+    assert "3324d49f" in text and "3324d49f-aaaa" not in text  # session ids shortened
+    assert "mla · p50" in text and "at 400 Gb/s" in text
+    assert "rejected: invalid_json" in text
+    assert "duplicate 7" in text
+
+
+def test_render_kv_transfer_time(figures: dict[str, Any]) -> None:
+    """The KV table gives bytes and bytes x 8 / rate for each reference link."""
+    text = render(figures)
+    mla_p50 = figures["kv_bytes"]["mla"]["p50"]
+    row = next(line for line in text.splitlines() if "mla · p50" in line)
+    assert size(mla_p50) in row
+    assert all(transfer_time(mla_p50, g) in row for g in (100, 400, 800))
+
+
+def test_render_fits_an_80_column_pipe(figures: dict[str, Any]) -> None:
+    """At 80 columns nothing is cut: whole model ids, no ellipses, no line wider than 80."""
+    text = render(figures, width=80)
+    assert "…" not in text
+    assert any("claude-opus-5-5" in line and "n/a" in line for line in text.splitlines())
+    assert max(map(len, text.splitlines())) <= 80
+
+
+def test_render_is_plain_text_off_a_terminal(figures: dict[str, Any]) -> None:
+    """Writing to a file emits no ANSI escape codes."""
+    assert "\x1b[" not in render(figures)
+
+
+def test_render_accepts_figures_without_optional_keys(figures: dict[str, Any]) -> None:
+    """Ground-truth-shaped figures (no by_session) render too."""
+    trimmed = {k: v for k, v in figures.items() if k != "by_session"}
+    text = render(trimmed)
+    assert "Sessions" not in text and "By model" in text
+
+
+def test_to_json_round_trips_with_sorted_keys(figures: dict[str, Any]) -> None:
+    """JSON output parses back to the same figures, keys sorted at every level."""
+    text = to_json(figures)
+    assert json.loads(text) == json.loads(json.dumps(figures))
+    assert text == to_json(dict(reversed(list(figures.items()))))
+    top = list(json.loads(text))
+    assert top == sorted(top)
+
+
+def test_to_json_never_writes_nan() -> None:
+    """NaN and infinities become null rather than invalid JSON."""
+    text = to_json({"a": math.nan, "b": [math.inf, 1.5], "c": {"d": -math.inf}})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    assert "NaN" not in text and "Infinity" not in text

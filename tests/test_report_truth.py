@@ -1,0 +1,95 @@
+"""`report --json` against the generator's ground truth, across seeds, restarts and kills."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.cli import main
+from exporter.synth import GenOptions, generate
+
+
+def report(tree: Path, state: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
+    """Run `report --json` in-process and parse its output."""
+    assert main(["report", "--json", "--data-dir", str(tree), "--state-dir", str(state),
+                 *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def assert_matches(got: Any, want: Any, path: str = "") -> None:
+    """Every figure of ``want`` is in ``got``: integers exact, floats to 1e-9, costs to the cent."""
+    if isinstance(want, dict):
+        for key, value in want.items():
+            assert key in got, f"{path}/{key} missing"
+            assert_matches(got[key], value, f"{path}/{key}")
+    elif isinstance(want, float) or isinstance(got, float):
+        tol = 0.005 if path.endswith("cost_usd") else 1e-9 * max(1.0, abs(want))
+        assert abs(got - want) <= tol, f"{path}: {got} != {want}"
+    else:
+        assert got == want, f"{path}: {got} != {want}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_figure_equals_the_truth(seed: int, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Each figure of report --json equals the generator's ground truth."""
+    truth = generate(tmp_path / "tree", GenOptions(seed=seed, sessions=6))
+    got = report(tmp_path / "tree", tmp_path / "state", capsys)
+    assert_matches(got, truth)
+
+
+def test_second_run_reads_nothing_and_deletion_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second run reads no old bytes; deleting every transcript changes no figure."""
+    truth = generate(tmp_path / "tree", GenOptions(seed=4, sessions=5))
+    state = tmp_path / "state"
+    first = report(tmp_path / "tree", state, capsys)
+    bytes_after_first = _bytes_read(state)
+    second = report(tmp_path / "tree", state, capsys)
+    assert _bytes_read(state) == bytes_after_first
+    assert second == first
+    shutil.rmtree(tmp_path / "tree" / "projects")
+    assert_matches(report(tmp_path / "tree", state, capsys), truth)
+
+
+def _bytes_read(state: Path) -> int:
+    import sqlite3
+
+    con = sqlite3.connect(state / "ledger.sqlite3")
+    try:
+        return int(con.execute("SELECT value FROM counters WHERE name='bytes_read'").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_killed_at_random_points_then_exact(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs killed with SIGKILL at random moments, then one clean run, give the exact truth."""
+    tree, state = tmp_path / "tree", tmp_path / "state"
+    truth = generate(tree, GenOptions(seed=9, sessions=10, requests_per_session=150,
+                                      target_bytes=30_000_000))
+    rng = random.Random(9)
+    cmd = [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+           "--state-dir", str(state), "--batch-mb", "0.25", "--workers", "1"]
+    partial = 0
+    for _ in range(8):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=rng.uniform(0.3, 1.6))  # the kill moment, chosen at random
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            partial += 1
+    assert partial, "no run was killed: the tree is too small to test kills"
+    assert_matches(report(tree, state, capsys), truth)

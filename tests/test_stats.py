@@ -1,0 +1,369 @@
+"""Tests of the figures projected from the request ledger (docs/figures.md)."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import pytest
+
+from exporter.pricing import Pricing
+from exporter.records import Request, Source
+from exporter.stats import (
+    GAP_BUCKETS,
+    compute,
+    gap_bucket,
+    max_sessions_per_window,
+    peak_per_window,
+    percentile,
+    session_gaps,
+    sessions_table,
+)
+
+SONNET = "claude-sonnet-4-5-20250929"
+HAIKU = "claude-haiku-4-5-20251001"
+UNPRICED = "claude-opus-5-5"
+KV = {"mla": 70_272, "gqa": 516_096}
+LINES = {"usage": 9, "duplicate": 4, "other": 20, "rejected": 3}
+REJECTED = {"not_json": 2, "bad_usage": 1}
+
+
+def req(key: str, ts: float, session: str = "a", **fields: Any) -> Request:
+    """Build a main Sonnet 4.5 request with zero tokens unless given."""
+    base: dict[str, Any] = {
+        "key": key,
+        "ts": ts,
+        "model": SONNET,
+        "session": session,
+        "project": "/p",
+        "source": Source.MAIN,
+        "input": 0,
+        "output": 0,
+        "cache_read": 0,
+        "cache_write_5m": 0,
+        "cache_write_1h": 0,
+    }
+    base.update(fields)
+    return Request(**base)
+
+
+def small_set() -> list[Request]:
+    """Nine requests whose every figure is worked out by hand in the tests below."""
+    return [
+        req("r1", 1000.0, input=10, output=100, cache_write_5m=1000),
+        req("r2", 1010.0, input=1, output=50, cache_read=1000, cache_write_5m=20),
+        req("r3", 1310.0, input=1, output=200, cache_read=1000),
+        req("r4", 1610.5, input=1, output=10, cache_write_1h=1000),
+        req("r5", 5210.5, input=2, output=10, cache_read=500, cache_write_5m=500),
+        req("r6", 8810.6, output=10, cache_write_5m=1000),
+        req("s1", 1012.0, source=Source.SUBAGENT, model=HAIKU, input=5, output=5, cache_read=100),
+        req("b1", 1005.0, "b", model=UNPRICED, input=3, output=30, cache_write_5m=100),
+        req("b2", 1125.0, "b", model=UNPRICED, input=4, output=40, cache_read=100),
+    ]
+
+
+@pytest.fixture(scope="module")
+def pricing() -> Pricing:
+    """Return the shipped price table."""
+    return Pricing.load()
+
+
+def figures(requests: list[Request], pricing: Pricing) -> dict[str, Any]:
+    """Compute the figures with fixed reference constants."""
+    return compute(
+        requests,
+        pricing,
+        kv_bytes_per_token=KV,
+        upload_bytes_per_token=4.0,
+        lines=LINES,
+        rejected=REJECTED,
+    )
+
+
+@pytest.fixture(scope="module")
+def small(pricing: Pricing) -> dict[str, Any]:
+    """Return the figures of the hand-worked set."""
+    return figures(small_set(), pricing)
+
+
+@pytest.mark.parametrize(
+    ("values", "p", "expected"),
+    [
+        (list(range(1, 11)), 50, 5),
+        (list(range(1, 11)), 90, 9),
+        (list(range(1, 11)), 100, 10),
+        (list(range(1, 11)), 0, 1),
+        ([7], 90, 7),
+        ([1, 2, 3], 50, 2),
+        ([1, 2, 3, 4], 50, 2),
+        ([1, 2, 3, 4, 5, 6], 90, 6),
+        ([], 50, 0),
+    ],
+)
+def test_percentile_nearest_rank(values: list[int], p: float, expected: int) -> None:
+    """Nearest rank: v[ceil(p/100 * n) - 1], and 0 for an empty set."""
+    assert percentile(values, p) == expected
+
+
+@pytest.mark.parametrize(
+    ("gap", "bucket"),
+    [
+        (None, "first"),
+        (0.0, "lt_5m"),
+        (300.0, "lt_5m"),
+        (300.001, "5m_to_1h"),
+        (3600.0, "5m_to_1h"),
+        (3600.001, "gt_1h"),
+    ],
+)
+def test_gap_bucket_bounds_are_inclusive_above(gap: float | None, bucket: str) -> None:
+    """Exactly 300 s is still under 5 minutes and exactly 3600 s still under an hour."""
+    assert gap_bucket(gap) == bucket
+
+
+def test_session_gaps_only_between_main_requests_of_one_session() -> None:
+    """Subagent requests and other sessions do not split a session's main chain."""
+    requests = [
+        req("a2", 20.0),
+        req("a1", 10.0),
+        req("x", 15.0, source=Source.SUBAGENT),
+        req("b1", 12.0, "b"),
+        req("a3", 50.0),
+        req("c", 30.0, source=Source.COMPACTION),
+    ]
+    assert session_gaps(requests) == {"a1": None, "b1": None, "a2": 10.0, "a3": 30.0}
+
+
+def test_gaps_are_whole_milliseconds(pricing: Pricing) -> None:
+    """A 300.000 s gap stays 300 s (lt_5m) even where epoch-second floats are inexact."""
+    first, second = 1_073_741_700.123, 1_073_742_000.123  # straddles 2**30: float noise
+    assert second - first != 300.0
+    requests = [req("a", first), req("b", second)]
+    assert session_gaps(requests)["b"] == 300.0
+    assert figures(requests, pricing)["requests_by_gap"]["lt_5m"] == 1
+
+
+def test_equal_timestamps_break_ties_by_key(pricing: Pricing) -> None:
+    """Of two main requests at the same instant, the smaller key is the session's first."""
+    requests = [req("b", 10.0, cache_read=100), req("a", 10.0, cache_write_5m=100)]
+    for order in (requests, requests[::-1]):
+        result = figures(order, pricing)
+        assert result["cache_write_share_by_gap"]["first"] == 1.0
+        assert result["cache_write_share_by_gap"]["lt_5m"] == 0.0
+        assert session_gaps(order) == {"a": None, "b": 0.0}
+
+
+def test_peak_per_minute_uses_calendar_minutes() -> None:
+    """Requests 0.002 s apart across a minute boundary fall in different minutes."""
+    assert peak_per_window([59.0, 59.999, 60.001, 61.0, 62.0], 60.0) == 3
+    assert peak_per_window([], 60.0) == 0
+
+
+def test_parallel_sessions_use_aligned_windows() -> None:
+    """Sessions count together only inside one aligned 10-minute window."""
+    times = [0.0, 300.0, 599.0, 600.0, 601.0, 1199.9]
+    sessions = ["a", "b", "c", "a", "a", "b"]
+    assert max_sessions_per_window(times, sessions, 600.0) == 3
+    assert max_sessions_per_window([599.0, 600.0], ["a", "b"], 600.0) == 1
+
+
+def test_totals(small: dict[str, Any]) -> None:
+    """Token sums, cost of the priced requests and unpriced tokens over all requests."""
+    assert small["totals"] == {
+        "requests": 9,
+        "input_tokens": 27,
+        "output_tokens": 455,
+        "cache_read_tokens": 2700,
+        "cache_write_5m_tokens": 2620,
+        "cache_write_1h_tokens": 1000,
+        "cost_usd": pytest.approx(0.021945 + 0.00004),
+        "unpriced_tokens": 133 + 144,
+    }
+
+
+def test_by_model_and_by_source(small: dict[str, Any]) -> None:
+    """Breakdowns use the model id as recorded and the source label."""
+    by_model = small["by_model"]
+    assert list(by_model) == [HAIKU, UNPRICED, SONNET]
+    assert by_model[SONNET]["cost_usd"] == pytest.approx(0.021945)
+    assert by_model[HAIKU]["cost_usd"] == pytest.approx(0.00004)
+    assert by_model[UNPRICED]["cost_usd"] == 0.0
+    assert by_model[UNPRICED]["unpriced_tokens"] == 277
+    assert {k: v["requests"] for k, v in small["by_source"].items()} == {"main": 8, "subagent": 1}
+    assert small["by_source"]["subagent"]["cost_usd"] == pytest.approx(0.00004)
+
+
+def test_distributions(small: dict[str, Any]) -> None:
+    """Context and output p50/p90/max over all requests, nearest rank."""
+    assert small["context_tokens"] == {"p50": 1001, "p90": 1021, "max": 1021}
+    assert small["output_tokens"] == {"p50": 30, "p90": 200, "max": 200}
+    assert small["sessions"] == 2
+
+
+def test_gap_figures(small: dict[str, Any]) -> None:
+    """Gaps pooled over sessions: [10, 120, 300, 300.5, 3600, 3600.1]."""
+    assert small["gap_seconds"] == {"p50": 300.0, "p90": pytest.approx(3600.1), "count": 6}
+    assert small["requests_by_gap"] == {"first": 2, "lt_5m": 3, "5m_to_1h": 2, "gt_1h": 1}
+    assert small["cache_write_share_by_gap"] == pytest.approx(
+        {"first": 1100 / 1113, "lt_5m": 20 / 2126, "5m_to_1h": 1500 / 2003, "gt_1h": 1.0}
+    )
+
+
+def test_activity(small: dict[str, Any]) -> None:
+    """Cache-read share, peak per minute, parallel sessions and active generation speed."""
+    assert small["cache_read_share"] == pytest.approx(2700 / 6347)
+    assert small["peak_requests_per_minute"] == 4
+    assert small["max_parallel_sessions_10m"] == 2
+    assert small["generation_tokens_per_second"] == pytest.approx(90 / 130)
+
+
+def test_serving_estimates(small: dict[str, Any]) -> None:
+    """KV bytes are context quantiles times bytes per token; upload uses 4 B per token."""
+    assert small["kv_bytes"]["mla"] == {
+        "p50": 1001 * 70_272,
+        "p90": 1021 * 70_272,
+        "max": 1021 * 70_272,
+    }
+    assert small["kv_bytes"]["gqa"]["p50"] == 1001 * 516_096
+    assert small["upload_bytes"] == {"total": 6347 * 4, "p50": 4004, "p90": 4084}
+
+
+def test_line_accounting(small: dict[str, Any]) -> None:
+    """Line counts and rejection reasons are passed through."""
+    assert small["lines"] == LINES
+    assert small["rejected_lines"] == 3
+    assert small["rejected_by_reason"] == {"bad_usage": 1, "not_json": 2}
+
+
+def test_by_session(small: dict[str, Any]) -> None:
+    """Per-session rows count every source; the gap median uses main gaps only."""
+    a, b = small["by_session"]
+    assert a == {
+        "session": "a",
+        "requests": 7,
+        "span_hours": pytest.approx(7810.6 / 3600),
+        "gap_p50": 300.5,
+        "output_tokens": 385,
+    }
+    assert b == {
+        "session": "b",
+        "requests": 2,
+        "span_hours": pytest.approx(120 / 3600),
+        "gap_p50": 120.0,
+        "output_tokens": 70,
+    }
+
+
+def test_sessions_table_limit(pricing: Pricing) -> None:
+    """The table keeps the sessions with most requests, ties by session id."""
+    requests = [
+        req(f"{s}{i}", float(i), s)
+        for s, n in (("x", 1), ("y", 3), ("z", 2), ("w", 2))
+        for i in range(n)
+    ]
+    rows = sessions_table(requests, pricing, limit=3)
+    assert [(r["session"], r["requests"]) for r in rows] == [("y", 3), ("w", 2), ("z", 2)]
+
+
+def test_contract_keys(small: dict[str, Any]) -> None:
+    """The JSON shape has exactly the contract's keys (plus by_session)."""
+    assert set(small) == {
+        "totals",
+        "by_model",
+        "by_source",
+        "sessions",
+        "rejected_lines",
+        "rejected_by_reason",
+        "context_tokens",
+        "output_tokens",
+        "gap_seconds",
+        "cache_write_share_by_gap",
+        "requests_by_gap",
+        "cache_read_share",
+        "peak_requests_per_minute",
+        "max_parallel_sessions_10m",
+        "generation_tokens_per_second",
+        "kv_bytes",
+        "upload_bytes",
+        "lines",
+        "by_session",
+    }
+    assert list(small["requests_by_gap"]) == list(GAP_BUCKETS)
+
+
+def test_empty_ledger(pricing: Pricing) -> None:
+    """No requests gives zeros everywhere, not errors or NaN."""
+    empty = figures([], pricing)
+    assert empty["totals"]["requests"] == 0
+    assert empty["context_tokens"] == {"p50": 0, "p90": 0, "max": 0}
+    assert empty["gap_seconds"] == {"p50": 0.0, "p90": 0.0, "count": 0}
+    assert empty["cache_read_share"] == 0.0
+    assert empty["generation_tokens_per_second"] == 0.0
+    assert empty["peak_requests_per_minute"] == 0
+    assert empty["by_model"] == {} and empty["by_session"] == []
+
+
+def random_requests(n: int, seed: int = 7) -> list[Request]:
+    """Return ``n`` varied requests: models, sources, geo, fast mode, long prompts."""
+    rng = random.Random(seed)
+    models = [SONNET, HAIKU, UNPRICED, "claude-opus-4-6", "claude-sonnet-4"]
+    out, ts = [], 1.7e9
+    for i in range(n):
+        ts += rng.expovariate(1 / 20)
+        out.append(
+            req(
+                f"k{i}",
+                ts,
+                f"s{rng.randrange(12)}",
+                model=rng.choice(models),
+                source=rng.choice([Source.MAIN] * 6 + [Source.SUBAGENT, Source.COMPACTION]),
+                input=rng.randrange(20),
+                output=rng.randrange(4000),
+                cache_read=rng.randrange(400_000),
+                cache_write_5m=rng.randrange(5000),
+                cache_write_1h=rng.randrange(200),
+                inference_geo=rng.choice(["global", "us", ""]),
+                speed=rng.choice(["", "", "fast"]),
+            )
+        )
+    return out
+
+
+def test_cost_equals_sum_of_per_request_costs(pricing: Pricing) -> None:
+    """Pricing by class gives the same total as pricing every request on its own."""
+    requests = random_requests(2000)
+    expected = sum(sum(c.values()) for r in requests if (c := pricing.cost(r)) is not None)
+    assert figures(requests, pricing)["totals"]["cost_usd"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_buckets_agree_with_session_gaps(pricing: Pricing) -> None:
+    """compute() buckets each main request as gap_bucket(session_gaps()) does."""
+    requests = random_requests(2000)
+    gaps = session_gaps(requests)
+    expected = {b: 0 for b in GAP_BUCKETS}
+    for gap in gaps.values():
+        expected[gap_bucket(gap)] += 1
+    assert figures(requests, pricing)["requests_by_gap"] == expected
+
+
+def test_input_order_does_not_matter(pricing: Pricing) -> None:
+    """Shuffling the requests gives the same figures."""
+    requests = random_requests(1000)
+    shuffled = list(requests)
+    random.Random(3).shuffle(shuffled)
+    a, b = figures(requests, pricing), figures(shuffled, pricing)
+    assert a["totals"]["cost_usd"] == pytest.approx(b["totals"]["cost_usd"], rel=1e-12)
+    a["totals"].pop("cost_usd"), b["totals"].pop("cost_usd")
+    for name in ("totals", "gap_seconds", "requests_by_gap", "by_session", "context_tokens"):
+        assert a[name] == b[name]
+
+
+def test_fifty_thousand_requests_are_fast(pricing: Pricing) -> None:
+    """50k requests compute in well under a second (about 0.1 s on a laptop)."""
+    requests = random_requests(50_000)
+    figures(requests, pricing)  # warm the pricing caches
+    start = time.perf_counter()
+    result = figures(requests, pricing)
+    assert time.perf_counter() - start < 0.5
+    assert result["totals"]["requests"] == 50_000
