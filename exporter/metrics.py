@@ -24,11 +24,17 @@ from exporter import instruments
 from exporter.labels import LabelPolicy
 from exporter.ledger import Applied
 from exporter.pricing import Pricing
-from exporter.records import Request, Source
+from exporter.parse import RejectReason
+from exporter.records import LineResult, Request, Source
 from exporter.stats import gap_bucket, gap_seconds, session_gaps
 
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 PROMPT_TYPES = ("input", "cache_read", "cache_write")
+GAP_BUCKETS = ("first", "lt_5m", "5m_to_1h", "gt_1h")
+LINE_RESULTS = (LineResult.USAGE, LineResult.DUPLICATE, LineResult.OTHER, LineResult.REJECTED)
+REJECT_REASONS = tuple(
+    v for k, v in vars(RejectReason).items() if k.isupper() and isinstance(v, str)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +113,7 @@ class Projection:
                 times.sort()
             self._rows = len(requests)
         self._count_lines(adds, lines, rejected, bytes_read)
-        adds.add("exporter_late_updates", 0)  # the series exists from the start
+        _zero_series(adds)
         adds.flush(self.inst.counters)
 
     def apply(self, applied: Applied) -> None:
@@ -305,6 +311,23 @@ class _Adds:
         for (name, labels), value in self._sums.items():
             counters[name].add(value, dict(labels))
         self._sums.clear()
+
+
+def _zero_series(adds: _Adds) -> None:
+    """Create every fixed-label series at 0 from the start.
+
+    Prometheus cannot see the first increase of a series that appears
+    mid-run, so the first cold restart or rejected line would be missed.
+    """
+    for bucket in GAP_BUCKETS:
+        adds.add("requests_after_gap", 0, gap=bucket)
+        for kind in PROMPT_TYPES:
+            adds.add("prompt_tokens_after_gap", 0, gap=bucket, type=kind)
+    for result in LINE_RESULTS:
+        adds.add("exporter_lines", 0, result=result)
+    for reason in REJECT_REASONS:
+        adds.add("exporter_rejected_lines", 0, reason=reason)
+    adds.add("exporter_late_updates", 0)
 
 
 def _diff(req: Request, old: Request | None, name: str) -> int:
