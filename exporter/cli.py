@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -146,21 +147,36 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Run the daemon until SIGTERM/SIGINT."""
     # Imported here: OpenTelemetry and the watcher cost `report` 0.2 s of start-up.
     from exporter.daemon import Daemon
-    from exporter.synth import GenOptions, generate
 
     with tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") as tmp:
         if args.demo:
-            root = Path(tmp)
-            truth = generate(root, GenOptions(seed=int(time.time()) % 1000))
-            settings = settings.model_copy(
-                update={"data_dirs": [root], "state_dir": root / "state"}
-            )
-            log.info("demo", root=str(root), requests=truth["totals"]["requests"])
+            settings = _demo_settings(settings, Path(tmp), log)
         daemon = Daemon(settings, transcript_dirs(settings), log)
         daemon.install_signals()
         daemon.start()
+        if args.demo:
+            _start_live_demo(Path(tmp), daemon.stop_event)
         daemon.run()
     return 0
+
+
+def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
+    """Generate about a day of sample sessions ending now, and point the settings at them."""
+    from exporter.synth import GenOptions, generate
+
+    start = datetime.now(UTC) - timedelta(hours=28)
+    start = start.replace(microsecond=0)
+    truth = generate(root, GenOptions(seed=int(time.time()) % 1000, start=start))
+    log.info("demo", root=str(root), requests=truth["totals"]["requests"])
+    return settings.model_copy(update={"data_dirs": [root], "state_dir": root / "state"})
+
+
+def _start_live_demo(root: Path, stop: threading.Event) -> None:
+    """Keep one demo session alive: a new request every few seconds until stop."""
+    from exporter.synth.live import LiveSession, run_live
+
+    session = LiveSession(root, seed=int(time.time()))
+    threading.Thread(target=run_live, args=(session, stop), name="demo", daemon=True).start()
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
