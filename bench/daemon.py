@@ -1,5 +1,4 @@
-"""The daemon under a generated month: start-up, append-to-visible latency, idle CPU,
-RSS and /metrics response time.
+"""The daemon under a generated month: start-up, latency, idle CPU, RSS, scrape time.
 
 Usage: python3 -m bench.daemon [--mb 300] [--appends 100] [--scrapes 200] [--idle 30]
 Prints a Markdown table for docs/benchmarks.md. Loopback only; bounded in time.
@@ -22,7 +21,7 @@ from tests.daemon_proc import Daemon, poll, total
 
 
 def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc."""
+    """CPU seconds (user + system) of a process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -37,7 +36,7 @@ def _rss_mb(pid: int) -> float:
 
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[max(0, int(round(p / 100 * len(ordered))) - 1)]
+    return ordered[max(0, round(p / 100 * len(ordered)) - 1)]
 
 
 def main() -> None:
