@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 from exporter import instruments
 from exporter.labels import LabelPolicy
 from exporter.ledger import Applied
-from exporter.pricing import Pricing
 from exporter.parse import RejectReason
+from exporter.pricing import Pricing
 from exporter.records import LineResult, Request, Source
 from exporter.stats import gap_bucket, gap_seconds, session_gaps
 
