@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,3 +181,29 @@ def _no_decrease(old: dict[Any, float], new: dict[Any, float]) -> None:
     """Every sample in ``old`` exists in ``new`` with a value at least as large."""
     shrunk = {k: (v, new.get(k)) for k, v in old.items() if new.get(k, -1) < v}
     assert not shrunk, shrunk
+
+
+def test_polling_mode_follows_streaming_upgrades(tmp_path: Path) -> None:
+    """With --poll (no file events) a streamed response is followed to its final figures."""
+    proj = tmp_path / "tree" / "projects" / "-home-u-poll"
+    proj.mkdir(parents=True)
+    live = proj / "s.jsonl"
+    live.write_bytes(jsonl(assistant("msg_old", "req_old", cwd="/home/u/poll")))
+    daemon = Daemon(tmp_path / "tree", tmp_path / "state", "--poll", "--rescan-seconds", "0.3")
+    try:
+        partial = {"input_tokens": 4, "output_tokens": 2, "cache_read_input_tokens": 1000}
+        final = {**partial, "output_tokens": 640}
+        with live.open("ab") as fh:
+            fh.write(jsonl(assistant("msg_s", "req_s", cwd="/home/u/poll", usage=partial)))
+        poll(lambda: total(daemon.scrape(), "claude_code_requests") == 2, 20, "partial line")
+        with live.open("ab") as fh:
+            fh.write(jsonl(assistant("msg_s", "req_s", cwd="/home/u/poll", usage=final)))
+        poll(lambda: total(daemon.scrape(), "claude_code_tokens", type="output") == 10 + 640,
+             20, "final output tokens")
+        fams = daemon.scrape()
+        assert total(fams, "claude_code_requests") == 2
+        assert total(fams, "claude_code_exporter_lines", result="duplicate") == 1
+        out = "claude_code_request_output_tokens"
+        poll(lambda: total(daemon.scrape(), out, out + "_sum") == 10 + 640, 20, "settled")
+    finally:
+        assert daemon.stop() == 0
