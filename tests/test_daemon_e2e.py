@@ -67,8 +67,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     daemon = Daemon(tree, base / "state", "--budget-day-usd", "25")
     poll(lambda: daemon.scrape()["claude_code_request_context_tokens"].samples
          and _settled(daemon, truth), 30, "histograms settled")
-    yield {"base": base, "tree": tree, "truth": truth, "daemon": daemon}
-    daemon.stop()
+    state = {"base": base, "tree": tree, "truth": truth, "daemon": daemon}
+    yield state
+    state["daemon"].stop()  # a test may have replaced it by a restarted daemon
 
 
 def _settled(daemon: Daemon, truth: dict[str, Any]) -> bool:
