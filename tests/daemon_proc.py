@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -30,15 +31,16 @@ def free_port() -> int:
 def poll(check: Callable[[], T | None], deadline_s: float = 30.0, what: str = "") -> T:
     """Call ``check`` until it returns something truthy or the deadline passes."""
     end = time.monotonic() + deadline_s
-    last: Any = None
+    last: object = None
     while time.monotonic() < end:
         try:
-            last = check()
+            got = check()
         except (OSError, urllib.error.URLError) as exc:
             last = exc
         else:
-            if last:
-                return last
+            if got:
+                return got
+            last = got
         time.sleep(0.05)  # polling interval inside a deadline loop
     raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
 
@@ -57,7 +59,13 @@ class Daemon:
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
+        atexit.register(self._reap)  # never outlive the test run, even if a test forgot stop()
         poll(self._healthy, 60, "daemon /healthz")
+
+    def _reap(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
@@ -93,8 +101,8 @@ def total(families: dict[str, Any], family: str, sample: str | None = None,
     """Sum of a family's samples named ``sample`` whose labels include ``match``."""
     fam = families[family]
     name = sample or (fam.name + "_total" if fam.type == "counter" else fam.name)
-    return sum(s.value for s in fam.samples
-               if s.name == name and all(s.labels.get(k) == v for k, v in match.items()))
+    return float(sum(s.value for s in fam.samples
+                     if s.name == name and all(s.labels.get(k) == v for k, v in match.items())))
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
