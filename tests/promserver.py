@@ -206,6 +206,8 @@ class ProcessExitedError(RuntimeError):
 class PromServer:
     """A real Prometheus server on 127.0.0.1 with a temporary storage directory.
 
+    ``storage`` serves an existing TSDB directory instead (it is not emptied).
+
     ``config`` is either a path to an existing config file (relative paths in
     it resolve against that file's directory, as Prometheus does) or the config
     text itself, which is written to ``workdir/prometheus.yml``.
@@ -218,8 +220,10 @@ class PromServer:
         *,
         binary: str | None = None,
         extra_args: Sequence[str] = (),
+        storage: Path | None = None,
     ) -> None:
         self.workdir = workdir
+        self.storage = storage  # an existing TSDB directory (e.g. backfilled blocks)
         workdir.mkdir(parents=True, exist_ok=True)
         if isinstance(config, Path):
             self.config_path = config
@@ -244,7 +248,7 @@ class PromServer:
         """
         for attempt in range(1, attempts + 1):
             self.port = free_port()
-            storage = self.workdir / f"data-{attempt}"
+            storage = self.storage or self.workdir / f"data-{attempt}"
             argv = [
                 self.binary,
                 f"--config.file={self.config_path}",
