@@ -77,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD, never a flag")
     serve.add_argument("--demo", action="store_true",
                        help="serve generated sample sessions from a temporary tree")
+    # OTLP push (docs/teams.md); headers and extra resource attributes: config or env only
+    serve.add_argument("--otlp-endpoint", metavar="URL",
+                       help="also push to this OTLP/HTTP receiver, e.g. http://collector:4318")
+    serve.add_argument("--otlp-interval-seconds", type=float, help="push interval (default 60)")
+    serve.add_argument("--otlp-host", choices=["name", "hash", "none"],
+                       help="resource host.name as is (default), hashed, or not at all")
+    serve.add_argument("--otlp-user", choices=["name", "hash", "none"],
+                       help="resource user: as is, hashed (default), or not at all")
+    serve.add_argument("--prometheus-enabled", action=argparse.BooleanOptionalAction,
+                       help="serve /metrics (--no-prometheus-enabled: OTLP push only)")
+
+    _add_backfill(sub)
 
     gen = sub.add_parser("generate", help="write a synthetic transcript tree with ground truth")
     gen.add_argument("root", type=Path, help="directory to create (acts as ~/.claude)")
@@ -84,6 +96,46 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--sessions", type=int, default=8)
     gen.add_argument("--target-mb", type=float, help="grow the tree to about this size")
     return parser
+
+
+# ---- backfill (docs/backfill.md) -------------------------------------------------------
+def _add_backfill(sub: Any) -> None:
+    """The ``backfill`` subcommand: history as OpenMetrics for promtool."""
+    bf = sub.add_parser("backfill", help="ingest, then write the ledger's history as "
+                        "OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`")
+    _common(bf)
+    bf.add_argument("--output", "-o", type=Path, required=True, metavar="FILE")
+    bf.add_argument("--step", type=_duration, default=60,
+                    help="resolution: one boundary every STEP (default 1m)")
+    bf.add_argument("--anchor", type=_duration, default=3600,
+                    help="also write every series at each multiple of this, UTC (default 1h;"
+                         " = --step for a dense file)")
+    bf.add_argument("--since", type=_moment, help="first sample time (values stay cumulative)")
+    bf.add_argument("--until", type=_moment,
+                    help="last sample time (default now): where live scrapes begin")
+    bf.add_argument("--label", action="append", type=_target_label, default=[],
+                    metavar="NAME=VALUE",
+                    help="target label on every series (default job=claude-code and "
+                         "instance=the listen address; NAME= drops one); repeatable")
+    bf.add_argument("--listen", help="HOST:PORT: the default instance label")
+    bf.add_argument("--project-label", choices=["basename", "full", "hash", "none"])
+
+
+def _duration(text: str) -> int:
+    """Whole seconds from ``30s``, ``1m``, ``1h`` or ``1d``."""
+    m = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if not m or int(m.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 1m, 1h, 1d")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _target_label(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` with a Prometheus label name that is not reserved (``__``)."""
+    name, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", name) or name.startswith("__"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE with a label name")
+    return name, value
+# ---- end backfill ----------------------------------------------------------------------
 
 
 def _moment(text: str) -> datetime:
@@ -179,6 +231,54 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
     threading.Thread(target=run_live, args=(session, stop), name="demo", daemon=True).start()
 
 
+def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
+    """Ingest what is new, then write the ledger's history as OpenMetrics text."""
+    from exporter.backfill import DEFAULT_LABELS, BackfillError, BackfillOptions, write_history
+    from exporter.daemon import _options as metrics_options
+
+    pricing = Pricing.load(settings.pricing)
+    ledger = Ledger(settings.ledger_path)
+    try:
+        scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
+                          batch_bytes=int(settings.batch_mb * 1024 * 1024))
+        with progress_bar(enabled=sys.stderr.isatty()) as progress:
+            result = scanner.scan(progress=progress)
+        log.info("scan_done", files=result.files, new_requests=result.new_requests)
+        requests = ledger.requests()
+    finally:
+        ledger.close()
+    labels = {**DEFAULT_LABELS, "instance": settings.listen, **dict(args.label)}
+    opts = BackfillOptions(
+        step=args.step, anchor=args.anchor,
+        since=args.since.timestamp() if args.since else None,
+        until=args.until.timestamp() if args.until else None,
+        labels={k: v for k, v in labels.items() if v},
+    )
+    partial = args.output.with_name(args.output.name + ".partial")
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            stats = write_history(requests, pricing, metrics_options(settings), out, opts)
+        partial.replace(args.output)
+    except BackfillError as exc:
+        print(f"claude-code-exporter: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    finally:
+        partial.unlink(missing_ok=True)  # gone already unless something failed
+    log.info("backfill_done", output=str(args.output), requests=stats.requests,
+             series=stats.series, samples=stats.samples, first=stats.first, last=stats.last)
+    span = ("no samples" if stats.first is None else
+            f"{_utc(stats.first)} .. {_utc(stats.last or stats.first)}")
+    print(f"wrote {args.output}: {stats.samples} samples of {stats.series} series, {span}\n"
+          f"next: promtool tsdb create-blocks-from openmetrics --max-block-duration=744h "
+          f"{args.output} BLOCKS_DIR  (docs/backfill.md)")
+    return 0
+
+
+def _utc(ts: float) -> str:
+    """An epoch time as ISO-8601 UTC."""
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Write a synthetic tree (for demos, tests and benchmarks)."""
     from exporter.synth import GenOptions, generate
@@ -203,9 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
     try:
-        if args.command == "serve":
-            return cmd_serve(args, settings, log)
-        return cmd_report(args, settings, log)
+        command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(args.command, cmd_report)
+        return command(args, settings, log)
     except LedgerError as exc:
         log.error("ledger_unusable", detail=str(exc))
         print(f"claude-code-exporter: {exc}", file=sys.stderr)

@@ -14,8 +14,9 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -71,6 +72,26 @@ class Settings(BaseSettings):
     tls_key_file: Path | None = None
     basic_auth_user: str | None = None
     basic_auth_password: str | None = None
+    # ---- OTLP push (docs/teams.md) ----
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics"
+    )
+    prometheus_enabled: bool = Field(True, description="serve /metrics (false: OTLP only)")
+    otlp_interval_seconds: float = Field(60.0, ge=0.1, description="seconds between pushes")
+    otlp_timeout_seconds: float = Field(10.0, gt=0, description="timeout of one push")
+    otlp_headers: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="HTTP headers (auth); env: comma list of NAME=VALUE"
+    )
+    otlp_certificate_file: Path | None = Field(None, description="CA bundle for https")
+    otlp_host: Literal["name", "hash", "none"] = Field(
+        "name", description="resource host.name, or host.id = a hash of it, or nothing"
+    )
+    otlp_user: Literal["name", "hash", "none"] = Field(
+        "hash", description="resource user.name, or user.hash = a hash of it, or nothing"
+    )
+    otlp_resource_attributes: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="extra resource attributes (team, ...); env: a=b,c=d"
+    )
 
     @field_validator("data_dirs", mode="before")
     @classmethod
@@ -79,6 +100,39 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [Path(p.strip()).expanduser() for p in value.split(",") if p.strip()]
         return value
+
+    @field_validator("otlp_headers", "otlp_resource_attributes", mode="before")
+    @classmethod
+    def _split_pairs(cls, value: Any) -> Any:
+        """Accept ``a=b,c=d`` from the environment, as OTEL_EXPORTER_OTLP_HEADERS does."""
+        if isinstance(value, str):
+            pairs = [p.partition("=") for p in value.split(",") if p.strip()]
+            if any(not sep or not k.strip() for k, sep, _ in pairs):
+                raise ValueError("expected a comma list of NAME=VALUE")
+            return {k.strip(): v.strip() for k, _, v in pairs}
+        return value
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: str | None) -> str | None:
+        """An http(s) URL with a host; a bare base URL gets the ``/v1/metrics`` path."""
+        if value is None:
+            return None
+        url = urlsplit(value.strip())
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        if url.path in ("", "/"):
+            url = url._replace(path="/v1/metrics")
+        return urlunsplit(url)
+
+    @field_validator("prometheus_enabled")
+    @classmethod
+    def _something_exports(cls, value: bool, info: ValidationInfo) -> bool:
+        """The Prometheus endpoint may be off only when OTLP pushes the metrics."""
+        if not value and not info.data.get("otlp_endpoint"):
+            raise ValueError("false needs otlp_endpoint: nothing would export the metrics")
+        return value
+    # ---- end OTLP push ----
 
     @field_validator("listen")
     @classmethod

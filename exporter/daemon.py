@@ -49,12 +49,10 @@ class Daemon:
         self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log,
                                batch_bytes=int(settings.batch_mb * 1024 * 1024))
         self._files = 0
-        self.projection = Projection(
-            self.pricing, _options(settings), self.registry,
-            clock=clock, files_watched=lambda: self._files,
-        )
+        self._clock = clock
+        self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
-            self._pass, lambda: self.scanner.dirs, settle=self.projection.settle,
+            self._pass, lambda: self.scanner.dirs, settle=self._settle,
             poll=settings.poll, rescan_seconds=settings.rescan_seconds, log=log,
         )
         self.http: HttpServer | None = None
@@ -62,8 +60,17 @@ class Daemon:
     def start(self) -> None:
         """Catch up, load the metrics, and open the endpoint."""
         started = time.perf_counter()
+        # The only pass that may fork parser processes: no thread exists yet (the
+        # OTLP reader, HTTP server and watcher all start below). Later passes are
+        # small and run in-process, beside those threads.
         first = self.scanner.scan()
+        self.scanner.workers = 1
         self._files = first.files
+        push, resource = _push(self.settings)
+        self.projection = Projection(
+            self.pricing, _options(self.settings), self.registry, clock=self._clock,
+            files_watched=lambda: self._files, readers=push, resource=resource,
+        )
         ledger = self.ledger
         self.projection.load(ledger.requests(), ledger.counters("lines"),
                              ledger.counters("rejected"), ledger.counters("bytes_read").get("", 0))
@@ -75,9 +82,14 @@ class Daemon:
         tls = None
         if self.settings.tls_cert_file and self.settings.tls_key_file:
             tls = (self.settings.tls_cert_file, self.settings.tls_key_file)
-        app = make_app(self.registry, self.health, __version__, auth)
+        # With prometheus_enabled off (OTLP only) /metrics is gone but /healthz stays,
+        # for container health checks and supervisors.
+        app = make_app(self.registry, self.health, __version__, auth,
+                       metrics=self.settings.prometheus_enabled)
         self.http = HttpServer(app, host, port, tls)
-        self.log.info("serving", listen=f"{host}:{self.http.port}", tls=tls is not None,
+        self._warn_exposure(host, tls is not None, auth is not None)
+        self.log.info("serving", listen=f"{host}:{self.http.port}",
+                      otlp=self.settings.otlp_endpoint, tls=tls is not None,
                       requests=ledger.count(), files=first.files,
                       startup_seconds=round(time.perf_counter() - started, 3))
 
@@ -93,7 +105,9 @@ class Daemon:
         if self.http is not None:
             self.http.close()
             self.http = None
-        self.projection.settle(force=True)
+        if self.projection is not None:
+            self.projection.settle(force=True)
+            self.projection.shutdown()  # a last OTLP push, if configured
         self.ledger.close()
         self.log.info("stopped")
 
@@ -104,7 +118,8 @@ class Daemon:
         ok = state.last_pass_ok and watcher_ok
         return ok, {"ledger_ok": state.last_pass_ok, "watcher_alive": state.watcher_alive,
                     "poll": self.settings.poll, "passes": state.passes,
-                    "error": state.last_error, "pending": self.projection.pending}
+                    "error": state.last_error,
+                    "pending": self.projection.pending if self.projection else 0}
 
     def install_signals(self) -> None:
         """SIGTERM and SIGINT end the follow loop (main thread only)."""
@@ -114,6 +129,17 @@ class Daemon:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+
+    def _warn_exposure(self, host: str, tls: bool, auth: bool) -> None:
+        """Say so at start when private figures may leave this machine unprotected."""
+        if host not in ("127.0.0.1", "::1", "localhost") and not host.startswith("127."):
+            self.log.warning("listening_beyond_loopback", host=host, tls=tls, basic_auth=auth)
+        if auth and not tls:
+            self.log.warning("basic_auth_without_tls", detail="the password crosses in clear")
+
+    def _settle(self) -> int:
+        """Let the projection record requests that went quiet."""
+        return self.projection.settle() if self.projection is not None else 0
 
     def _pass(self) -> None:
         """One follow pass."""
@@ -126,6 +152,16 @@ class Daemon:
     def _watchable(self) -> bool:
         """True if any transcript directory exists to be watched."""
         return any(d.is_dir() for d in self.scanner.dirs)
+
+
+def _push(settings: Settings) -> tuple[list[Any], Any]:
+    """The OTLP reader and resource when ``otlp_endpoint`` is set (docs/teams.md)."""
+    if not settings.otlp_endpoint:
+        return [], None
+    # Imported only when configured: the OTLP exporter is not needed to scrape.
+    from exporter import otlp  # noqa: PLC0415
+
+    return [otlp.reader(settings)], otlp.resource(settings)
 
 
 def _options(settings: Settings) -> MetricsOptions:

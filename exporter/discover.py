@@ -25,8 +25,10 @@ def default_roots(env: Mapping[str, str], home: Path) -> list[Path]:
         if entry.strip():
             roots.append(Path(entry.strip()).expanduser())
     xdg = env.get("XDG_CONFIG_HOME", "").strip()
-    roots.append(home / ".claude")
-    roots.append((Path(xdg) if xdg else home / ".config") / "claude")
+    # The well-known roots are Claude config directories: only their projects/ holds
+    # transcripts (history.jsonl and friends beside it are not), even before it exists.
+    roots.append(home / ".claude" / "projects")
+    roots.append((Path(xdg) if xdg else home / ".config") / "claude" / "projects")
     return _unique(roots)
 
 

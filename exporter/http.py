@@ -11,6 +11,7 @@ import hmac
 import json
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -52,9 +53,10 @@ class BasicAuth:
 
 
 def make_app(
-    registry: CollectorRegistry, health: Health, version: str, auth: BasicAuth | None = None
+    registry: CollectorRegistry, health: Health, version: str, auth: BasicAuth | None = None,
+    *, metrics: bool = True,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    """The WSGI application with all routes."""
+    """The WSGI application with all routes (``metrics=False``: no /metrics)."""
     metrics_app = make_wsgi_app(registry)
     landing = _LANDING.format(version=version).encode()
 
@@ -64,7 +66,7 @@ def make_app(
                                        ("Content-Type", "text/plain")])
             return [b"authentication required\n"]
         path = environ.get("PATH_INFO", "/")
-        if path == "/metrics":
+        if path == "/metrics" and metrics:
             return metrics_app(environ, start)  # type: ignore[no-any-return]
         if path == "/healthz":
             ok, detail = health()
@@ -85,6 +87,15 @@ class _Server(ThreadingMixIn, WSGIServer):
     """A threaded WSGI server; handler threads never block shutdown."""
 
     daemon_threads = True
+    # The listen backlog: socketserver's default of 5 drops connections when a dozen
+    # scrapers arrive at once, and each drop costs the client a 1 s SYN retransmission.
+    request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up, stalls or fails the TLS handshake is not our error."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Server6(_Server):
@@ -93,6 +104,14 @@ class _Server6(_Server):
 
 class _QuietHandler(WSGIRequestHandler):
     """No access log on stderr: scrapes every few seconds would flood it."""
+
+    timeout = 30  # seconds a silent client may hold its thread (handshake, request, body)
+
+    def setup(self) -> None:
+        """Finish the TLS handshake here, in the request's thread, not in the accept loop."""
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
 
     def log_message(self, format: str, *args: Any) -> None:
         return
@@ -112,7 +131,11 @@ class HttpServer:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
             ctx.load_cert_chain(str(tls[0]), str(tls[1]))
-            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            # The handshake happens in _QuietHandler.setup: done on accept, one client that
+            # connects and stays silent would stall every other scrape.
+            self._server.socket = ctx.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.host = host
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(

@@ -8,14 +8,16 @@ created without ``_total``: the Prometheus translation appends it to counters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
 BUCKETS: Final[dict[str, tuple[float, ...]]] = {
@@ -80,10 +82,15 @@ class Instruments:
         self.provider.shutdown()
 
 
-def build(namespace: str, registry: CollectorRegistry, gauges: dict[str, Observe]) -> Instruments:
+def build(
+    namespace: str, registry: CollectorRegistry, gauges: dict[str, Observe], *,
+    readers: Sequence[MetricReader] = (), resource: Resource | None = None,
+) -> Instruments:
     """Create every instrument of the catalogue, exposed through ``registry``.
 
     ``gauges`` maps each name of :data:`GAUGES` to the function observing it.
+    ``readers`` are further readers of the same instruments (OTLP push), and
+    ``resource`` their resource (the Prometheus reader does not expose it).
     """
     reader = PrometheusMetricReader(
         disable_target_info=True, scope_info_enabled=False, registry=registry
@@ -96,7 +103,8 @@ def build(namespace: str, registry: CollectorRegistry, gauges: dict[str, Observe
         )
         for name, bounds in BUCKETS.items()
     ]
-    provider = MeterProvider(metric_readers=[reader], views=views)
+    extra: dict[str, Any] = {} if resource is None else {"resource": resource}
+    provider = MeterProvider(metric_readers=[reader, *readers], views=views, **extra)
     meter = provider.get_meter("claude_code_exporter")
     counters = {
         n: meter.create_counter(f"{namespace}_{n}", description=d) for n, d in COUNTERS.items()

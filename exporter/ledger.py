@@ -11,6 +11,8 @@ deleted: transcripts that Claude Code cleans up stay counted.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,13 +70,16 @@ class Ledger:
         """Open or create the ledger at ``path``; raise LedgerError if it is not ours."""
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # Token counts and project paths are private: owner-only directory and file
+            # (SQLite gives its -wal and -shm files the database file's mode).
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
             self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self._init()
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot use ledger {path}: {exc}") from exc
         except OSError as exc:
-            raise LedgerError(f"cannot create ledger {path}: {exc.strerror or exc}") from exc
+            raise LedgerError(f"cannot open ledger {path}: {exc.strerror or exc}") from exc
 
     def _init(self) -> None:
         """Check the file is a ledger of ours (or empty), create the schema if new."""
@@ -235,11 +240,17 @@ class _Tx:
                 self._db.execute("COMMIT")
                 return
             except sqlite3.Error as err:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise LedgerError(f"ledger {self._path}: {err}") from err
-        self._db.execute("ROLLBACK")
+        self._rollback()
         if isinstance(exc, sqlite3.Error):
             raise LedgerError(f"ledger {self._path}: {exc}") from exc
+
+    def _rollback(self) -> None:
+        """Roll back what is left: after a full disk or an I/O error SQLite may already have."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # the failure reported is the one that matters
+                self._db.execute("ROLLBACK")
 
 
 _SOURCES: Final = tuple(Source)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
 from exporter import instruments
@@ -31,6 +33,8 @@ from exporter.stats import gap_bucket, gap_seconds, session_gaps
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 PROMPT_TYPES = ("input", "cache_read", "cache_write")
 GAP_BUCKETS = ("first", "lt_5m", "5m_to_1h", "gt_1h")
+USD_QUANTUM = 2.0**-30  # ~1e-9 USD; totals stay exact up to 2**23 USD per series
+GAP_QUANTUM = 2.0**-10  # under a millisecond: never moves a gap across a whole-second bound
 LINE_RESULTS = (LineResult.USAGE, LineResult.DUPLICATE, LineResult.OTHER, LineResult.REJECTED)
 REJECT_REASONS = tuple(
     v for k, v in vars(RejectReason).items() if k.isupper() and isinstance(v, str)
@@ -74,8 +78,13 @@ class Projection:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         files_watched: Callable[[], int] = lambda: 0,
+        readers: Sequence[MetricReader] = (),
+        resource: Resource | None = None,
     ) -> None:
-        """Create the instruments in ``registry``; nothing is counted until load()."""
+        """Create the instruments in ``registry``; nothing is counted until load().
+
+        ``readers`` (e.g. an OTLP push) read the same instruments, with ``resource``.
+        """
         self.pricing = pricing
         self.opts = options
         self.labels = LabelPolicy(options.project_label)
@@ -89,7 +98,8 @@ class Projection:
         self._sessions: dict[str, tuple[float, int, bool]] = {}  # last ts, last context, 1h
         self._last_ts: dict[str, float] = {}
         self._rows = 0
-        self.inst = instruments.build(options.namespace, registry, self._gauge_sources())
+        self.inst = instruments.build(options.namespace, registry, self._gauge_sources(),
+                                      readers=readers, resource=resource)
 
     # ----------------------------------------------------------------- loading
     def load(
@@ -194,11 +204,12 @@ class Projection:
         else:
             before = self.pricing.cost(old) if old is not None else None
             for name, usd in cost.items():
-                adds.add("cost_usd", max(0.0, usd - (before or {}).get(name, 0.0)), type=name,
-                         **base)
-        context = req.context - (old.context if old else 0)
+                grown = exact(usd, USD_QUANTUM) - exact((before or {}).get(name, 0.0), USD_QUANTUM)
+                adds.add("cost_usd", max(0.0, grown), type=name, **base)
+        per_token = self.opts.upload_bytes_per_token
+        upload = exact(req.context * per_token, 1.0)
+        adds.add("upload_bytes", upload - (exact(old.context * per_token, 1.0) if old else 0.0))
         computed = (req.input + req.cache_write) - ((old.input + old.cache_write) if old else 0)
-        adds.add("upload_bytes", context * self.opts.upload_bytes_per_token)
         for arch, per_token in self.opts.kv_bytes_per_token.items():
             adds.add("kv_recomputed_bytes", computed * per_token, arch=arch)
         if req.source is Source.MAIN:
@@ -229,17 +240,17 @@ class Projection:
         hist["request_context_tokens"].record(context, {"model": model, "source": source})
         hist["request_output_tokens"].record(req.output, {"model": model, "source": source})
         if gap is not None:
-            hist["request_gap_seconds"].record(gap)
+            hist["request_gap_seconds"].record(exact(gap, GAP_QUANTUM))
         for arch, per_token in self.opts.kv_bytes_per_token.items():
             hist["request_kv_cache_bytes"].record(context * per_token, {"arch": arch})
-        hist["request_upload_bytes"].record(context * self.opts.upload_bytes_per_token)
+        hist["request_upload_bytes"].record(exact(context * self.opts.upload_bytes_per_token, 1.0))
 
     def _live_gap(self, req: Request) -> float | None:
         """Gap before a newly seen main request, from its session's known times."""
         if req.source is not Source.MAIN:
             return None
         times = self._main_times[req.session]
-        at = bisect.bisect_left(times, req.ts)
+        at = bisect.bisect_right(times, req.ts)  # after a tie: gap 0, as load() gives
         times.insert(at, req.ts)
         return None if at == 0 else gap_seconds(req.ts, times[at - 1])
 
@@ -311,6 +322,17 @@ class _Adds:
         for (name, labels), value in self._sums.items():
             counters[name].add(value, dict(labels))
         self._sums.clear()
+
+
+def exact(value: float, quantum: float) -> float:
+    """``value`` rounded to a multiple of ``quantum`` (a power of two, or 1).
+
+    Sums of such multiples are exact in binary floating point (below 2**53
+    quanta), so a counter's total does not depend on the order of its
+    increments: a restart that adds the same requests in another order must
+    not come out a hair lower, which Prometheus would read as a reset.
+    """
+    return round(value / quantum) * quantum
 
 
 def _zero_series(adds: _Adds) -> None:

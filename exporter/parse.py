@@ -117,7 +117,9 @@ class _FastLine(_Line):
 
 
 _FAST: Final = msgspec.json.Decoder(_FastLine)
-_TOLERANT: Final = msgspec.json.Decoder(_Line)
+# float_hook: a float beyond double range (1e400) decodes to inf and is judged like
+# any other wrong type, instead of failing the whole line as "out of range".
+_TOLERANT: Final = msgspec.json.Decoder(_Line, float_hook=float)
 
 
 # Returned for a line whose request is already known and would not change.
@@ -182,6 +184,8 @@ def _classify(line: bytes, compaction_file: bool, known: dict[str, Request]) -> 
         if not line.strip():
             return None  # a blank line carries nothing; Claude Code writes none
         raise _RejectError(RejectReason.INVALID_JSON) from None
+    except RecursionError:  # nested deeper than the decoder's stack allows
+        raise _RejectError(RejectReason.INVALID_JSON) from None
     kind = rec.type
     if kind == "assistant":
         return _from_record(rec, rec, known, embedded=False, compaction_file=compaction_file)
@@ -193,11 +197,19 @@ def _classify(line: bytes, compaction_file: bool, known: dict[str, Request]) -> 
 
 
 def _tolerant(line: bytes) -> _Line:
-    """Decode a line the fast schema refused; only a non-object fails here."""
+    """Decode a line the fast schema refused (a non-object, a wrong type, or both)."""
     try:
         return _TOLERANT.decode(line)
     except msgspec.ValidationError:
-        raise _RejectError(RejectReason.NOT_OBJECT) from None
+        # An object fails only on an integer too long for Python to convert (> 4300 digits).
+        is_object = line.lstrip()[:1] == b"{"
+        raise _RejectError(
+            RejectReason.INVALID_JSON if is_object else RejectReason.NOT_OBJECT
+        ) from None
+    except (msgspec.DecodeError, RecursionError):
+        # The fast schema stopped at a wrong type before reaching the line's syntax error
+        # (a truncated line), or the nesting is deeper than the decoder's stack allows.
+        raise _RejectError(RejectReason.INVALID_JSON) from None
 
 
 def _from_record(
@@ -264,11 +276,13 @@ def _fast_tokens(usage: _FastUsage) -> tuple[int, int, int, int, int]:
     else:
         w5 = detail.ephemeral_5m_input_tokens
         w1h = detail.ephemeral_1h_input_tokens
-    low = min(inp, out, read, created, w5, w1h)
-    if low < 0:
-        raise _RejectError(RejectReason.NEGATIVE_TOKENS)
-    if max(inp, out, read, created, w5, w1h) > MAX_TOKENS:
-        raise _RejectError(RejectReason.BAD_USAGE)
+    values = (inp, out, read, created, w5, w1h)
+    if min(values) < 0 or max(values) > MAX_TOKENS:
+        for value in values:  # the first bad field decides the reason, as in ``_tokens``
+            if value < 0:
+                raise _RejectError(RejectReason.NEGATIVE_TOKENS)
+            if value > MAX_TOKENS:
+                raise _RejectError(RejectReason.BAD_USAGE)
     if detail is not None:
         w5 += max(0, created - w5 - w1h)
     return inp, out, read, w5, w1h

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import structlog
 
-from exporter.discover import find_transcripts, is_compaction_file
+from exporter.discover import find_transcripts, is_compaction_file, projects_dirs
 from exporter.ledger import Applied, Ledger
 from exporter.parse import parse_lines
 from exporter.records import Checkpoint, Parsed
@@ -90,18 +90,21 @@ class Scanner:
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
         batch_bytes: int = BATCH_BYTES,
     ) -> None:
-        """Set up passes; ``workers`` defaults to the CPU count (1 disables the pool)."""
+        """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool)."""
         self.parallel_min_bytes = parallel_min_bytes
         self.batch_bytes = batch_bytes
         self.ledger = ledger
         self.dirs = list(dirs)
-        self.workers = workers if workers is not None else (os.cpu_count() or 1)
+        # Each worker holds a batch in memory (~40 MB): past 8 the disk is the limit anyway.
+        self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
         self.on_applied = on_applied
         self.log = log if log is not None else structlog.get_logger()
 
     def files(self) -> list[str]:
         """The transcript files present now."""
-        return find_transcripts(self.dirs, self._problem)
+        # Resolved on every pass: a config root's projects/ may appear after start, and
+        # then only it is read (not the root's other *.jsonl, such as history.jsonl).
+        return find_transcripts(projects_dirs(self.dirs), self._problem)
 
     def scan(self, progress: Progress | None = None) -> ScanResult:
         """One pass: read everything new, commit it, return what happened."""

@@ -9,8 +9,10 @@ left for the next read.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from typing import BinaryIO, Final
 
 from exporter.records import Checkpoint, Chunk
@@ -41,8 +43,11 @@ def read_new(path: str, cp: Checkpoint | None, limit: int = READ_LIMIT) -> Chunk
     Returns None when nothing is new. Raises OSError when the file cannot be
     read; the caller decides how to report it.
     """
-    with open(path, "rb") as fh:
+    # O_NONBLOCK: a FIFO named *.jsonl must not block the pass waiting for a writer.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
         st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
         start = _resume_offset(fh, st, cp)
         restarted = cp is not None and start == 0 and cp.offset > 0
         if start >= st.st_size and not restarted:

@@ -11,9 +11,9 @@ def test_default_roots_order_and_comma_list(tmp_path: Path) -> None:
     """CLAUDE_CONFIG_DIR entries come first, then ~/.claude and the XDG location."""
     env = {"CLAUDE_CONFIG_DIR": "/x/a, /x/b/projects", "XDG_CONFIG_HOME": "/cfg"}
     roots = default_roots(env, Path("/home/u"))
-    assert roots == [Path("/x/a"), Path("/x/b/projects"), Path("/home/u/.claude"),
-                     Path("/cfg/claude")]
-    assert default_roots({}, Path("/h"))[-1] == Path("/h/.config/claude")
+    assert roots == [Path("/x/a"), Path("/x/b/projects"), Path("/home/u/.claude/projects"),
+                     Path("/cfg/claude/projects")]
+    assert default_roots({}, Path("/h"))[-1] == Path("/h/.config/claude/projects")
 
 
 def test_projects_dir_or_root_itself(tmp_path: Path) -> None:

@@ -95,3 +95,16 @@ def test_since_until_window(tmp_path: Path) -> None:
     t2 = ledger.requests()[1].ts
     assert [r.key for r in ledger.requests(since=t2)] == ["b\x1freq_1"]
     assert [r.key for r in ledger.requests(until=t2)] == ["a\x1freq_1"]
+
+
+def test_new_ledger_is_private(tmp_path: Path) -> None:
+    """A new state directory is 0700 and the ledger file 0600, whatever the umask."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        Ledger(tmp_path / "state" / "ledger.sqlite3").close()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "state" / "ledger.sqlite3").stat().st_mode & 0o777 == 0o600

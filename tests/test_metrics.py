@@ -152,3 +152,36 @@ def test_project_policy_and_cardinality_cap() -> None:
     models = {m for m in re.findall(r'claude_code_requests_total\{model="([^"]*)"', text)}
     assert len(models) == 65 and "other" in models
     assert re.search(r'project="[0-9a-f]{12}"', text)
+
+
+def test_counters_do_not_depend_on_the_order_of_increments() -> None:
+    """Live batches in any order and a restart's load give bit-identical counter values."""
+    import random
+
+    rng = random.Random(5)
+    reqs = [req(f"k{i}", T0 + i * 7.3, session=f"s{i % 3}", output=rng.randint(1, 9_999),
+                read=rng.randint(0, 300_000), w5=rng.randint(0, 9_999), project=f"/p{i % 2}",
+                model=rng.choice(["claude-opus-4-6", "claude-sonnet-4-5", "claude-haiku-4-5"]))
+            for i in range(300)]
+    restart, reg_a = projection(settle_seconds=0.0)
+    restart.load(reqs, {}, {}, 0)
+
+    def counters(reg: CollectorRegistry, skip: str = "\0") -> dict[str, float]:
+        return {f"{s.name}{sorted(s.labels.items())}": s.value for fam in reg.collect()
+                if fam.type == "counter" and skip not in fam.name for s in fam.samples}
+
+    in_order, reg_b = projection(settle_seconds=0.0)
+    in_order.load([], {}, {}, 0)
+    at = 0
+    while at < len(reqs):  # time order, uneven batches: what a live daemon sees
+        step = rng.randint(1, 40)
+        in_order.apply(Applied(new=reqs[at:at + step]))
+        at += step
+    assert counters(reg_a) == counters(reg_b)
+    shuffled, reg_c = projection(settle_seconds=0.0)
+    shuffled.load([], {}, {}, 0)
+    mixed = reqs[:]
+    rng.shuffle(mixed)  # out of order, gaps differ; every other counter must not
+    for i in range(0, len(mixed), 17):
+        shuffled.apply(Applied(new=mixed[i:i + 17]))
+    assert counters(reg_a, "after_gap") == counters(reg_c, "after_gap")

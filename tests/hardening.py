@@ -1,0 +1,215 @@
+"""Helpers of the hardening tests: a `serve` process that can be killed, demoted or starved.
+
+Unlike ``tests.daemon_proc.Daemon`` this does not wait for health on start,
+runs in its own process group (so ``kill -9`` takes the whole process), can
+prefix the command (``setpriv`` to drop root's file-access capabilities) and
+scrapes with TLS and basic auth when asked.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ROOT
+from tests.daemon_proc import free_port, poll
+from tests.daemon_proc import total as _total
+
+# Root ignores file modes through these two capabilities; without them it obeys them.
+NO_DAC = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"]
+
+
+class Serve:
+    """One ``claude-code-exporter serve`` process on a free loopback port."""
+
+    def __init__(
+        self, data: Path | Sequence[Path], state: Path, *extra: str,
+        env: dict[str, str] | None = None, prefix: Sequence[str] = (), wait: bool = True,
+        scheme: str = "http", auth: tuple[str, str] | None = None,
+        context: ssl.SSLContext | None = None, settle: str = "0.2", logs: Path | None = None,
+    ) -> None:
+        """Start the process; with ``wait`` block until /healthz answers 200."""
+        self.port = free_port()
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        self.auth, self.context = auth, context
+        logs = logs or state.parent
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"serve-{self.port}.log"
+        dirs = [data] if isinstance(data, Path) else list(data)
+        args = [*prefix, sys.executable, "-m", "exporter.cli", "serve",
+                *(a for d in dirs for a in ("--data-dir", str(d))), "--state-dir", str(state),
+                "--listen", f"127.0.0.1:{self.port}", "--settle-seconds", settle,
+                "--log-format", "json", *extra]
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+        if wait:
+            poll(self._healthy, 60, "serve /healthz")
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"serve exited {self.proc.returncode}: {self.log()}")
+        return self.health()[0] == 200
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """Status and body of one GET (HTTP errors are returned, not raised)."""
+        hdrs = dict(headers or {})
+        if self.auth is not None and "Authorization" not in hdrs:
+            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            hdrs["Authorization"] = f"Basic {token}"
+        req = urllib.request.Request(self.url + path, headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=10, context=self.context) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """/healthz status and document."""
+        status, body = self.get("/healthz")
+        return status, json.loads(body) if body.startswith(b"{") else {}
+
+    def scrape(self) -> dict[str, Any]:
+        """Metric families by name, parsed with prometheus_client's own parser."""
+        status, body = self.get("/metrics")
+        assert status == 200, (status, body[:200])
+        return {f.name: f for f in text_string_to_metric_families(body.decode())}
+
+    def requests(self) -> float:
+        """claude_code_requests_total summed over all series."""
+        return total(self.scrape(), "claude_code_requests")
+
+    def log(self) -> str:
+        """Everything the process logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON log lines, decoded."""
+        out = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def kill9(self) -> None:
+        """SIGKILL the whole process group and reap it."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._log.close()
+
+    def stop(self) -> int:
+        """SIGTERM, wait, return the exit code (SIGKILL after 30 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def total(families: dict[str, Any], family: str, sample: str | None = None,
+          **match: str) -> float:
+    """``tests.daemon_proc.total``, with 0 for a family that has no series yet."""
+    return _total(families, family, sample, **match) if family in families else 0.0
+
+
+def check_against_truth(fams: dict[str, Any], truth: dict[str, Any]) -> list[str]:
+    """Differences between a scrape and the generator's truth (requests, tokens, lines)."""
+    want = truth["totals"]
+    got = {
+        "requests": total(fams, "claude_code_requests"),
+        "unpriced_tokens": total(fams, "claude_code_unpriced_tokens"),
+        "rejected_lines": total(fams, "claude_code_exporter_lines", result="rejected"),
+        **{f"{t}_tokens": total(fams, "claude_code_tokens", type=t)
+           for t in ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")},
+    }
+    expect = {**{k: want[k] for k in got if k in want}, "rejected_lines": truth["rejected_lines"]}
+    diffs = [f"{k}: {got[k]} != {v}" for k, v in expect.items() if got[k] != v]
+    for reason, n in truth["rejected_by_reason"].items():
+        seen = total(fams, "claude_code_exporter_rejected_lines", reason=reason)
+        if seen != n:
+            diffs.append(f"rejected[{reason}]: {seen} != {n}")
+    for source, t in truth["by_source"].items():
+        seen = total(fams, "claude_code_requests", source=source)
+        if seen != t["requests"]:
+            diffs.append(f"requests[{source}]: {seen} != {t['requests']}")
+    if abs(total(fams, "claude_code_cost_usd") - want["cost_usd"]) > 0.005:
+        diffs.append(f"cost {total(fams, 'claude_code_cost_usd')} != {want['cost_usd']}")
+    return diffs
+
+
+def ledger_report(state: Path, empty: Path) -> Any:
+    """`report --json` of a ledger alone: run over an empty data dir, so nothing is read."""
+    empty.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(empty),
+         "--state-dir", str(state), "--log-level", "error"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def ledger_counter(state: Path, name: str, label: str = "") -> int:
+    """One persistent counter, read from the ledger file directly (read-only)."""
+    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM counters WHERE name=? AND label=?",
+                          (name, label)).fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()
+
+
+def integrity(state: Path) -> str:
+    """PRAGMA integrity_check of the ledger."""
+    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
+    try:
+        return str(con.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        con.close()
+
+
+def can_drop_dac() -> list[str] | None:
+    """A command prefix under which file modes are enforced, or None if there is none.
+
+    Not root: modes already apply (empty prefix). Root: ``setpriv`` without the
+    DAC capabilities, checked on a mode-000 probe file.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    probe = Path(os.environ.get("TMPDIR", "/tmp")) / f"dac-probe-{os.getpid()}"
+    probe.write_text("x")
+    probe.chmod(0)
+    try:
+        proc = subprocess.run([setpriv, *NO_DAC, sys.executable, "-c",
+                               f"open({str(probe)!r}).read()"], capture_output=True, check=False)
+        return [setpriv, *NO_DAC] if b"PermissionError" in proc.stderr else None
+    finally:
+        probe.unlink()

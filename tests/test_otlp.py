@@ -1,0 +1,275 @@
+"""OTLP push: real OTLP/HTTP protobuf payloads received on loopback and decoded."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Self
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
+from prometheus_client import CollectorRegistry
+
+from exporter import instruments, otlp
+from exporter.config import ConfigError, load_settings
+from exporter.discover import projects_dirs
+from exporter.ledger import Ledger
+from exporter.metrics import MetricsOptions, Projection
+from exporter.pricing import Pricing
+from exporter.scan import Scanner
+from exporter.synth import GenOptions, generate
+
+CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+
+
+class Receiver:
+    """A tiny OTLP/HTTP metrics receiver on 127.0.0.1 that keeps every decoded request."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], ExportMetricsServiceRequest]] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                req = ExportMetricsServiceRequest.FromString(body)
+                with outer._lock:
+                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, req))
+                reply = ExportMetricsServiceResponse().SerializeToString()
+                self.send_response(200 if self.path == "/v1/metrics" else 404)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Keep test output quiet."""
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The base URL (the exporter appends /v1/metrics)."""
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def last(self) -> tuple[dict[str, str], ExportMetricsServiceRequest] | None:
+        """The newest request received, if any."""
+        with self._lock:
+            return self.requests[-1] if self.requests else None
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A running receiver, stopped at teardown."""
+    with Receiver() as rec:
+        yield rec
+
+
+def poll(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Call ``check`` until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout}s")
+        time.sleep(0.05)
+
+
+def resource_of(req: ExportMetricsServiceRequest) -> dict[str, str]:
+    """The resource attributes of the (single) resource in a request."""
+    assert len(req.resource_metrics) == 1
+    return {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
+
+
+def metrics_of(req: ExportMetricsServiceRequest) -> dict[str, Any]:
+    """Metrics by name across scopes."""
+    return {m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics}
+
+
+def attrs(point: Any) -> dict[str, str]:
+    """A data point's attributes."""
+    return {a.key: a.value.string_value for a in point.attributes}
+
+
+def sum_points(metric: Any, **match: str) -> float:
+    """Sum of a Sum metric's points whose attributes include ``match``."""
+    return sum((p.as_double or p.as_int) for p in metric.sum.data_points
+               if attrs(p).items() >= match.items())
+
+
+def tree_requests(tmp: Path, sessions: int = 3) -> tuple[dict[str, Any], Path, Path]:
+    """A generated tree, its truth, and where its ledger goes."""
+    truth = generate(tmp / "tree", GenOptions(seed=4, sessions=sessions))
+    return truth, tmp / "tree", tmp / "state"
+
+
+def test_push_carries_the_catalogue_with_truth_values(
+    tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One push: names, attributes, resource, cumulative temporality and the truth's totals."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "DELTA")
+    truth, tree, state = tree_requests(tmp_path)
+    ledger = Ledger(state / "ledger.sqlite3")
+    Scanner(ledger, projects_dirs([tree]), workers=1).scan()
+    settings = load_settings({"otlp_endpoint": receiver.url, "otlp_interval_seconds": 3600,
+                              "otlp_headers": {"authorization": "Bearer t0ken"},
+                              "otlp_resource_attributes": {"team": "platform"}})
+    reader = otlp.reader(settings)
+    registry = CollectorRegistry()
+    proj = Projection(Pricing.load(), MetricsOptions(), registry, readers=[reader],
+                      resource=otlp.resource(settings, host="ws-1", user="alice"))
+    try:
+        proj.load(ledger.requests(), {}, {}, 0)
+        assert reader.force_flush(timeout_millis=20_000)
+    finally:
+        proj.shutdown()
+        ledger.close()
+    headers, req = receiver.requests[0]
+    assert headers["authorization"] == "Bearer t0ken"
+    assert headers.get("content-encoding") == "gzip"
+    res = resource_of(req)
+    hashed = otlp.pseudonym("alice")
+    assert res["service.name"] == "claude-code-exporter"
+    assert (res["host.name"], res["user.hash"], res["team"]) == ("ws-1", hashed, "platform")
+    assert res["service.instance.id"] == f"ws-1:{hashed}"
+    assert "user.name" not in res
+    got = metrics_of(req)
+    totals = truth["totals"]
+    requests = got["claude_code_requests"]
+    assert requests.sum.is_monotonic
+    assert requests.sum.aggregation_temporality == CUMULATIVE
+    assert sum_points(requests) == totals["requests"]
+    assert {frozenset(attrs(p)) for p in requests.sum.data_points} == {
+        frozenset({"model", "project", "source"})}
+    for kind in ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h"):
+        assert sum_points(got["claude_code_tokens"], type=kind) == totals[f"{kind}_tokens"]
+    assert abs(sum_points(got["claude_code_cost_usd"]) - totals["cost_usd"]) < 1e-6
+    context = got["claude_code_request_context_tokens"].histogram
+    assert context.aggregation_temporality == CUMULATIVE
+    assert sum(p.count for p in context.data_points) == totals["requests"]
+    assert list(context.data_points[0].explicit_bounds) == [
+        float(b) for b in instruments.BUCKETS["request_context_tokens"]]
+    scraped = {f.name for f in registry.collect()}
+    assert scraped <= set(got), "every scraped family is pushed under the same name"
+
+
+def test_identity_policies() -> None:
+    """host/user as names, hashes or nothing; the instance id stays unique either way."""
+    h, u = otlp.pseudonym("ws-1"), otlp.pseudonym("alice")
+    assert otlp.identity("name", "name", "ws-1", "alice") == {
+        "host.name": "ws-1", "user.name": "alice", "service.instance.id": "ws-1:alice"}
+    assert otlp.identity("hash", "none", "ws-1", "alice") == {
+        "host.id": h, "service.instance.id": f"{h}:{u}"}
+    assert otlp.identity("none", "hash", "ws-1", "bob")["service.instance.id"] != (
+        otlp.identity("none", "hash", "ws-1", "alice")["service.instance.id"])
+
+
+def test_settings_refuse_a_silent_exporter() -> None:
+    """Turning /metrics off needs an OTLP endpoint; endpoints must be http(s) URLs."""
+    with pytest.raises(ConfigError, match="prometheus_enabled"):
+        load_settings({"prometheus_enabled": False})
+    with pytest.raises(ConfigError, match="otlp_endpoint"):
+        load_settings({"otlp_endpoint": "collector:4318"})
+    assert load_settings({"otlp_endpoint": "https://c.example"}).otlp_endpoint == (
+        "https://c.example/v1/metrics")
+
+
+def status(port: int, path: str) -> int:
+    """The HTTP status of GET http://127.0.0.1:port/path."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def serve(tmp_path: Path, receiver: Receiver, interval: str) -> tuple[Any, int, Any]:
+    """Start `serve` with /metrics off, pushing to ``receiver``; return (truth, port, proc)."""
+    truth, tree, state = tree_requests(tmp_path, sessions=2)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.cli", "serve", "--data-dir", str(tree),
+         "--state-dir", str(state), "--listen", f"127.0.0.1:{port}", "--no-prometheus-enabled",
+         "--otlp-endpoint", receiver.url, "--otlp-interval-seconds", interval,
+         "--otlp-user", "none", "--settle-seconds", "0.1", "--log-format", "json"],
+        stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    return truth, port, proc
+
+
+def events(tmp_path: Path, name: str) -> list[dict[str, Any]]:
+    """The JSON log lines of the serve process with event ``name``."""
+    lines = (tmp_path / "serve.log").read_text().splitlines()
+    return [e for e in (json.loads(x) for x in lines if x.startswith("{"))
+            if e.get("event") == name]
+
+
+def has_requests(receiver: Receiver, want: int) -> bool:
+    """True once the newest push counts ``want`` requests."""
+    last = receiver.last()
+    metric = metrics_of(last[1]).get("claude_code_requests") if last else None
+    return metric is not None and sum_points(metric) == want
+
+
+@pytest.mark.parametrize("interval", ["0.3", "3600"])
+def test_serve_pushes_without_a_prometheus_endpoint(
+    tmp_path: Path, receiver: Receiver, interval: str
+) -> None:
+    """`serve --no-prometheus-enabled` serves no /metrics, pushes periodically and on SIGTERM."""
+    truth, port, proc = serve(tmp_path, receiver, interval)
+    want = truth["totals"]["requests"]
+    try:
+        serving = poll(lambda: events(tmp_path, "serving"), timeout=60)
+        assert serving[0]["otlp"].endswith("/v1/metrics")
+        assert status(port, "/metrics") == 404  # nothing to scrape...
+        assert status(port, "/healthz") == 200  # ...but health checks still work
+        if interval == "0.3":
+            poll(lambda: has_requests(receiver, want), timeout=60)
+        else:
+            assert not receiver.requests  # the first periodic push is an hour away
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert has_requests(receiver, want)  # the push on shutdown
+        res = resource_of(receiver.requests[-1][1])
+        assert "user.hash" not in res and "user.name" not in res
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
