@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +80,39 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
     truth = generate(tree, GenOptions(seed=9, sessions=10, requests_per_session=150,
                                       target_bytes=30_000_000))
     rng = random.Random(9)
-    cmd = [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
-           "--state-dir", str(state), "--batch-mb", "0.25", "--workers", "1"]
-    partial = 0
+
+    def cmd(where: Path) -> list[str]:
+        return [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir",
+                str(tree), "--state-dir", str(where), "--batch-mb", "0.25", "--workers", "1"]
+
+    started = time.monotonic()  # how long one whole run takes here, to aim the kills
+    subprocess.run(cmd(tmp_path / "timing"), check=True, capture_output=True)
+    full = time.monotonic() - started
+    mid_ingest = 0
     for _ in range(8):
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd(state), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
         try:
-            proc.wait(timeout=rng.uniform(0.3, 1.6))  # the kill moment, chosen at random
+            proc.wait(timeout=rng.uniform(0.4, 0.95) * full)  # the kill moment, at random
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            partial += 1
-    assert partial, "no run was killed: the tree is too small to test kills"
+        rows = _rows(state)
+        mid_ingest += 0 < rows < truth["totals"]["requests"]
+    assert mid_ingest, "no kill landed in the middle of an ingest"
     assert_matches(report(tree, state, capsys), truth)
+
+
+def _rows(state: Path) -> int:
+    """Rows committed to the ledger so far (0 if it does not exist yet)."""
+    import sqlite3
+
+    if not (state / "ledger.sqlite3").exists():
+        return 0
+    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM requests").fetchone()[0])
+    except sqlite3.OperationalError:  # killed before the schema was committed
+        return 0
+    finally:
+        con.close()
