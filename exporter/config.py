@@ -62,7 +62,7 @@ class Settings(BaseSettings):
         default_factory=dict, description="overrides of the price table"
     )
     workers: int | None = Field(None, ge=1, le=64)
-    batch_mb: float = Field(32.0, gt=0, description="commit to the ledger every N MB read")
+    batch_mb: float = Field(128.0, gt=0, description="commit to the ledger every N MB read")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     poll: bool = False

@@ -26,7 +26,8 @@ from exporter.parse import parse_lines
 from exporter.records import Checkpoint, Parsed
 from exporter.tail import read_new, unchanged
 
-BATCH_BYTES: Final = 32 * 1024 * 1024
+BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
+GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
 
 Progress = Callable[[int, int], None]
@@ -54,6 +55,14 @@ class _Batch:
     checkpoints: list[Checkpoint]
     bytes_read: int
     errors: list[tuple[str, str]]
+
+    def absorb(self, other: _Batch) -> _Batch:
+        """Fold another group's output into this one (merging is order-free)."""
+        self.parsed.update(other.parsed)
+        self.checkpoints.extend(other.checkpoints)
+        self.bytes_read += other.bytes_read
+        self.errors.extend(other.errors)
+        return self
 
 
 # Top-level (not a method) so that a process pool can pickle it.
@@ -114,18 +123,26 @@ class Scanner:
         result.files = len(paths)
         work, total = self._plan(paths, result)
         done = 0
+        pending: _Batch | None = None
         for batch in self._run(work, total):
-            self._commit(batch, result)
+            # Workers hand in small groups (load balance); the ledger takes them in
+            # larger transactions: each commit has a fixed cost, and all are atomic.
+            pending = batch if pending is None else pending.absorb(batch)
+            if pending.bytes_read >= self.batch_bytes:
+                self._commit(pending, result)
+                pending = None
             done += batch.bytes_read
             if progress:
                 progress(min(done, total), total)
+        if pending is not None:
+            self._commit(pending, result)
         result.seconds = time.perf_counter() - started
         return result
 
     def _plan(
         self, paths: list[str], result: ScanResult
     ) -> tuple[list[list[tuple[str, Checkpoint | None]]], int]:
-        """Group the files that changed into batches of about ``batch_bytes``."""
+        """Group the files that changed into work units of about GROUP_BYTES."""
         cps = self.ledger.checkpoints()
         present = set(paths)
         gone = [p for p in cps if p not in present and not os.path.exists(p)]
@@ -145,7 +162,7 @@ class Scanner:
             if unchanged(st, cp):
                 continue
             pending = st.st_size - (cp.offset if cp and cp.ino == st.st_ino else 0)
-            if size and size + pending > self.batch_bytes:
+            if size and size + pending > min(self.batch_bytes, GROUP_BYTES):
                 groups.append([])
                 size = 0
             groups[-1].append((path, cp))
