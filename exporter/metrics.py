@@ -14,7 +14,7 @@ import bisect
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from exporter.ledger import Applied
 from exporter.parse import RejectReason
 from exporter.pricing import Pricing
 from exporter.records import LineResult, Request, Source
+from exporter.sessions import LiveSessions
 from exporter.stats import gap_bucket, gap_seconds, session_gaps
 
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
@@ -88,15 +89,13 @@ class Projection:
         self.pricing = pricing
         self.opts = options
         self.labels = LabelPolicy(options.project_label)
-        self._clock = clock
         self._mono = monotonic
         self._files_watched = files_watched
         self._lock = threading.Lock()
         self._pending: dict[str, _Seen] = {}
         self._labels_of: dict[str, tuple[str, str, str]] = {}
         self._main_times: dict[str, list[float]] = defaultdict(list)
-        self._sessions: dict[str, tuple[float, int, bool]] = {}  # last ts, last context, 1h
-        self._last_ts: dict[str, float] = {}
+        self.live = LiveSessions(clock)
         self._rows = 0
         self.inst = instruments.build(options.namespace, registry, self._gauge_sources(),
                                       readers=readers, resource=resource)
@@ -116,7 +115,7 @@ class Projection:
                 self._labels_of[req.key] = labels
                 self._count_new(adds, req, labels, gap)
                 self._record(req, labels, gap)
-                self._note_session(req)
+                self.live.note(req)
                 if req.source is Source.MAIN:
                     self._main_times[req.session].append(req.ts)
             for times in self._main_times.values():
@@ -137,7 +136,7 @@ class Projection:
                 self._labels_of[req.key] = labels
                 self._count_new(adds, req, labels, gap)
                 self._pending[req.key] = _Seen(req, labels, gap, now + self.opts.settle_seconds)
-                self._note_session(req)
+                self.live.note(req)
             for old, new in applied.upgraded:
                 self._upgrade(adds, old, new, now)
             self._rows += len(applied.new)
@@ -182,7 +181,7 @@ class Projection:
         seen = self._pending.get(new.key)
         gap = seen.gap if seen else None
         self._count_tokens(adds, new, old, labels, gap)
-        self._note_session(new)
+        self.live.note(new)
         if seen is not None:
             seen.req, seen.due = new, now + self.opts.settle_seconds
         else:
@@ -254,27 +253,14 @@ class Projection:
         times.insert(at, req.ts)
         return None if at == 0 else gap_seconds(req.ts, times[at - 1])
 
-    def _note_session(self, req: Request) -> None:
-        """Remember a session's newest request for the live gauges."""
-        last_ts, context, wrote_1h = self._sessions.get(req.session, (0.0, 0, False))
-        if req.source is Source.MAIN and req.ts >= last_ts:
-            context = req.context
-        self._sessions[req.session] = (
-            max(last_ts, req.ts), context, wrote_1h or req.cache_write_1h > 0
-        )
-        src = req.source.label
-        self._last_ts[src] = max(self._last_ts.get(src, 0.0), req.ts)
-
     # ------------------------------------------------------------------ gauges
     def _gauge_sources(self) -> dict[str, instruments.Observe]:
         """The observers of every live gauge."""
         opts = self.opts
         return {
-            "active_sessions": self._active_sessions,
-            "warm_kv_cache_bytes": self._warm_kv,
-            "last_request_timestamp_seconds": lambda: [
-                (ts, {"source": s}) for s, ts in sorted(self._last_ts.items())
-            ],
+            "active_sessions": self.live.active,
+            "warm_kv_cache_bytes": lambda: self.live.warm_kv(opts.kv_bytes_per_token),
+            "last_request_timestamp_seconds": self.live.last_request,
             "budget_usd": lambda: [(v, {"period": p}) for p, v in sorted(opts.budgets.items())],
             "kv_bytes_per_token": lambda: [
                 (float(b), {"arch": a}) for a, b in sorted(opts.kv_bytes_per_token.items())
@@ -283,25 +269,6 @@ class Projection:
             "exporter_ledger_requests": lambda: [(float(self._rows), {})],
             "exporter_build_info": lambda: [(1.0, {"version": opts.version})],
         }
-
-    def _ages(self) -> list[tuple[float, int, bool]]:
-        """(age seconds, last context, wrote 1h cache) of sessions active within an hour."""
-        now = self._clock()
-        with self._lock:
-            return [(now - ts, ctx, h) for ts, ctx, h in self._sessions.values()
-                    if now - ts < 3600]
-
-    def _active_sessions(self) -> Iterable[tuple[float, dict[str, str]]]:
-        """Sessions younger than each cache TTL."""
-        ages = self._ages()
-        return [(float(sum(a < 300 for a, _, _ in ages)), {"ttl": "5m"}),
-                (float(len(ages)), {"ttl": "1h"})]
-
-    def _warm_kv(self) -> Iterable[tuple[float, dict[str, str]]]:
-        """KV bytes of the last context of sessions whose cache is still warm."""
-        warm = sum(ctx for age, ctx, wrote_1h in self._ages() if age < 300 or wrote_1h)
-        return [(float(warm * b), {"arch": a})
-                for a, b in sorted(self.opts.kv_bytes_per_token.items())]
 
 
 class _Adds:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from exporter.records import Request, Source
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 REAL = SHARED / "fixtures" / "real"
@@ -70,6 +72,27 @@ def assistant(
         rec["agentId"] = agent
     rec.update(extra)
     return rec
+
+
+def request(key: str = "k", ts: float = 0.0, **fields: Any) -> Request:
+    """A ledger Request with zero tokens and neutral labels unless given."""
+    base: dict[str, Any] = {
+        "key": key, "ts": ts, "model": "claude-opus-4-6", "session": "s", "project": "/p",
+        "source": Source.MAIN, "input": 0, "output": 0, "cache_read": 0,
+        "cache_write_5m": 0, "cache_write_1h": 0,
+    }
+    base.update(fields)
+    return Request(**base)
+
+
+# The keys of `report --json` (and of the generator's truth.json), from docs/figures.md.
+REPORT_KEYS = frozenset({
+    "totals", "by_model", "by_source", "sessions", "rejected_lines", "rejected_by_reason",
+    "context_tokens", "output_tokens", "gap_seconds", "cache_write_share_by_gap",
+    "requests_by_gap", "cache_read_share", "peak_requests_per_minute",
+    "max_parallel_sessions_10m", "generation_tokens_per_second", "kv_bytes", "upload_bytes",
+    "lines",
+})
 
 
 def jsonl(*records: Any) -> bytes:

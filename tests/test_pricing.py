@@ -7,26 +7,13 @@ from typing import Any
 import pytest
 
 from exporter.pricing import RATE_NAMES, Pricing, normalise_model_id
-from exporter.records import Request, Source
+from exporter.records import Request
+from tests.conftest import request
 
 
 def req(model: str = "claude-sonnet-4-5", **fields: Any) -> Request:
     """Build a request with zero tokens unless given."""
-    base: dict[str, Any] = {
-        "key": "k",
-        "ts": 0.0,
-        "model": model,
-        "session": "s",
-        "project": "/p",
-        "source": Source.MAIN,
-        "input": 0,
-        "output": 0,
-        "cache_read": 0,
-        "cache_write_5m": 0,
-        "cache_write_1h": 0,
-    }
-    base.update(fields)
-    return Request(**base)
+    return request(model=model, **fields)
 
 
 @pytest.fixture(scope="module")

@@ -14,25 +14,12 @@ from exporter.pricing import Pricing
 from exporter.records import Request, Source
 from exporter.report import duration, pct, render_text, size, to_json, tokens, transfer_time, usd
 from exporter.stats import compute
+from tests.conftest import request
 
 
 def req(key: str, ts: float, session: str = "3324d49f-aaaa", **fields: Any) -> Request:
-    """Build a main Opus 4.6 request with zero tokens unless given."""
-    base: dict[str, Any] = {
-        "key": key,
-        "ts": ts,
-        "model": "claude-opus-4-6",
-        "session": session,
-        "project": "/p",
-        "source": Source.MAIN,
-        "input": 0,
-        "output": 0,
-        "cache_read": 0,
-        "cache_write_5m": 0,
-        "cache_write_1h": 0,
-    }
-    base.update(fields)
-    return Request(**base)
+    """Build a main Opus request with zero tokens unless given."""
+    return request(key, ts, session=session, **fields)
 
 
 @pytest.fixture(scope="module")

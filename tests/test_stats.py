@@ -20,6 +20,7 @@ from exporter.stats import (
     session_gaps,
     sessions_table,
 )
+from tests.conftest import REPORT_KEYS, request
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"
@@ -31,21 +32,7 @@ REJECTED = {"not_json": 2, "bad_usage": 1}
 
 def req(key: str, ts: float, session: str = "a", **fields: Any) -> Request:
     """Build a main Sonnet 4.5 request with zero tokens unless given."""
-    base: dict[str, Any] = {
-        "key": key,
-        "ts": ts,
-        "model": SONNET,
-        "session": session,
-        "project": "/p",
-        "source": Source.MAIN,
-        "input": 0,
-        "output": 0,
-        "cache_read": 0,
-        "cache_write_5m": 0,
-        "cache_write_1h": 0,
-    }
-    base.update(fields)
-    return Request(**base)
+    return request(key, ts, session=session, **{"model": SONNET, **fields})
 
 
 def small_set() -> list[Request]:
@@ -268,27 +255,7 @@ def test_sessions_table_limit(pricing: Pricing) -> None:
 
 def test_contract_keys(small: dict[str, Any]) -> None:
     """The JSON shape has exactly the contract's keys (plus by_session)."""
-    assert set(small) == {
-        "totals",
-        "by_model",
-        "by_source",
-        "sessions",
-        "rejected_lines",
-        "rejected_by_reason",
-        "context_tokens",
-        "output_tokens",
-        "gap_seconds",
-        "cache_write_share_by_gap",
-        "requests_by_gap",
-        "cache_read_share",
-        "peak_requests_per_minute",
-        "max_parallel_sessions_10m",
-        "generation_tokens_per_second",
-        "kv_bytes",
-        "upload_bytes",
-        "lines",
-        "by_session",
-    }
+    assert set(small) == REPORT_KEYS | {"by_session"}
     assert list(small["requests_by_gap"]) == list(GAP_BUCKETS)
 
 

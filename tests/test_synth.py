@@ -20,6 +20,7 @@ import pytest
 from exporter.synth import GenOptions, generate
 from exporter.synth.model import SimRequest
 from exporter.synth.truth import cost_nano_usd
+from tests.conftest import REPORT_KEYS
 
 SMALL = GenOptions(seed=11, sessions=4, requests_per_session=50)
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
@@ -215,26 +216,7 @@ def test_truth_file_matches_return_value_and_shape(tree: tuple[Path, dict[str, A
     """truth.json holds the returned dict, with exactly the report --json keys."""
     root, truth, _ = tree
     assert json.loads((root / "truth.json").read_text()) == truth
-    assert set(truth) == {
-        "totals",
-        "by_model",
-        "by_source",
-        "sessions",
-        "rejected_lines",
-        "rejected_by_reason",
-        "context_tokens",
-        "output_tokens",
-        "gap_seconds",
-        "cache_write_share_by_gap",
-        "requests_by_gap",
-        "cache_read_share",
-        "peak_requests_per_minute",
-        "max_parallel_sessions_10m",
-        "generation_tokens_per_second",
-        "kv_bytes",
-        "upload_bytes",
-        "lines",
-    }
+    assert set(truth) == REPORT_KEYS
     for t in [truth["totals"], *truth["by_model"].values(), *truth["by_source"].values()]:
         assert set(t) == T_KEYS
     assert set(truth["by_source"]) == {"main", "subagent", "compaction"}
