@@ -94,6 +94,7 @@ class Projection:
         self._lock = threading.Lock()
         self._pending: dict[str, _Seen] = {}
         self._labels_of: dict[str, tuple[str, str, str]] = {}
+        self._keys: dict[tuple[str, str, str], dict[str, _Key]] = {}
         self._main_times: dict[str, list[float]] = defaultdict(list)
         self.live = LiveSessions(clock)
         self._rows = 0
@@ -187,15 +188,25 @@ class Projection:
         else:
             adds.add("exporter_late_updates", 1)
 
+    def _typed_keys(self, labels: tuple[str, str, str]) -> dict[str, _Key]:
+        """The label tuple of each token type under (model, project, source), cached."""
+        keys = self._keys.get(labels)
+        if keys is None:
+            model, project, source = labels
+            keys = {name: (("model", model), ("project", project), ("source", source),
+                           ("type", name)) for name in TOKEN_FIELDS}
+            self._keys[labels] = keys
+        return keys
+
     def _count_tokens(
         self, adds: _Adds, req: Request, old: Request | None,
         labels: tuple[str, str, str], gap: float | None,
     ) -> None:
         """Token, cost, gap, upload and KV counters for ``req`` minus ``old``."""
-        model, project, source = labels
-        base = dict(model=model, project=project, source=source)
+        model = labels[0]
+        typed = self._typed_keys(labels)  # label tuples per token type, built once per set
         for name in TOKEN_FIELDS:
-            adds.add("tokens", _diff(req, old, name), type=name, **base)
+            adds.add_key("tokens", typed[name], _diff(req, old, name))
         cost = self.pricing.cost(req)
         if cost is None:
             unpriced = sum(_diff(req, old, n) for n in TOKEN_FIELDS)
@@ -204,7 +215,7 @@ class Projection:
             before = self.pricing.cost(old) if old is not None else None
             for name, usd in cost.items():
                 grown = exact(usd, USD_QUANTUM) - exact((before or {}).get(name, 0.0), USD_QUANTUM)
-                adds.add("cost_usd", max(0.0, grown), type=name, **base)
+                adds.add_key("cost_usd", typed[name], max(0.0, grown))
         per_token = self.opts.upload_bytes_per_token
         upload = exact(req.context * per_token, 1.0)
         adds.add("upload_bytes", upload - (exact(old.context * per_token, 1.0) if old else 0.0))
@@ -271,18 +282,25 @@ class Projection:
         }
 
 
+_Key = tuple[tuple[str, str], ...]
+
+
 class _Adds:
     """Counter increments summed per label set, then added in one go."""
 
     def __init__(self) -> None:
-        self._sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] = defaultdict(float)
+        self._sums: dict[tuple[str, _Key], float] = defaultdict(float)
 
     def add(self, name: str, value: float, **labels: str) -> None:
         """Queue ``value`` for counter ``name`` with ``labels`` (negatives are dropped)."""
+        self.add_key(name, tuple(labels.items()), value)
+
+    def add_key(self, name: str, key: _Key, value: float) -> None:
+        """As ``add``, with the labels already as a tuple of pairs (the hot path)."""
         if value > 0:
-            self._sums[(name, tuple(labels.items()))] += value
+            self._sums[(name, key)] += value
         else:
-            self._sums.setdefault((name, tuple(labels.items())), 0.0)
+            self._sums.setdefault((name, key), 0.0)
 
     def flush(self, counters: Mapping[str, Any]) -> None:
         """Apply the queued increments (zeros too, so the series exist)."""
