@@ -17,6 +17,7 @@ result (a property test holds them equal). The parser never raises on input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -135,14 +136,18 @@ class _RejectError(Exception):
 
 
 def parse_lines(
-    data: bytes, *, compaction_file: bool = False, into: Parsed | None = None
+    data: bytes, *, compaction_file: bool = False, into: Parsed | None = None,
+    fast: bool = True,
 ) -> Parsed:
     """Classify every complete line of ``data`` (which must end with a newline).
 
     ``compaction_file`` marks a file named ``agent-acompact-*``: its sidechain
     records are compaction calls even when they carry no ``agentId``.
+    ``fast=False`` sends every line through the tolerant schema (the reference
+    the fast path must agree with; tests compare the two).
     """
     out = into if into is not None else Parsed()
+    decode = _FAST.decode if fast else _TOLERANT.decode
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()  # the split after the final newline
@@ -151,7 +156,7 @@ def parse_lines(
     other = usage = 0
     for line in lines:
         try:
-            req = _classify(line, compaction_file, known)
+            req = _classify(line, compaction_file, known, decode)
         except _RejectError as exc:
             rejected[exc.reason] += 1
             continue
@@ -166,7 +171,10 @@ def parse_lines(
     return out
 
 
-def _classify(line: bytes, compaction_file: bool, known: dict[str, Request]) -> Request | None:
+def _classify(
+    line: bytes, compaction_file: bool, known: dict[str, Request],
+    decode: Callable[[bytes], _Line],
+) -> Request | None:
     """The request one line carries, None for a valid line without one."""
     if len(line) > MAX_LINE_BYTES:
         raise _RejectError(RejectReason.TOO_LONG)
@@ -177,7 +185,7 @@ def _classify(line: bytes, compaction_file: bool, known: dict[str, Request]) -> 
             raise _RejectError(RejectReason.INVALID_UTF8) from None
     rec: _Line
     try:
-        rec = _FAST.decode(line)
+        rec = decode(line)
     except msgspec.ValidationError:
         rec = _tolerant(line)
     except msgspec.DecodeError:
