@@ -121,7 +121,7 @@ def poll(
                 return result
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what} not reached within {timeout:.1f}s") from last_exc
-        time.sleep(interval)
+        time.sleep(interval)  # poll interval inside the deadline loop
 
 
 class ManagedProcess:
@@ -182,7 +182,7 @@ class ManagedProcess:
                 raise TimeoutError(
                     f"{url} not ready within {timeout:.1f}s; output:\n{self.log_text()}"
                 )
-            time.sleep(0.05)
+            time.sleep(0.05)  # poll interval inside the deadline loop
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the process, wait for it, kill it if it does not exit; idempotent."""

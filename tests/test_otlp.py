@@ -9,10 +9,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
@@ -33,6 +32,7 @@ from exporter.metrics import MetricsOptions, Projection
 from exporter.pricing import Pricing
 from exporter.scan import Scanner
 from exporter.synth import GenOptions, generate
+from tests.promserver import poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 
@@ -94,18 +94,6 @@ def receiver() -> Iterator[Receiver]:
     """A running receiver, stopped at teardown."""
     with Receiver() as rec:
         yield rec
-
-
-def poll(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Call ``check`` until it returns something truthy, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s")
-        time.sleep(0.05)
 
 
 def resource_of(req: ExportMetricsServiceRequest) -> dict[str, str]:
