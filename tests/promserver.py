@@ -43,7 +43,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -387,7 +387,24 @@ def static_job(name: str, targets: Sequence[str], **extra: Any) -> dict[str, Any
     return {"job_name": name, "static_configs": [{"targets": list(targets)}], **extra}
 
 
-class ExpositionServer:
+class ThreadedServer:
+    """Runs an ``http.server`` on a daemon thread while used as a context manager."""
+
+    def __init__(self, httpd: HTTPServer) -> None:
+        self.httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=10)
+
+
+class ExpositionServer(ThreadedServer):
     """A scrape target on 127.0.0.1 serving ``/metrics`` from a callable.
 
     ``body`` is called on every scrape and returns exposition text, so a test
@@ -415,23 +432,14 @@ class ExpositionServer:
             def log_message(self, format: str, *args: Any) -> None:
                 """Keep test output quiet."""
 
-        self.httpd = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        httpd = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        httpd.daemon_threads = True
+        super().__init__(httpd)
 
     @property
     def address(self) -> str:
         """Return ``127.0.0.1:<port>``, ready for a scrape config's targets."""
         return f"{LOOPBACK}:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=10)
 
 
 class ServerPool:

@@ -12,7 +12,6 @@ import re
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +22,15 @@ import pytest
 import yaml
 
 from tests import promserver
-from tests.promserver import LOOPBACK, ManagedProcess, PromServer, ServerPool, free_port, http_get
+from tests.promserver import (
+    LOOPBACK,
+    ManagedProcess,
+    PromServer,
+    ServerPool,
+    ThreadedServer,
+    free_port,
+    http_get,
+)
 from tests.tls import self_signed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +78,7 @@ def build_test_module(ca_file: Path) -> dict[str, Any]:
     return module
 
 
-class ApiLikeServer:
+class ApiLikeServer(ThreadedServer):
     """An HTTP(S) server on 127.0.0.1 answering 404 like the unauthenticated API (503 on /fail)."""
 
     def __init__(self, cert: Path | None = None, key: Path | None = None) -> None:
@@ -110,21 +117,12 @@ class ApiLikeServer:
                 self.httpd.socket, server_side=True, do_handshake_on_connect=False
             )
             self.scheme = "https"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(self.httpd)
 
     @property
     def url(self) -> str:
         """Return the base URL, e.g. ``https://127.0.0.1:40123/``."""
         return f"{self.scheme}://{LOOPBACK}:{self.httpd.server_address[1]}/"
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=10)
 
 
 class Blackbox:

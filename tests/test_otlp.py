@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -32,12 +32,12 @@ from exporter.metrics import MetricsOptions, Projection
 from exporter.pricing import Pricing
 from exporter.scan import Scanner
 from exporter.synth import GenOptions, generate
-from tests.promserver import poll
+from tests.promserver import ThreadedServer, poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 
 
-class Receiver:
+class Receiver(ThreadedServer):
     """A tiny OTLP/HTTP metrics receiver on 127.0.0.1 that keeps every decoded request."""
 
     def __init__(self) -> None:
@@ -65,9 +65,9 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 """Keep test output quiet."""
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd.daemon_threads = True
+        super().__init__(httpd)
 
     @property
     def url(self) -> str:
@@ -78,15 +78,6 @@ class Receiver:
         """The newest request received, if any."""
         with self._lock:
             return self.requests[-1] if self.requests else None
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -115,8 +106,8 @@ def attrs(point: Any) -> dict[str, str]:
 
 def sum_points(metric: Any, **match: str) -> float:
     """Sum of a Sum metric's points whose attributes include ``match``."""
-    return sum((p.as_double or p.as_int) for p in metric.sum.data_points
-               if attrs(p).items() >= match.items())
+    return float(sum((p.as_double or p.as_int) for p in metric.sum.data_points
+                     if attrs(p).items() >= match.items()))
 
 
 def tree_requests(tmp: Path, sessions: int = 3) -> tuple[dict[str, Any], Path, Path]:
