@@ -13,6 +13,7 @@ import statistics
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import machine, month_tree, tree_size
@@ -32,6 +33,11 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _sees(daemon: Daemon, want: float) -> Callable[[], bool]:
+    """A check that the daemon counts at least ``want`` requests."""
+    return lambda: total(daemon.scrape(), "claude_code_requests") >= want
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -71,8 +77,7 @@ def _run(tree: Path, work: Path, args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             with target.open("ab") as fh:
                 fh.write(line)
-            poll(lambda i=i: total(daemon.scrape(), "claude_code_requests") >= base + i + 1,
-                 10, "append visible")
+            poll(_sees(daemon, base + i + 1), 10, "append visible")
             lat.append(time.perf_counter() - t0)
         scrape = []
         for _ in range(args.scrapes):

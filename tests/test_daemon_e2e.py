@@ -42,7 +42,7 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "claude_code_exporter_ledger_requests": ("gauge", ()),
     "claude_code_exporter_build_info": ("gauge", ("version",)),
 }
-BUCKETS = {
+BUCKETS: dict[str, list[float]] = {
     "claude_code_request_context_tokens": [1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1.5e5, 2e5, 3e5,
                                            4e5, 5e5, 6e5, 8e5, 1e6],
     "claude_code_request_output_tokens": [10, 25, 50, 100, 250, 500, 1e3, 2e3, 4e3, 8e3, 1.6e4,
@@ -67,7 +67,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     daemon = Daemon(tree, base / "state", "--budget-day-usd", "25")
     poll(lambda: daemon.scrape()["claude_code_request_context_tokens"].samples
          and _settled(daemon, truth), 30, "histograms settled")
-    state = {"base": base, "tree": tree, "truth": truth, "daemon": daemon}
+    state: dict[str, Any] = {"base": base, "tree": tree, "truth": truth, "daemon": daemon}
     yield state
     state["daemon"].stop()  # a test may have replaced it by a restarted daemon
 
@@ -175,7 +175,7 @@ def _get_health(daemon: Daemon) -> str:
     import urllib.request
 
     with urllib.request.urlopen(daemon.url + "/healthz", timeout=5) as resp:
-        return resp.read().decode()
+        return str(resp.read().decode())
 
 
 def _no_decrease(old: dict[Any, float], new: dict[Any, float]) -> None:

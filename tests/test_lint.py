@@ -19,6 +19,6 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_strict_is_clean() -> None:
-    """Mypy --strict (configured in pyproject.toml) finds nothing in the package."""
+    """Mypy --strict (configured in pyproject.toml) finds nothing in the package, tests, bench."""
     proc = _run(sys.executable, "-m", "mypy")
     assert proc.returncode == 0, proc.stdout + proc.stderr

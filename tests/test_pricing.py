@@ -156,7 +156,7 @@ def test_family_is_memoised(pricing: Pricing) -> None:
         ({"inference_geo": "us", "service_tier": "batch"}, 0.55),
     ],
 )
-def test_whole_request_multipliers(pricing: Pricing, fields: dict[str, str], factor: float) -> None:
+def test_whole_request_multipliers(pricing: Pricing, fields: dict[str, Any], factor: float) -> None:
     """US-only inference costs 1.1x, batch 0.5x, and they multiply."""
     base = req(input=5, cache_read=1000, cache_write_5m=100, output=50)
     assert total(pricing, base._replace(**fields)) == pytest.approx(0.00144 * factor)

@@ -44,9 +44,10 @@ def figures() -> dict[str, Any]:
 
 def render(figures: dict[str, Any], width: int = 120) -> str:
     """Render to a plain console of ``width`` columns and return the text."""
-    console = Console(file=io.StringIO(), width=width)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width)
     render_text(figures, console)
-    out = console.file.getvalue()
+    out = buffer.getvalue()
     assert isinstance(out, str)
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from exporter.discover import projects_dirs
 from exporter.ledger import Ledger
@@ -26,7 +27,7 @@ def totals(reqs: list[Request]) -> tuple[int, ...]:
     )
 
 
-def scanner(tree: Path, state: Path, **kw: int) -> Scanner:
+def scanner(tree: Path, state: Path, **kw: Any) -> Scanner:
     """A scanner over one tree with its ledger in ``state``."""
     return Scanner(Ledger(state / "ledger.sqlite3"), projects_dirs([tree]), **kw)
 
