@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -145,6 +145,21 @@ class Settings(BaseSettings):
             raise ValueError(f"host {host!r} is not an IP address or localhost")
         return value
 
+    @model_validator(mode="after")
+    def _pairs(self) -> Settings:
+        """TLS needs both files, basic auth both halves: half a setting is an error."""
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together")
+        for path in (self.tls_cert_file, self.tls_key_file):
+            if path is not None and not path.is_file():
+                raise ValueError(f"TLS file {path} does not exist")
+        if bool(self.basic_auth_user) != bool(self.basic_auth_password):
+            raise ValueError(
+                "basic_auth_user and basic_auth_password go together (the password from "
+                "the config file or CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD)"
+            )
+        return self
+
     @property
     def ledger_path(self) -> Path:
         """The ledger file inside the state directory."""
@@ -225,7 +240,10 @@ def _describe(exc: ValidationError) -> str:
     """One line per bad setting, naming its flag and environment variable."""
     lines = ["invalid configuration:"]
     for err in exc.errors():
-        name = str(err["loc"][0]) if err["loc"] else "?"
+        if not err["loc"]:  # a rule across settings: its message names them
+            lines.append(f"  {err['msg']}")
+            continue
+        name = str(err["loc"][0])
         where = ".".join(str(part) for part in err["loc"])
         flag = "--" + name.replace("_", "-")
         lines.append(f"  {where} ({flag} / {ENV_PREFIX}{name.upper()}): {err['msg']}")

@@ -72,3 +72,15 @@ def test_bad_listen_values(listen: str) -> None:
 def test_ipv6_listen_is_accepted() -> None:
     """[::1]:PORT is a valid loopback listen address."""
     assert load_settings({"listen": "[::1]:9999"}).listen == "[::1]:9999"
+
+
+def test_half_a_pair_is_an_error(tmp_path: Path) -> None:
+    """A user without a password, or a certificate without a key, is refused."""
+    with pytest.raises(ConfigError, match="basic_auth_password"):
+        load_settings({"basic_auth_user": "prom"})
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    with pytest.raises(ConfigError, match="tls_key_file"):
+        load_settings({"tls_cert_file": cert})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings({"tls_cert_file": cert, "tls_key_file": tmp_path / "nokey.pem"})
