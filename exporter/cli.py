@@ -309,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("ledger_unusable", detail=str(exc))
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_LEDGER
+    except ConfigError as exc:  # found at start-up: a busy port, an unreadable certificate
+        print(f"claude-code-exporter: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except ValueError as exc:  # e.g. a bad pricing override, found when it is loaded
         print(f"claude-code-exporter: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG

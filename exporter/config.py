@@ -150,9 +150,6 @@ class Settings(BaseSettings):
         """TLS needs both files, basic auth both halves: half a setting is an error."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
-        for path in (self.tls_cert_file, self.tls_key_file):
-            if path is not None and not path.is_file():
-                raise ValueError(f"TLS file {path} does not exist")
         if bool(self.basic_auth_user) != bool(self.basic_auth_password):
             raise ValueError(
                 "basic_auth_user and basic_auth_password go together (the password from "

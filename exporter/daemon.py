@@ -9,6 +9,7 @@ ledger is closed and the process exits 0.
 from __future__ import annotations
 
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.config import Settings, split_listen
+from exporter.config import ConfigError, Settings, split_listen
 from exporter.follow import Follower
 from exporter.http import BasicAuth, HttpServer, make_app
 from exporter.ledger import Ledger
@@ -86,7 +87,15 @@ class Daemon:
         # for container health checks and supervisors.
         app = make_app(self.registry, self.health, __version__, auth,
                        metrics=self.settings.prometheus_enabled)
-        self.http = HttpServer(app, host, port, tls)
+        if tls is not None:  # checked apart, so the error names the right setting
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(tls[0]), str(tls[1]))
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"tls_cert_file / tls_key_file: cannot load: {exc}") from exc
+        try:
+            self.http = HttpServer(app, host, port, tls)
+        except OSError as exc:  # a busy port, an address not on this machine
+            raise ConfigError(f"listen: cannot serve on {host}:{port}: {exc}") from exc
         self._warn_exposure(host, tls is not None, auth is not None)
         self.log.info("serving", listen=f"{host}:{self.http.port}",
                       otlp=self.settings.otlp_endpoint, tls=tls is not None,

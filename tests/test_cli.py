@@ -77,3 +77,20 @@ def test_generate_then_report_matches_truth(tmp_path: Path) -> None:
                str(tmp_path / "s"))
     truth = json.loads((tmp_path / "t" / "truth.json").read_text())
     assert json.loads(proc.stdout)["totals"]["requests"] == truth["totals"]["requests"]
+
+
+def test_busy_port_and_missing_certificate_exit_2(tmp_path: Path) -> None:
+    """A port already taken, or a certificate that cannot be read, is a clear exit 2."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run("serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "d"),
+                   "--state-dir", str(tmp_path / "s1"))
+    assert proc.returncode == 2 and "listen" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run("serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"),
+               "--state-dir", str(tmp_path / "s2"), "--tls-cert-file", str(tmp_path / "no.pem"),
+               "--tls-key-file", str(tmp_path / "no.key"))
+    assert proc.returncode == 2 and "tls_cert_file" in proc.stderr, proc.stderr
