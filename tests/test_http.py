@@ -97,3 +97,27 @@ def test_ipv6_loopback() -> None:
         assert _get(f"http://[::1]:{srv.port}/metrics")[0] == 200
     finally:
         srv.close()
+
+
+def test_burst_of_scrapers_is_not_dropped() -> None:
+    """Twenty simultaneous connections all get /metrics (the listen backlog is not 5)."""
+    import threading
+
+    srv = HttpServer(make_app(_registry(), lambda: (True, {}), "1"), "127.0.0.1", 0)
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def scrape() -> None:
+        status, _ = _get(f"http://127.0.0.1:{srv.port}/metrics")
+        with lock:
+            results.append(status)
+
+    try:
+        threads = [threading.Thread(target=scrape) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        srv.close()
+    assert results == [200] * 20

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from typing import Any
 
 import pytest
@@ -324,13 +323,3 @@ def test_input_order_does_not_matter(pricing: Pricing) -> None:
     a["totals"].pop("cost_usd"), b["totals"].pop("cost_usd")
     for name in ("totals", "gap_seconds", "requests_by_gap", "by_session", "context_tokens"):
         assert a[name] == b[name]
-
-
-def test_fifty_thousand_requests_are_fast(pricing: Pricing) -> None:
-    """50k requests compute in well under a second (about 0.1 s on a laptop)."""
-    requests = random_requests(50_000)
-    figures(requests, pricing)  # warm the pricing caches
-    start = time.perf_counter()
-    result = figures(requests, pricing)
-    assert time.perf_counter() - start < 0.5
-    assert result["totals"]["requests"] == 50_000
