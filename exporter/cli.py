@@ -164,18 +164,23 @@ def transcript_dirs(settings: Settings) -> list[Path]:
     return projects_dirs(roots)
 
 
+def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool) -> None:
+    """One ingestion pass into ``ledger`` (what `report` and `backfill` do first)."""
+    scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
+                      batch_bytes=int(settings.batch_mb * 1024 * 1024))
+    with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
+        result = scanner.scan(progress=progress)
+    log.info("scan_done", files=result.files, files_read=result.files_read,
+             bytes_read=result.bytes_read, new_requests=result.new_requests,
+             seconds=round(result.seconds, 3))
+
+
 def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Ingest what is new, then print the figures."""
     pricing = Pricing.load(settings.pricing)
     ledger = Ledger(settings.ledger_path)
     try:
-        scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
-                          batch_bytes=int(settings.batch_mb * 1024 * 1024))
-        with progress_bar(enabled=sys.stderr.isatty() and not args.json) as progress:
-            result = scanner.scan(progress=progress)
-        log.info("scan_done", files=result.files, files_read=result.files_read,
-                 bytes_read=result.bytes_read, new_requests=result.new_requests,
-                 seconds=round(result.seconds, 3))
+        ingest(ledger, settings, log, show_progress=not args.json)
         since = args.since.timestamp() if args.since else None
         until = args.until.timestamp() if args.until else None
         figures = stats.compute(
@@ -234,16 +239,12 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
 def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Ingest what is new, then write the ledger's history as OpenMetrics text."""
     from exporter.backfill import DEFAULT_LABELS, BackfillError, BackfillOptions, write_history
-    from exporter.daemon import _options as metrics_options
+    from exporter.daemon import metrics_options
 
     pricing = Pricing.load(settings.pricing)
     ledger = Ledger(settings.ledger_path)
     try:
-        scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
-                          batch_bytes=int(settings.batch_mb * 1024 * 1024))
-        with progress_bar(enabled=sys.stderr.isatty()) as progress:
-            result = scanner.scan(progress=progress)
-        log.info("scan_done", files=result.files, new_requests=result.new_requests)
+        ingest(ledger, settings, log, show_progress=True)
         requests = ledger.requests()
     finally:
         ledger.close()

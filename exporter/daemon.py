@@ -69,7 +69,7 @@ class Daemon:
         self._files = first.files
         push, resource = _push(self.settings)
         self.projection = Projection(
-            self.pricing, _options(self.settings), self.registry, clock=self._clock,
+            self.pricing, metrics_options(self.settings), self.registry, clock=self._clock,
             files_watched=lambda: self._files, readers=push, resource=resource,
         )
         ledger = self.ledger
@@ -173,7 +173,7 @@ def _push(settings: Settings) -> tuple[list[Any], Any]:
     return [otlp.reader(settings)], otlp.resource(settings)
 
 
-def _options(settings: Settings) -> MetricsOptions:
+def metrics_options(settings: Settings) -> MetricsOptions:
     """The projection's options from the settings."""
     budgets = {}
     if settings.budget_day_usd is not None:
