@@ -17,14 +17,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from exporter import __version__, report, stats
+from exporter import __version__, report
 from exporter.config import ConfigError, Settings, load_settings
-from exporter.discover import default_roots, projects_dirs
+from exporter.ingest.discover import default_roots, projects_dirs
+from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
-from exporter.pricing import Pricing
 from exporter.progress import progress_bar
-from exporter.scan import Scanner
+from exporter.projections import figures
+from exporter.projections.pricing import Pricing
 
 EXIT_CONFIG = 2
 EXIT_LEDGER = 3
@@ -183,7 +184,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
         ingest(ledger, settings, log, show_progress=not args.json)
         since = args.since.timestamp() if args.since else None
         until = args.until.timestamp() if args.until else None
-        figures = stats.compute(
+        result = figures.compute(
             ledger.requests(since, until), pricing,
             kv_bytes_per_token=settings.kv_bytes_per_token,
             upload_bytes_per_token=settings.upload_bytes_per_token,
@@ -192,18 +193,18 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     finally:
         ledger.close()
     if args.json:
-        sys.stdout.write(report.to_json(figures) + "\n")
+        sys.stdout.write(report.to_json(result) + "\n")
     else:
         from rich.console import Console
 
-        report.render_text(figures, Console())
+        report.render_text(result, Console())
     return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Run the daemon until SIGTERM/SIGINT."""
     # Imported here: OpenTelemetry and the watcher cost `report` 0.2 s of start-up.
-    from exporter.daemon import Daemon
+    from exporter.serve.daemon import Daemon
 
     with tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") as tmp:
         if args.demo:
@@ -238,8 +239,13 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Ingest what is new, then write the ledger's history as OpenMetrics text."""
-    from exporter.backfill import DEFAULT_LABELS, BackfillError, BackfillOptions, write_history
-    from exporter.daemon import metrics_options
+    from exporter.projections.backfill import (
+        DEFAULT_LABELS,
+        BackfillError,
+        BackfillOptions,
+        write_history,
+    )
+    from exporter.serve.daemon import metrics_options
 
     pricing = Pricing.load(settings.pricing)
     ledger = Ledger(settings.ledger_path)

@@ -57,7 +57,7 @@ from typing import Any
 
 import pytest
 
-from exporter.parse import parse_lines
+from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
 from tests.daemon_proc import Daemon, poll, total
 from tests.promserver import LOOPBACK, PromServer, require_binary

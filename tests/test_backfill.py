@@ -15,15 +15,21 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.backfill import BackfillError, BackfillOptions, emission, exposed, write_history
-from exporter.discover import projects_dirs
+from exporter.ingest.discover import projects_dirs
+from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger
-from exporter.metrics import MetricsOptions, Projection
-from exporter.pricing import Pricing
+from exporter.projections.backfill import (
+    BackfillError,
+    BackfillOptions,
+    emission,
+    exposed,
+    write_history,
+)
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
+from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
-from exporter.scan import Scanner
 from exporter.synth import GenOptions, generate
-from exporter.timeline import COUNTER, Unit
 from tests.promserver import PromServer, prometheus_config, require_binary
 
 DAY = 86_400

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from exporter.discover import find_transcripts
-from exporter.parse import parse_lines
+from exporter.ingest.discover import find_transcripts
+from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.daemon_proc import poll

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.discover import default_roots, find_transcripts, projects_dirs
+from exporter.ingest.discover import default_roots, find_transcripts, projects_dirs
 
 
 def test_default_roots_order_and_comma_list(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from exporter import parse
-from exporter.parse import MAX_LINE_BYTES, MAX_TOKENS, RejectReason, parse_lines
+from exporter.ingest import parse
+from exporter.ingest.parse import MAX_LINE_BYTES, MAX_TOKENS, RejectReason, parse_lines
 from exporter.records import Request, Source, merge
 from exporter.synth import GenOptions, generate
 from tests.conftest import REAL, assistant, jsonl

@@ -20,9 +20,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.parse import parse_lines
+from exporter.ingest.parse import parse_lines
+from exporter.ingest.tail import read_new
 from exporter.records import Checkpoint, Parsed, Request, merge
-from exporter.tail import read_new
 from tests.conftest import REAL, assistant, jsonl
 
 # HARDENING_FUZZ_EXAMPLES scales a long run; CI uses the fixed, derandomized default.

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from exporter.http import BasicAuth, HttpServer, make_app
+from exporter.serve.http import BasicAuth, HttpServer, make_app
 from tests.tls import self_signed
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from exporter.ingest.parse import parse_lines
 from exporter.ledger import Ledger, LedgerError
-from exporter.parse import parse_lines
 from exporter.records import Checkpoint
 from tests.conftest import assistant, jsonl
 

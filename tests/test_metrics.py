@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.ledger import Applied
-from exporter.metrics import MetricsOptions, Projection
-from exporter.pricing import Pricing
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 
 GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"

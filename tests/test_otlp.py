@@ -24,13 +24,14 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from prometheus_client import CollectorRegistry
 
-from exporter import instruments, otlp
 from exporter.config import ConfigError, load_settings
-from exporter.discover import projects_dirs
+from exporter.ingest.discover import projects_dirs
+from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger
-from exporter.metrics import MetricsOptions, Projection
-from exporter.pricing import Pricing
-from exporter.scan import Scanner
+from exporter.projections import instruments
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
+from exporter.serve import otlp
 from exporter.synth import GenOptions, generate
 from tests.promserver import ThreadedServer, poll
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from exporter.parse import RejectReason, parse_lines
+from exporter.ingest.parse import RejectReason, parse_lines
 from exporter.records import Source
 from tests.conftest import assistant, jsonl
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from exporter.pricing import RATE_NAMES, Pricing, normalise_model_id
+from exporter.projections.pricing import RATE_NAMES, Pricing, normalise_model_id
 from exporter.records import Request
 from tests.conftest import request
 

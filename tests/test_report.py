@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from exporter.pricing import Pricing
+from exporter.projections.figures import compute
+from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from exporter.report import duration, pct, render_text, size, to_json, tokens, transfer_time, usd
-from exporter.stats import compute
 from tests.conftest import request
 
 

@@ -6,10 +6,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from exporter.discover import projects_dirs
+from exporter.ingest.discover import projects_dirs
+from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger
 from exporter.records import Request
-from exporter.scan import Scanner
 from tests.conftest import assistant, jsonl
 
 REAL_TOTALS = (529, 3_084, 117_289, 43_960_831, 937_099, 394_137)

@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import DEFAULT_PORT, load_settings
-from exporter.labels import MAX_VALUE_LEN
+from exporter.projections.labels import MAX_VALUE_LEN
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.daemon_proc import poll

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from exporter.pricing import Pricing
-from exporter.records import Request, Source
-from exporter.stats import (
+from exporter.projections.figures import (
     GAP_BUCKETS,
     compute,
     gap_bucket,
@@ -19,6 +17,8 @@ from exporter.stats import (
     session_gaps,
     sessions_table,
 )
+from exporter.projections.pricing import Pricing
+from exporter.records import Request, Source
 from tests.conftest import REPORT_KEYS, request
 
 SONNET = "claude-sonnet-4-5-20250929"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from exporter.tail import read_new
+from exporter.ingest.tail import read_new
 
 
 def test_incomplete_last_line_waits(tmp_path: Path) -> None:

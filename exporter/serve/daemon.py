@@ -20,12 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, split_listen
-from exporter.follow import Follower
-from exporter.http import BasicAuth, HttpServer, make_app
+from exporter.ingest.follow import Follower
+from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger
-from exporter.metrics import MetricsOptions, Projection
-from exporter.pricing import Pricing
-from exporter.scan import Scanner
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
+from exporter.serve.http import BasicAuth, HttpServer, make_app
 
 
 class Daemon:
@@ -168,7 +168,7 @@ def _push(settings: Settings) -> tuple[list[Any], Any]:
     if not settings.otlp_endpoint:
         return [], None
     # Imported only when configured: the OTLP exporter is not needed to scrape.
-    from exporter import otlp  # noqa: PLC0415
+    from exporter.serve import otlp  # noqa: PLC0415
 
     return [otlp.reader(settings)], otlp.resource(settings)
 

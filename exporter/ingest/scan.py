@@ -20,11 +20,11 @@ from typing import Any, Final
 
 import structlog
 
-from exporter.discover import find_transcripts, is_compaction_file, projects_dirs
+from exporter.ingest.discover import find_transcripts, is_compaction_file, projects_dirs
+from exporter.ingest.parse import parse_lines
+from exporter.ingest.tail import read_new, unchanged
 from exporter.ledger import Applied, Ledger
-from exporter.parse import parse_lines
 from exporter.records import Checkpoint, Parsed
-from exporter.tail import read_new, unchanged
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process

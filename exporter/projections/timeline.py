@@ -2,7 +2,7 @@
 
 The backfill must count every request exactly as ``serve`` does, so it does not
 count at all: it feeds the ledger's requests, one at a time and in the ledger's
-time order, to a real :class:`exporter.metrics.Projection` whose counters and
+time order, to a real :class:`exporter.projections.metrics.Projection` whose counters and
 histograms have been swapped for *taps*. A tap receives the very ``add`` and
 ``record`` calls the projection makes (labels, costs, gap buckets, values) and
 folds them into per-series values the same way the OpenTelemetry SDK does
@@ -28,10 +28,10 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
-from exporter import instruments
 from exporter.ledger import Applied
-from exporter.metrics import MetricsOptions, Projection
-from exporter.pricing import Pricing
+from exporter.projections import instruments
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 
 COUNTER: Final = "counter"

@@ -31,11 +31,11 @@ from typing import IO, Final
 
 from prometheus_client import CollectorRegistry
 
-from exporter import instruments
-from exporter.metrics import MetricsOptions, Projection
-from exporter.pricing import Pricing
+from exporter.projections import instruments
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
+from exporter.projections.timeline import SampleKey, Timeline, Unit
 from exporter.records import Request
-from exporter.timeline import SampleKey, Timeline, Unit
 
 DEFAULT_LABELS: Final = {"job": "claude-code"}
 

@@ -22,14 +22,14 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
-from exporter import instruments
-from exporter.labels import LabelPolicy
+from exporter.ingest.parse import RejectReason
 from exporter.ledger import Applied
-from exporter.parse import RejectReason
-from exporter.pricing import Pricing
+from exporter.projections import instruments
+from exporter.projections.figures import gap_bucket, gap_seconds, session_gaps
+from exporter.projections.labels import LabelPolicy
+from exporter.projections.live import LiveSessions
+from exporter.projections.pricing import Pricing
 from exporter.records import LineResult, Request, Source
-from exporter.sessions import LiveSessions
-from exporter.stats import gap_bucket, gap_seconds, session_gaps
 
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 PROMPT_TYPES = ("input", "cache_read", "cache_write")

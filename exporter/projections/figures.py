@@ -21,7 +21,7 @@ from itertools import islice
 from operator import eq, itemgetter
 from typing import Any, TypeVar
 
-from exporter.pricing import Pricing
+from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 
 GAP_BUCKETS = ("first", "lt_5m", "5m_to_1h", "gt_1h")

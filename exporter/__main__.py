@@ -1,0 +1,6 @@
+"""``python -m exporter``: the same as the ``claude-code-exporter`` command."""
+
+from exporter.cli import main
+
+if __name__ == "__main__":  # importing the module (e.g. pkgutil.walk_packages) runs nothing
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Projections of the ledger: metrics, report figures, backfill timeline, pricing, labels."""

@@ -1,0 +1,1 @@
+"""Serve stage: the daemon, its HTTP endpoint and the OTLP push."""
