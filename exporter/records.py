@@ -61,6 +61,10 @@ class Request(NamedTuple):
     inference_geo: str = ""
     speed: str = ""
     recorded_cost_usd: float = 0.0  # old builds' top-level costUSD, an aside only
+    web_search: int = 0  # usage.server_tool_use.web_search_requests (billed per search)
+    # Set by the ledger only: seconds since the latest earlier main request of any
+    # transcript holding this one (None: first of its conversation, or not main).
+    gap: float | None = None
 
     @property
     def cache_write(self) -> int:
@@ -74,7 +78,10 @@ class Request(NamedTuple):
 
 
 def merge(a: Request, b: Request) -> Request:
-    """Merge two copies of one request: per-field max, earliest time, stable labels."""
+    """Merge two copies of one request: per-field max, earliest time, stable labels.
+
+    ``gap`` is the ledger's to set; a merge leaves it unset.
+    """
     if (b.ts, b.session) < (a.ts, a.session):
         a, b = b, a  # ``a`` is the earliest copy: its descriptive fields win
     # Positional construction: this runs once per transcript line on cold scans.
@@ -83,8 +90,31 @@ def merge(a: Request, b: Request) -> Request:
         max(a.source, b.source), max(a.input, b.input), max(a.output, b.output),
         max(a.cache_read, b.cache_read), max(a.cache_write_5m, b.cache_write_5m),
         max(a.cache_write_1h, b.cache_write_1h), a.service_tier, a.inference_geo, a.speed,
-        max(a.recorded_cost_usd, b.recorded_cost_usd),
+        max(a.recorded_cost_usd, b.recorded_cost_usd), max(a.web_search, b.web_search),
     )
+
+
+def gap_seconds(later: float, earlier: float) -> float:
+    """Return the time between two request timestamps, rounded to whole milliseconds.
+
+    Transcript timestamps have millisecond resolution; rounding removes the float
+    noise of epoch seconds, so a 300.000 s gap is exactly 300 (bucket ``lt_5m``).
+    """
+    return round((later - earlier) * 1000) / 1000
+
+
+class Appearance(NamedTuple):
+    """Where some requests were read: one transcript file, its root and its session.
+
+    ``root`` is the transcript directory the file was found under; ``session``
+    the session id its lines carry (the smallest one, should several occur).
+    The ledger keeps every appearance for good, also after the file is gone.
+    """
+
+    path: str
+    root: str
+    session: str
+    keys: tuple[str, ...]
 
 
 @dataclass(slots=True)

@@ -108,3 +108,126 @@ def test_new_ledger_is_private(tmp_path: Path) -> None:
         os.umask(old)
     assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "state" / "ledger.sqlite3").stat().st_mode & 0o777 == 0o600
+
+
+# ---- v2: provenance, scopes, gaps by conversation, migration ---------------------------
+def _write(path: Path, *records: dict[str, object]) -> None:
+    """Append transcript records to ``path`` (creating its directory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as fh:
+        fh.write(jsonl(*records))
+
+
+def _scan(ledger: Ledger, *roots: Path) -> None:
+    """One ingestion pass over ``roots`` into ``ledger``."""
+    from exporter.ingest.scan import Scanner
+
+    Scanner(ledger, list(roots), workers=1).scan()
+
+
+def _main(msg: str, minute: int, session: str) -> dict[str, object]:
+    """A main-chain record at 12:MM of one day."""
+    return assistant(msg, f"r{msg}", ts=f"2026-10-01T12:{minute:02d}:00.000Z", session=session)
+
+
+def test_scope_counts_only_requests_seen_under_its_roots(tmp_path: Path) -> None:
+    """Two roots in one ledger: each scope sees its own requests, also after deletion."""
+    ledger = Ledger(tmp_path / "l.db")
+    a, b = tmp_path / "A" / "projects", tmp_path / "B" / "projects"
+    _write(a / "p" / "s1.jsonl", _main("a1", 1, "s1"), _main("a2", 2, "s1"))
+    _write(b / "p" / "s2.jsonl", _main("b1", 3, "s2"))
+    _scan(ledger, a)
+    _scan(ledger, b)
+    for roots, want in (([a], 2), ([b], 1), ([a, b], 3), ([tmp_path / "A"], 2), (None, 3)):
+        view = ledger.scope(roots)
+        assert ledger.read(f"SELECT count(*) FROM {view}") == [(want,)], roots
+    import shutil
+
+    shutil.rmtree(a)
+    _scan(ledger, a)
+    assert ledger.read(f"SELECT count(*) FROM {ledger.scope([a])}") == [(2,)]
+    names = [r[1] for r in ledger.read(f"PRAGMA table_info({ledger.scope([b])})")]
+    assert names == [r[1] for r in ledger.read("PRAGMA table_info(requests)")]
+
+
+def test_read_refuses_writes(tmp_path: Path) -> None:
+    """Ledger.read runs queries only: a write statement is refused and changes nothing."""
+    ledger = Ledger(tmp_path / "l.db")
+    ledger.apply(parse_lines(jsonl(assistant("a"))), [], 0)
+    with pytest.raises(LedgerError, match=r"readonly|read-only|query_only"):
+        ledger.read("DELETE FROM requests")
+    assert ledger.count() == 1
+
+
+def _resumed_tree(root: Path, first: str, second: str) -> None:
+    """An original session and a resumed copy that replays its first two requests."""
+    original = [_main("m1", 0, first), _main("m2", 2, first), _main("m3", 40, first)]
+    _write(root / "p" / f"{first}.jsonl", *original)
+    replay = [{**rec, "sessionId": second} for rec in original[:2]]
+    _write(root / "p" / f"{second}.jsonl", *replay, _main("n1", 30, second),
+           _main("n2", 31, second))
+
+
+@pytest.mark.parametrize("ids", [("aaaa", "zzzz"), ("zzzz", "aaaa")])
+@pytest.mark.parametrize("order", ["together", "copy_first", "original_first"])
+def test_gaps_follow_the_conversation_in_any_order(tmp_path: Path, ids: tuple[str, str],
+                                                   order: str) -> None:
+    """A resumed session's first new request is timed from the last replayed one."""
+    staging, tree = tmp_path / "staging", tmp_path / "projects"
+    _resumed_tree(staging, *ids)
+    ledger = Ledger(tmp_path / "l.db")
+    copy = staging / "p" / f"{ids[1]}.jsonl"
+    original = staging / "p" / f"{ids[0]}.jsonl"
+    groups = {"together": [[copy, original]], "copy_first": [[copy], [original]],
+              "original_first": [[original], [copy]]}[order]
+    (tree / "p").mkdir(parents=True)
+    for group in groups:  # files arrive in this order, a pass after each arrival
+        for f in group:
+            f.rename(tree / "p" / f.name)
+        _scan(ledger, tree)
+    gaps = dict(ledger.read("SELECT key, gap FROM requests"))
+    assert {k.split("\x1f")[0]: v for k, v in gaps.items()} == {
+        "m1": None, "m2": 120.0, "m3": 2280.0, "n1": 1680.0, "n2": 60.0}
+
+
+def test_web_searches_are_kept(tmp_path: Path) -> None:
+    """usage.server_tool_use.web_search_requests lands in the ledger, max-merged."""
+    ledger = Ledger(tmp_path / "l.db")
+    usage = {"input_tokens": 1, "output_tokens": 2, "server_tool_use": {"web_search_requests": 3}}
+    ledger.apply(parse_lines(jsonl(assistant("w", usage=usage))), [], 0)
+    ledger.apply(parse_lines(jsonl(assistant("w", usage={**usage, "server_tool_use": None}))),
+                 [], 0)
+    assert ledger.read("SELECT web_search FROM requests") == [(3,)]
+
+
+V1_FIXTURE = Path(__file__).parent / "golden" / "ledger_v1.sqlite3"
+
+
+def test_v1_ledger_is_migrated_in_place_losing_nothing(tmp_path: Path) -> None:
+    """A ledger written by the v1 build opens as v2 with every total, counter and gap."""
+    import json
+    import shutil
+
+    path = tmp_path / "ledger.sqlite3"
+    shutil.copy(V1_FIXTURE, path)
+    want = json.loads((V1_FIXTURE.parent / "ledger_v1_report.json").read_text())
+    ledger = Ledger(path)
+    t = want["totals"]
+    assert ledger.read(
+        "SELECT count(*), sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+        "sum(cache_write_1h), count(DISTINCT session) FROM requests"
+    ) == [(t["requests"], t["input_tokens"], t["output_tokens"], t["cache_read_tokens"],
+           t["cache_write_5m_tokens"], t["cache_write_1h_tokens"], want["sessions"])]
+    assert ledger.counters("lines") == want["lines"]
+    assert ledger.counters("rejected") == want["rejected_by_reason"]
+    gaps = [g for (g,) in ledger.read("SELECT gap FROM requests WHERE source = 0")]
+    from exporter.projections.figures import gap_bucket
+
+    buckets = {b: sum(gap_bucket(g) == b for g in gaps) for b in want["requests_by_gap"]}
+    assert buckets == want["requests_by_gap"]
+    assert ledger.read(f"SELECT count(*) FROM {ledger.scope([tmp_path / 'x'])}") == [
+        (t["requests"],)]  # provenance unknown: in every scope
+    assert len(ledger.checkpoints()) > 0
+    ledger.close()
+    again = Ledger(path)  # opening a v2 ledger again migrates nothing
+    assert again.read("PRAGMA user_version") == [(2,)] and again.count() == t["requests"]

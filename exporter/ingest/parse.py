@@ -89,12 +89,17 @@ class _FastCacheCreation(msgspec.Struct):
     ephemeral_1h_input_tokens: int = 0
 
 
+class _FastServerToolUse(msgspec.Struct):
+    web_search_requests: int = 0
+
+
 class _FastUsage(msgspec.Struct):
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_creation: _FastCacheCreation | None = None
+    server_tool_use: _FastServerToolUse | None = None
     service_tier: str | None = None
     inference_geo: str | None = None
     speed: str | None = None
@@ -240,9 +245,13 @@ def _from_record(
     if type(usage) is _FastUsage:
         tokens = _fast_tokens(usage)
         tier, geo, speed = usage.service_tier, usage.inference_geo, usage.speed
+        tools = usage.server_tool_use
+        searches = _searches(tools.web_search_requests if tools is not None else 0)
     else:
         tokens = _tokens(usage)
         tier, geo, speed = usage.get("service_tier"), usage.get("inference_geo"), usage.get("speed")
+        tools = usage.get("server_tool_use")
+        searches = _searches(tools.get("web_search_requests") if isinstance(tools, dict) else 0)
     if not isinstance(msg.id, str) or not msg.id:
         raise _RejectError(RejectReason.MISSING_ID)
     request_id = rec.requestId
@@ -254,7 +263,8 @@ def _from_record(
         old is not None and ts > old.ts and source <= old.source
         and tokens[0] <= old.input and tokens[1] <= old.output
         and tokens[2] <= old.cache_read and tokens[3] <= old.cache_write_5m
-        and tokens[4] <= old.cache_write_1h and outer.costUSD is None
+        and tokens[4] <= old.cache_write_1h and searches <= old.web_search
+        and outer.costUSD is None
     ):
         return _UNCHANGED
     model, session, cwd = msg.model, outer.sessionId, outer.cwd
@@ -271,7 +281,13 @@ def _from_record(
         geo if type(geo) is str else "",
         speed if type(speed) is str else "",
         _cost(outer.costUSD) if outer.costUSD is not None else 0.0,
+        searches,
     )
+
+
+def _searches(value: Any) -> int:
+    """Web searches a request made: a count in range, else 0 (an aside never rejects a line)."""
+    return value if type(value) is int and 0 <= value <= MAX_TOKENS else 0
 
 
 def _fast_tokens(usage: _FastUsage) -> tuple[int, int, int, int, int]:

@@ -24,7 +24,7 @@ from exporter.ingest.discover import find_transcripts, is_compaction_file, proje
 from exporter.ingest.parse import parse_lines
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ledger import Applied, Ledger
-from exporter.records import Checkpoint, Parsed
+from exporter.records import Appearance, Checkpoint, Parsed
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
@@ -55,6 +55,8 @@ class _Batch:
     checkpoints: list[Checkpoint]
     bytes_read: int
     errors: list[tuple[str, str]]
+    # (path, session, keys) of each file that carried requests: the provenance
+    seen: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
 
     def absorb(self, other: _Batch) -> _Batch:
         """Fold another group's output into this one (merging is order-free)."""
@@ -62,6 +64,7 @@ class _Batch:
         self.checkpoints.extend(other.checkpoints)
         self.bytes_read += other.bytes_read
         self.errors.extend(other.errors)
+        self.seen.extend(other.seen)
         return self
 
 
@@ -71,15 +74,21 @@ def read_files(work: Sequence[tuple[str, Checkpoint | None]]) -> _Batch:
     batch = _Batch(Parsed(), [], 0, [])
     for path, start_cp in work:
         cp = start_cp
+        # Each file parsed on its own, then folded in: its keys are its provenance.
+        local = Parsed()
         try:
             while (chunk := read_new(path, cp)) is not None:
-                parse_lines(chunk.data, compaction_file=is_compaction_file(path), into=batch.parsed)
+                parse_lines(chunk.data, compaction_file=is_compaction_file(path), into=local)
                 batch.bytes_read += len(chunk.data)
                 cp = chunk.checkpoint
                 if not chunk.data:
                     break  # only an incomplete line, or a restart with nothing complete yet
         except OSError as exc:
             batch.errors.append((path, exc.strerror or str(exc)))
+        if local.requests:
+            session = min(r.session for r in local.requests.values())
+            batch.seen.append((path, session, tuple(local.requests)))
+        batch.parsed.update(local)
         if cp is not None:
             batch.checkpoints.append(cp)
     return batch
@@ -108,6 +117,15 @@ class Scanner:
         self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
         self.on_applied = on_applied
         self.log = log if log is not None else structlog.get_logger()
+
+    def root_of(self, path: str) -> str:
+        """The transcript directory ``path`` was found under (the deepest that holds it)."""
+        best = ""
+        for top in self.dirs:
+            root = os.path.abspath(top)
+            if (path.startswith(root.rstrip("/") + "/") or path == root) and len(root) > len(best):
+                best = root
+        return best
 
     def files(self) -> list[str]:
         """The transcript files present now."""
@@ -186,7 +204,9 @@ class Scanner:
         for path, why in batch.errors:
             self._problem("transcript_unreadable", path, why)
         result.unreadable.extend(batch.errors)
-        applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read)
+        seen = [Appearance(path, self.root_of(path), session, keys)
+                for path, session, keys in batch.seen]
+        applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read, seen)
         result.files_read += len(batch.checkpoints)
         result.bytes_read += batch.bytes_read
         result.new_requests += len(applied.new)
