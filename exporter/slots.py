@@ -1,0 +1,147 @@
+"""Usage slots: the ledger's requests summed per five minutes, kept with the rows.
+
+A report over a year of history must not sort every request (SQLite sorts for
+each GROUP BY: ~1-2 µs a row, seconds for 600k requests). So the ledger keeps,
+in the same transaction as its rows, these sums per 5-minute UTC slot and *key*
+(session, project and the request attributes that decide a price), per roots
+bitmask and per gap bucket. A report then groups a few rows per slot instead of
+every request, and reads single requests only at the edges of a time range.
+
+Slots are recomputed from the ``requests`` rows, never adjusted by deltas:
+:func:`refresh` deletes the slots it is given and sums them again, so it is
+idempotent and cannot drift. The ledger calls it with the slots of every request
+it inserted, changed (old and new time), re-gapped or gave a new root.
+
+Why these dimensions:
+- 300 s divides a minute-aligned window of 5 minutes (``m0``..``m4`` count the
+  requests in each calendar minute, for the busiest minute) and 10-minute windows
+  (two slots), and every UTC offset in use is a multiple of 15 minutes, so local
+  days and the prices' change dates (UTC midnights) start on slot bounds.
+- ``long`` is context above :data:`LONG_CONTEXT_TOKENS` (the long-context price
+  tier of every family that has one); ``bucket`` the cache-expiry bucket of a main
+  request (docs/figures.md), with 120 s split out for the generation speed.
+
+This module imports nothing of the project: the ledger uses it, projections read
+its tables.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+SLOT_SECONDS: Final = 300
+LONG_CONTEXT_TOKENS: Final = 200_000
+MERGE_SLOTS: Final = 48  # refresh touched slots less than 4 hours apart in one statement
+CONTEXT: Final = "(r.input + r.cache_read + r.cache_write_5m + r.cache_write_1h)"
+# -1 not main; main: 0 first of its conversation, 1 gap <= 120 s, 2 <= 300 s, 3 <= 1 h, 4 > 1 h.
+BUCKET: Final = (
+    "CASE WHEN r.source != 0 THEN -1 WHEN r.gap IS NULL THEN 0 WHEN r.gap <= 120 THEN 1 "
+    "WHEN r.gap <= 300 THEN 2 WHEN r.gap <= 3600 THEN 3 ELSE 4 END"
+)
+MINUTES: Final = ", ".join(
+    f"sum(CAST(r.ts / 60 AS INTEGER) % 5 = {i})" for i in range(SLOT_SECONDS // 60)
+)
+
+SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS slot_sessions (id INTEGER PRIMARY KEY, session TEXT NOT NULL "
+    "UNIQUE)",
+    # One key per session, project and price attributes: integers keep the slot rows
+    # narrow and make every GROUP BY of a report sort integers, not text.
+    """CREATE TABLE IF NOT EXISTS slot_keys (
+    id INTEGER PRIMARY KEY, sid INTEGER NOT NULL, project TEXT NOT NULL, model TEXT NOT NULL,
+    source INTEGER NOT NULL, service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL,
+    speed TEXT NOT NULL, long INTEGER NOT NULL,
+    UNIQUE (sid, project, model, source, service_tier, inference_geo, speed, long))""",
+    """CREATE TABLE IF NOT EXISTS slots (
+    slot INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap REAL, first REAL NOT NULL, last REAL NOT NULL,
+    m0 INTEGER NOT NULL, m1 INTEGER NOT NULL, m2 INTEGER NOT NULL, m3 INTEGER NOT NULL,
+    m4 INTEGER NOT NULL,
+    PRIMARY KEY (slot, key, roots, bucket)) WITHOUT ROWID""",
+)
+
+_IN_RANGE: Final = (
+    "r.ts >= ? AND r.ts < ? AND CAST(r.ts / 300 AS INTEGER) BETWEEN ? AND ?"
+)
+_KEY_COLUMNS: Final = "project, model, source, service_tier, inference_geo, speed"
+_JOIN_KEY: Final = (
+    "JOIN slot_sessions s ON s.session = r.session "
+    "JOIN slot_keys k ON k.sid = s.id AND k.project = r.project AND k.model = r.model "
+    "AND k.source = r.source AND k.service_tier = r.service_tier "
+    "AND k.inference_geo = r.inference_geo AND k.speed = r.speed "
+    f"AND k.long = ({CONTEXT} > {LONG_CONTEXT_TOKENS})"
+)
+
+
+def slot_of(ts: float) -> int:
+    """The slot holding epoch ``ts`` (as SQL computes it: ``CAST(ts / 300 AS INTEGER)``)."""
+    return int(ts / SLOT_SECONDS)
+
+
+def create(db: sqlite3.Connection) -> None:
+    """Create the tables (inside the caller's transaction); a no-op when they exist."""
+    for statement in SCHEMA:
+        db.execute(statement)
+
+
+def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
+    """Sum the given slots again from ``requests`` (inside the caller's transaction).
+
+    Needs ``requests`` columns ts, session, project, model, source, service_tier,
+    inference_geo, speed, the five token fields, web_search, gap and roots, and
+    the index on ts.
+    """
+    for lo, hi in _runs(slots):
+        refresh_range(db, lo, hi)
+
+
+def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`."""
+    db.execute("DELETE FROM slots WHERE slot BETWEEN ? AND ?", (lo, hi))
+    # Slack of a second around the range: the exact test is the CAST, as in slot_of.
+    params = (lo * SLOT_SECONDS - 1.0, (hi + 1) * SLOT_SECONDS + 1.0, lo, hi)
+    db.execute(
+        "INSERT OR IGNORE INTO slot_sessions (session) "
+        f"SELECT DISTINCT r.session FROM requests r WHERE {_IN_RANGE}", params)
+    db.execute(
+        f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+        f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+        f"r.inference_geo, r.speed, {CONTEXT} > {LONG_CONTEXT_TOKENS} FROM requests r "
+        f"JOIN slot_sessions s ON s.session = r.session WHERE {_IN_RANGE}", params)
+    db.execute(
+        "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+        f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
+        "sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum(r.gap), "
+        f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY} "
+        f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
+
+
+def rebuild(db: sqlite3.Connection) -> None:
+    """Recompute every slot (after a migration; inside the caller's transaction)."""
+    lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
+    db.execute("DELETE FROM slots")
+    if lo is not None:
+        refresh_range(db, slot_of(lo), slot_of(hi))
+
+
+def _runs(slots: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """Ranges covering the slots, merging neighbours less than MERGE_SLOTS apart.
+
+    A range's empty slots cost nothing to refresh; one statement per slot would.
+    """
+    ordered = sorted(set(slots))
+    if not ordered:
+        return
+    start = prev = ordered[0]
+    for s in ordered[1:]:
+        if s - prev >= MERGE_SLOTS:
+            yield start, prev
+            start = s
+        prev = s
+    yield start, prev

@@ -1,0 +1,143 @@
+"""The ledger's usage slots equal sums computed request by request, after any refresh."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections import defaultdict
+from typing import Any
+
+from exporter import slots
+
+REQUESTS = """CREATE TABLE requests (
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, ts REAL NOT NULL, model TEXT NOT NULL,
+    session TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
+    input INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
+    cache_write_5m INTEGER NOT NULL, cache_write_1h INTEGER NOT NULL,
+    service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
+    recorded_cost_usd REAL NOT NULL DEFAULT 0, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
+    roots INTEGER NOT NULL DEFAULT 1)"""
+COLUMNS = ("key, ts, model, session, project, source, input, output, cache_read, cache_write_5m, "
+           "cache_write_1h, service_tier, inference_geo, speed, web_search, gap, roots")
+
+
+def rows(n: int, seed: int) -> list[tuple[Any, ...]]:
+    """Random requests in a few sessions over two days, some at slot and minute bounds."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ts = 1.77e9 + rng.choice([rng.uniform(0, 172_800), 300.0 * rng.randrange(576),
+                                  60.0 * rng.randrange(2880) - 0.001])
+        source = rng.choice([0, 0, 0, 1, 2])
+        gap = None if source or rng.random() < 0.1 else rng.choice([0.5, 120.0, 120.001, 300.0,
+                                                                    3600.0, 3600.5, 9000.0])
+        out.append((f"k{i}", round(ts, 3), rng.choice(["opus", "sonnet"]), f"s{rng.randrange(4)}",
+                    rng.choice(["/a", "/b"]), source, rng.randrange(10),
+                    rng.randrange(1000), rng.choice([0, 150_000, 250_000]), rng.randrange(500),
+                    rng.randrange(50), "", rng.choice(["", "us"]), rng.choice(["", "fast"]),
+                    rng.randrange(3), gap, rng.choice([1, 2, 3])))
+    return out
+
+
+def ledger(data: list[tuple[Any, ...]]) -> sqlite3.Connection:
+    """An in-memory requests table in the ledger's v2 shape, with slots created."""
+    db = sqlite3.connect(":memory:")
+    db.execute(REQUESTS)
+    db.execute("CREATE INDEX requests_ts ON requests (ts)")
+    db.executemany(f"INSERT INTO requests ({COLUMNS}) VALUES ({','.join('?' * 17)})", data)
+    slots.create(db)
+    return db
+
+
+def bucket(source: int, gap: float | None) -> int:
+    """The slot bucket of a request, written out independently of the SQL."""
+    if source:
+        return -1
+    if gap is None:
+        return 0
+    return 1 if gap <= 120 else 2 if gap <= 300 else 3 if gap <= 3600 else 4
+
+
+def expected(data: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[Any]]:
+    """Slot sums computed request by request in Python."""
+    out: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0] * 8 + [0.0, 0, 0] + [0] * 5)
+    for (_, ts, model, session, project, source, inp, outp, read, w5, w1, tier, geo, speed,
+         search, gap, roots) in data:
+        long = inp + read + w5 + w1 > slots.LONG_CONTEXT_TOKENS
+        key = (int(ts // 300), session, project, model, source, tier, geo, speed, long, roots,
+               bucket(source, gap))
+        acc = out[key]
+        for i, v in enumerate((1, inp, outp, read, w5, w1, search)):
+            acc[i] += v
+        acc[8] += gap or 0.0
+        acc[9] = ts if acc[0] == 1 else min(acc[9], ts)
+        acc[10] = max(acc[10], ts)
+        acc[11 + int(ts // 60) % 5] += 1
+    return {k: [*v[:7], *v[8:]] for k, v in out.items()}
+
+
+def stored(db: sqlite3.Connection) -> dict[tuple[Any, ...], list[Any]]:
+    """The slots table joined back to its keys, in the shape of :func:`expected`."""
+    got = db.execute(
+        "SELECT s.slot, ss.session, k.project, k.model, k.source, k.service_tier, "
+        "k.inference_geo, k.speed, k.long, s.roots, s.bucket, s.n, s.input, s.output, "
+        "s.cache_read, s.cache_write_5m, s.cache_write_1h, s.web_search, coalesce(s.gap, 0), "
+        "s.first, s.last, s.m0, s.m1, s.m2, s.m3, s.m4, s.sid = k.sid FROM slots s "
+        "JOIN slot_keys k ON k.id = s.key JOIN slot_sessions ss ON ss.id = k.sid"
+    ).fetchall()
+    assert all(r[-1] for r in got)
+    return {(*r[:8], bool(r[8]), *r[9:11]): [*r[11:18], *r[18:26]] for r in got}
+
+
+def approx(a: dict[tuple[Any, ...], list[Any]], b: dict[tuple[Any, ...], list[Any]]) -> None:
+    """Equal keys and values; gap sums compared to 1e-9."""
+    assert a.keys() == b.keys()
+    for key, want in b.items():
+        got = a[key]
+        assert got[:7] == want[:7] and got[8:] == want[8:], key
+        assert abs(got[7] - want[7]) < 1e-9, key
+
+
+def test_rebuild_equals_request_by_request_sums() -> None:
+    """A full rebuild gives every slot's sums, keys, bucket and minute counts exactly."""
+    data = rows(3000, 1)
+    db = ledger(data)
+    slots.rebuild(db)
+    approx(stored(db), expected(data))
+
+
+def test_refresh_of_changed_slots_keeps_everything_exact() -> None:
+    """Changing rows (new times, tokens, gaps, roots) and refreshing their slots is exact."""
+    data = rows(2000, 2)
+    db = ledger(data)
+    slots.rebuild(db)
+    rng = random.Random(5)
+    touched: set[int] = set()
+    for i in rng.sample(range(len(data)), 300):
+        old = data[i]
+        new_ts = round(old[1] - rng.uniform(0, 4000), 3)
+        new = (*old[:1], new_ts, *old[2:7], old[7] + 5, *old[8:15], rng.choice([None, 50.0]),
+               old[16] | 4)
+        data[i] = new
+        db.execute("UPDATE requests SET ts = ?, output = ?, gap = ?, roots = ? WHERE key = ?",
+                   (new[1], new[7], new[15], new[16], new[0]))
+        touched |= {slots.slot_of(old[1]), slots.slot_of(new_ts)}
+    slots.refresh(db, touched)
+    approx(stored(db), expected(data))
+
+
+def test_refresh_is_idempotent_and_empty_refresh_is_harmless() -> None:
+    """Refreshing twice, or refreshing slots with no requests, changes nothing."""
+    data = rows(500, 3)
+    db = ledger(data)
+    slots.rebuild(db)
+    before = stored(db)
+    slots.refresh(db, [slots.slot_of(r[1]) for r in data])
+    slots.refresh(db, [1, 2, 3])
+    assert stored(db) == before
+
+
+def test_runs_merge_near_slots_only() -> None:
+    """Touched slots close together are refreshed as one range; far ones separately."""
+    assert list(slots._runs([5, 1, 2, 40, 200])) == [(1, 40), (200, 200)]
+    assert list(slots._runs([])) == []
