@@ -40,6 +40,8 @@ BUCKET: Final = (
     "CASE WHEN r.source != 0 THEN -1 WHEN r.gap IS NULL THEN 0 WHEN r.gap <= 120 THEN 1 "
     "WHEN r.gap <= 300 THEN 2 WHEN r.gap <= 3600 THEN 3 ELSE 4 END"
 )
+# Gaps are whole milliseconds (the ledger rounds them): integer sums are exact in any order.
+GAP_MS: Final = "CAST(round(r.gap * 1000) AS INTEGER)"
 MINUTES: Final = ", ".join(
     f"sum(CAST(r.ts / 60 AS INTEGER) % 5 = {i})" for i in range(SLOT_SECONDS // 60)
 )
@@ -60,7 +62,7 @@ SCHEMA: Final = (
     n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
     cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
     cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
-    gap REAL, first REAL NOT NULL, last REAL NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
     m0 INTEGER NOT NULL, m1 INTEGER NOT NULL, m2 INTEGER NOT NULL, m3 INTEGER NOT NULL,
     m4 INTEGER NOT NULL,
     PRIMARY KEY (slot, key, roots, bucket)) WITHOUT ROWID""",
@@ -117,7 +119,7 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
     db.execute(
         "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
         f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
-        "sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum(r.gap), "
+        f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
 

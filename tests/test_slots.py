@@ -60,7 +60,7 @@ def bucket(source: int, gap: float | None) -> int:
 
 def expected(data: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[Any]]:
     """Slot sums computed request by request in Python."""
-    out: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0] * 8 + [0.0, 0, 0] + [0] * 5)
+    out: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0] * 9 + [0.0, 0.0] + [0] * 5)
     for (_, ts, model, session, project, source, inp, outp, read, w5, w1, tier, geo, speed,
          search, gap, roots) in data:
         long = inp + read + w5 + w1 > slots.LONG_CONTEXT_TOKENS
@@ -69,7 +69,7 @@ def expected(data: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[Any]]:
         acc = out[key]
         for i, v in enumerate((1, inp, outp, read, w5, w1, search)):
             acc[i] += v
-        acc[8] += gap or 0.0
+        acc[8] += round((gap or 0.0) * 1000)
         acc[9] = ts if acc[0] == 1 else min(acc[9], ts)
         acc[10] = max(acc[10], ts)
         acc[11 + int(ts // 60) % 5] += 1
@@ -81,7 +81,7 @@ def stored(db: sqlite3.Connection) -> dict[tuple[Any, ...], list[Any]]:
     got = db.execute(
         "SELECT s.slot, ss.session, k.project, k.model, k.source, k.service_tier, "
         "k.inference_geo, k.speed, k.long, s.roots, s.bucket, s.n, s.input, s.output, "
-        "s.cache_read, s.cache_write_5m, s.cache_write_1h, s.web_search, coalesce(s.gap, 0), "
+        "s.cache_read, s.cache_write_5m, s.cache_write_1h, s.web_search, coalesce(s.gap_ms, 0), "
         "s.first, s.last, s.m0, s.m1, s.m2, s.m3, s.m4, s.sid = k.sid FROM slots s "
         "JOIN slot_keys k ON k.id = s.key JOIN slot_sessions ss ON ss.id = k.sid"
     ).fetchall()
@@ -90,12 +90,10 @@ def stored(db: sqlite3.Connection) -> dict[tuple[Any, ...], list[Any]]:
 
 
 def approx(a: dict[tuple[Any, ...], list[Any]], b: dict[tuple[Any, ...], list[Any]]) -> None:
-    """Equal keys and values; gap sums compared to 1e-9."""
+    """Equal keys and values (gap sums in whole milliseconds: exact)."""
     assert a.keys() == b.keys()
     for key, want in b.items():
-        got = a[key]
-        assert got[:7] == want[:7] and got[8:] == want[8:], key
-        assert abs(got[7] - want[7]) < 1e-9, key
+        assert a[key] == want, key
 
 
 def test_rebuild_equals_request_by_request_sums() -> None:
