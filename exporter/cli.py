@@ -1,6 +1,8 @@
 """Command line: parses flags, builds the settings, wires the stages together.
 
-Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger.
+Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger. A mistyped
+option or choice is answered with the nearest valid one (:mod:`exporter.cliparse`);
+`report` itself lives in :mod:`exporter.report_cli`.
 """
 
 from __future__ import annotations
@@ -17,95 +19,151 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from exporter import __version__, report
+from exporter import __version__, report_cli
+from exporter.cliparse import Parser
 from exporter.config import ConfigError, Settings, load_settings
 from exporter.ingest.discover import default_roots, projects_dirs
-from exporter.ingest.scan import Scanner
+from exporter.ingest.scan import Scanner, ScanResult
 from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
 from exporter.progress import progress_bar
-from exporter.projections import figures
+from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing
 
 EXIT_CONFIG = 2
 EXIT_LEDGER = 3
 
 
+SERVE_EPILOG = """\
+examples:
+  claude-code-exporter serve                          follow ~/.claude, serve 127.0.0.1:9477
+  claude-code-exporter serve --demo                   generated sample sessions, live
+  claude-code-exporter serve --budget-day-usd 50      daily budget for the alert rules
+
+exit codes: 0 stopped by SIGTERM/SIGINT · 2 bad usage or configuration · 3 unusable ledger"""
+
+
+def _default(name: str) -> str:
+    """A setting's default as help text shows it."""
+    value = Settings.model_fields[name].get_default(call_default_factory=True)
+    return "none" if value is None else str(value)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     """Flags every subcommand shares; each maps to a Settings field."""
-    parser.add_argument("--config", type=Path, help="TOML settings file")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="TOML settings file; flags and environment win over it "
+                             "(default: none)")
     parser.add_argument(
         "--data-dir", dest="data_dirs", action="append", type=Path, metavar="PATH",
-        help="transcript root or projects/ dir; repeatable; replaces the default roots",
+        help="transcript root or projects/ dir; repeatable; replaces the default roots "
+             "(default: $CLAUDE_CONFIG_DIR, ~/.claude and ~/.config/claude)",
     )
-    parser.add_argument("--state-dir", type=Path, help="where the ledger lives")
-    parser.add_argument("--workers", type=int, help="parser processes for big scans")
-    parser.add_argument("--batch-mb", type=float, help="commit to the ledger every N MB read")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", choices=["auto", "json", "console"])
+    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+                        help="where the ledger lives (default: $XDG_STATE_HOME/"
+                             "claude-code-exporter, else ~/.local/state/claude-code-exporter)")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="parser processes for big scans (default: CPU count, at most 8)")
+    parser.add_argument("--batch-mb", type=float, metavar="MB",
+                        help=f"commit to the ledger every MB read (default: "
+                             f"{_default('batch_mb')})")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        help=f"(default: {_default('log_level')})")
+    parser.add_argument("--log-format", choices=["auto", "json", "console"],
+                        help="auto: console on a terminal, JSON otherwise (default: auto)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The argument parser with all subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="claude-code-exporter",
         description="Claude Code transcripts as exact, deduplicated usage metrics.",
     )
     parser.add_argument("--version", action="version", version=__version__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    report = sub.add_parser("report", help="ingest, then print a usage summary")
-    _common(report)
-    report.add_argument("--json", action="store_true", help="machine-readable output")
-    report.add_argument("--since", type=_moment, help="ISO date/time (UTC) or age like 7d, 12h")
-    report.add_argument("--until", type=_moment, help="ISO date/time (UTC) or age like 1d")
+    rep = parser.add_command(
+        sub, "report", help="ingest, then print a usage summary or a view",
+        description="Ingest what is new, then print the usage summary or one view.",
+        epilog=report_cli.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(rep)
+    report_cli.add_arguments(rep)
 
-    serve = sub.add_parser("serve", help="follow the transcripts and serve /metrics")
+    serve = parser.add_command(
+        sub, "serve", help="follow the transcripts and serve /metrics",
+        description="Follow the transcripts and serve their metrics to Prometheus.",
+        epilog=SERVE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(serve)
-    serve.add_argument("--listen", help="HOST:PORT (default 127.0.0.1:9477)")
-    serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"])
-    serve.add_argument("--budget-day-usd", type=float, help="daily budget, for alert rules")
-    serve.add_argument("--budget-month-usd", type=float, help="monthly budget, for alert rules")
-    serve.add_argument("--poll", action="store_const", const=True,
-                       help="no file events: rescan every --rescan-seconds")
-    serve.add_argument("--rescan-seconds", type=float, help="full rescan interval")
-    serve.add_argument("--settle-seconds", type=float,
-                       help="quiet time before a request enters the histograms")
-    serve.add_argument("--tls-cert-file", type=Path)
-    serve.add_argument("--tls-key-file", type=Path)
-    serve.add_argument("--basic-auth-user",
-                       help="require basic auth; the password comes from the config or "
-                            "CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD, never a flag")
-    serve.add_argument("--demo", action="store_true",
-                       help="serve generated sample sessions from a temporary tree")
-    # OTLP push (docs/teams.md); headers and extra resource attributes: config or env only
-    serve.add_argument("--otlp-endpoint", metavar="URL",
-                       help="also push to this OTLP/HTTP receiver, e.g. http://collector:4318")
-    serve.add_argument("--otlp-interval-seconds", type=float, help="push interval (default 60)")
-    serve.add_argument("--otlp-host", choices=["name", "hash", "none"],
-                       help="resource host.name as is (default), hashed, or not at all")
-    serve.add_argument("--otlp-user", choices=["name", "hash", "none"],
-                       help="resource user: as is, hashed (default), or not at all")
-    serve.add_argument("--prometheus-enabled", action=argparse.BooleanOptionalAction,
-                       help="serve /metrics (--no-prometheus-enabled: OTLP push only)")
+    _serve_arguments(serve)
 
-    _add_backfill(sub)
+    _add_backfill(parser, sub)
 
-    gen = sub.add_parser("generate", help="write a synthetic transcript tree with ground truth")
+    gen = parser.add_command(sub, "generate",
+                             help="write a synthetic transcript tree with ground truth")
     gen.add_argument("root", type=Path, help="directory to create (acts as ~/.claude)")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--sessions", type=int, default=8)
-    gen.add_argument("--target-mb", type=float, help="grow the tree to about this size")
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    gen.add_argument("--sessions", type=int, default=8,
+                     help="sessions to write (default: %(default)s)")
+    gen.add_argument("--target-mb", type=float,
+                     help="grow the tree to about this size (default: as the sessions make it)")
     return parser
 
 
+def _serve_arguments(serve: argparse.ArgumentParser) -> None:
+    """The flags of `serve`, each with its default."""
+    serve.add_argument("--listen", metavar="HOST:PORT",
+                       help=f"where /metrics is served (default: {_default('listen')})")
+    serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
+                       help="the project label: the path's last part, the whole path, a hash, "
+                            f"or none (default: {_default('project_label')})")
+    serve.add_argument("--budget-day-usd", type=float, metavar="USD",
+                       help="daily budget, for the alert rules (default: none)")
+    serve.add_argument("--budget-month-usd", type=float, metavar="USD",
+                       help="monthly budget, for the alert rules (default: none)")
+    serve.add_argument("--poll", action="store_const", const=True,
+                       help="no file events: rescan every --rescan-seconds (default: off)")
+    serve.add_argument("--rescan-seconds", type=float, metavar="S",
+                       help=f"full rescan interval (default: {_default('rescan_seconds')})")
+    serve.add_argument("--settle-seconds", type=float, metavar="S",
+                       help="quiet time before a request enters the histograms "
+                            f"(default: {_default('settle_seconds')})")
+    serve.add_argument("--tls-cert-file", type=Path, metavar="FILE",
+                       help="serve HTTPS with this certificate (with --tls-key-file) "
+                            "(default: plain HTTP)")
+    serve.add_argument("--tls-key-file", type=Path, metavar="FILE",
+                       help="the certificate's private key (default: none)")
+    serve.add_argument("--basic-auth-user",
+                       help="require basic auth; the password comes from the config or "
+                            "CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD, never a flag "
+                            "(default: no auth)")
+    serve.add_argument("--demo", action="store_true",
+                       help="serve generated sample sessions from a temporary tree "
+                            "(default: off)")
+    # OTLP push (docs/teams.md); headers and extra resource attributes: config or env only
+    serve.add_argument("--otlp-endpoint", metavar="URL",
+                       help="also push to this OTLP/HTTP receiver, e.g. http://collector:4318 "
+                            "(default: no push)")
+    serve.add_argument("--otlp-interval-seconds", type=float, metavar="S",
+                       help=f"push interval (default: {_default('otlp_interval_seconds')})")
+    serve.add_argument("--otlp-host", choices=["name", "hash", "none"],
+                       help="resource host.name as is, hashed, or not at all "
+                            f"(default: {_default('otlp_host')})")
+    serve.add_argument("--otlp-user", choices=["name", "hash", "none"],
+                       help="resource user: as is, hashed, or not at all "
+                            f"(default: {_default('otlp_user')})")
+    serve.add_argument("--prometheus-enabled", action=argparse.BooleanOptionalAction,
+                       help="serve /metrics (--no-prometheus-enabled: OTLP push only) "
+                            "(default: on)")
+
+
 # ---- backfill (docs/backfill.md) -------------------------------------------------------
-def _add_backfill(sub: Any) -> None:
+def _add_backfill(parser: Parser, sub: Any) -> None:
     """The ``backfill`` subcommand: history as OpenMetrics for promtool."""
-    bf = sub.add_parser("backfill", help="ingest, then write the ledger's history as "
-                        "OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`")
+    bf = parser.add_command(sub, "backfill", help="ingest, then write the ledger's history as "
+                            "OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`")
     _common(bf)
-    bf.add_argument("--output", "-o", type=Path, required=True, metavar="FILE")
+    bf.add_argument("--output", "-o", type=Path, required=True, metavar="FILE",
+                    help="the OpenMetrics file to write (required)")
     bf.add_argument("--step", type=_duration, default=60,
                     help="resolution: one boundary every STEP (default 1m)")
     bf.add_argument("--anchor", type=_duration, default=3600,
@@ -118,8 +176,10 @@ def _add_backfill(sub: Any) -> None:
                     metavar="NAME=VALUE",
                     help="target label on every series (default job=claude-code and "
                          "instance=the listen address; NAME= drops one); repeatable")
-    bf.add_argument("--listen", help="HOST:PORT: the default instance label")
-    bf.add_argument("--project-label", choices=["basename", "full", "hash", "none"])
+    bf.add_argument("--listen", help="HOST:PORT: the default instance label "
+                    f"(default: {_default('listen')})")
+    bf.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
+                    help=f"as for serve (default: {_default('project_label')})")
 
 
 def _duration(text: str) -> int:
@@ -165,40 +225,59 @@ def transcript_dirs(settings: Settings) -> list[Path]:
     return projects_dirs(roots)
 
 
-def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool) -> None:
-    """One ingestion pass into ``ledger`` (what `report` and `backfill` do first)."""
-    scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
+def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
+           dirs: Sequence[Path] | None = None, quiet: bool = False) -> ScanResult:
+    """One ingestion pass into ``ledger`` (what `report` and `backfill` do first).
+
+    ``dirs``: the directories to read (default: every transcript dir); ``quiet``
+    logs the pass at DEBUG (a terminal report is its own summary of the pass).
+    """
+    scanner = Scanner(ledger, transcript_dirs(settings) if dirs is None else list(dirs),
+                      workers=settings.workers, log=log,
                       batch_bytes=int(settings.batch_mb * 1024 * 1024))
     with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
         result = scanner.scan(progress=progress)
-    log.info("scan_done", files=result.files, files_read=result.files_read,
-             bytes_read=result.bytes_read, new_requests=result.new_requests,
-             seconds=round(result.seconds, 3))
+    (log.debug if quiet else log.info)(
+        "scan_done", files=result.files, files_read=result.files_read,
+        bytes_read=result.bytes_read, new_requests=result.new_requests,
+        seconds=round(result.seconds, 3))
+    return result
 
 
-def cmd_report(args: argparse.Namespace, settings: Settings, log: Any) -> int:
-    """Ingest what is new, then print the figures."""
+def open_ledger(settings: Settings, pricing: Pricing) -> Ledger:
+    """The ledger, keeping its rollups by the counting rules ``serve`` uses."""
+    from exporter.projections.counting import Counting
+
+    rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)
+    return Ledger(settings.ledger_path, rules=rules, settle_seconds=settings.settle_seconds)
+
+
+def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
+               now: float | None = None) -> int:
+    """Ingest what is new, then print the summary or a view."""
+    now = time.time() if now is None else now
+    req = report_cli.check(args, now)
+    missing = report_cli.missing_data_dirs(settings)
+    if missing:
+        raise report_cli.UsageError(f"--data-dir {missing[0]} does not exist")
+    dirs = transcript_dirs(settings)
     pricing = Pricing.load(settings.pricing)
-    ledger = Ledger(settings.ledger_path)
+    ledger = open_ledger(settings, pricing)
     try:
-        ingest(ledger, settings, log, show_progress=not args.json)
-        since = args.since.timestamp() if args.since else None
-        until = args.until.timestamp() if args.until else None
-        result = figures.compute(
-            ledger.requests(since, until), pricing,
-            kv_bytes_per_token=settings.kv_bytes_per_token,
-            upload_bytes_per_token=settings.upload_bytes_per_token,
-            lines=ledger.counters("lines"), rejected=ledger.counters("rejected"),
-        )
+        # Absent default roots (say ~/.config/claude) are normal: read only those present.
+        present = [d for d in dirs if d.is_dir()]
+        scan = ingest(ledger, settings, log, show_progress=req.output == "text",
+                      dirs=present, quiet=True)
+        sel = report_cli.selection(ledger, dirs, args, req.range)
+        if report_cli.empty(sel) and not scan.files:
+            print(report_cli.first_run_message(dirs, Path.home()),
+                  file=sys.stderr if req.output != "text" else sys.stdout)
+            if req.output == "text":
+                return 0
+        return report_cli.run(req, sel, Prices.of(pricing), settings=settings,
+                              counters=ledger.counters, args=args, now=now)
     finally:
         ledger.close()
-    if args.json:
-        sys.stdout.write(report.to_json(result) + "\n")
-    else:
-        from rich.console import Console
-
-        report.render_text(result, Console())
-    return 0
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
@@ -243,15 +322,18 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
         DEFAULT_LABELS,
         BackfillError,
         BackfillOptions,
+        serve_samples,
         write_history,
     )
     from exporter.serve.daemon import metrics_options
 
     pricing = Pricing.load(settings.pricing)
-    ledger = Ledger(settings.ledger_path)
+    ledger = open_ledger(settings, pricing)
+    dirs = transcript_dirs(settings)
     try:
         ingest(ledger, settings, log, show_progress=True)
-        requests = ledger.requests()
+        requests = ledger.requests(view=ledger.scope(dirs))
+        serve = serve_samples(ledger, pricing, metrics_options(settings), dirs)
     finally:
         ledger.close()
     labels = {**DEFAULT_LABELS, "instance": settings.listen, **dict(args.label)}
@@ -264,7 +346,8 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     partial = args.output.with_name(args.output.name + ".partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
-            stats = write_history(requests, pricing, metrics_options(settings), out, opts)
+            stats = write_history(requests, pricing, metrics_options(settings), out, opts,
+                                  serve=serve)
         partial.replace(args.output)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
@@ -309,19 +392,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
+    command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(args.command, cmd_report)
     try:
-        command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(args.command, cmd_report)
         return command(args, settings, log)
-    except LedgerError as exc:
+    except (report_cli.UsageError, LedgerError, ConfigError, ValueError) as exc:
+        return _failed(args.command, exc, log)
+
+
+def _failed(command: str, exc: Exception, log: Any) -> int:
+    """Say why a command could not run; return its exit code."""
+    if isinstance(exc, report_cli.UsageError):
+        message = f"claude-code-exporter {command}: error: {exc}"
+    elif isinstance(exc, LedgerError):
         log.error("ledger_unusable", detail=str(exc))
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_LEDGER
-    except ConfigError as exc:  # found at start-up: a busy port, an unreadable certificate
-        print(f"claude-code-exporter: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except ValueError as exc:  # e.g. a bad pricing override, found when it is loaded
-        print(f"claude-code-exporter: invalid configuration: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    elif isinstance(exc, ConfigError):  # found at start-up: a busy port, a bad certificate
+        message = f"claude-code-exporter: {exc}"
+    else:  # ValueError: e.g. a bad pricing override, found when it is loaded
+        message = f"claude-code-exporter: invalid configuration: {exc}"
+    print(message, file=sys.stderr)
+    return EXIT_CONFIG
 
 
 if __name__ == "__main__":

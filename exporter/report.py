@@ -1,9 +1,10 @@
-"""Render the figures of ``stats.compute`` for people (rich tables) and for programs (JSON).
+"""Render `report` for people (rich tables) and for programs (JSON, CSV).
 
-The text report follows the seed report's section 1.1: usage totals, request
-shape, the cache-expiry table, cost by model/source/session, and the serving-side
-estimates (KV cache size and transfer time, upload bytes). Colour is whatever the
-console supports: none when writing to a file or a pipe.
+The summary: usage totals, request shape, the cache-expiry table (prompt
+rewritten after an idle gap), cost by model, source and session, and the
+serving-side estimates (KV cache size and transfer time, upload bytes). Every
+report starts with one line naming the range it covers and its time zone.
+Colour is whatever the console supports: none when writing to a file or a pipe.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from exporter.projections.facts import Usage
+from exporter.projections.figures import Covered, SessionRow, Spread, Summary
+from exporter.projections.periods import Zone
+
 WIDE_CONSOLE = 110  # columns needed for the cost tables' per-token-type columns
 LINK_GBPS = (100, 400, 800)  # reference link speeds for the KV transfer-time table
 GAP_LABELS = {
-    "first": "first of session",
+    "first": "first of conversation",
     "lt_5m": "≤ 5 min",
     "5m_to_1h": "5 min – 1 h",
     "gt_1h": "> 1 h",
@@ -79,7 +84,7 @@ def transfer_time(n_bytes: float, gbps: float) -> str:
     return f"{seconds:.2g} s" if seconds < 100 else duration(seconds)
 
 
-def _table(title: str, *columns: str) -> Table:
+def new_table(title: str, *columns: str) -> Table:
     """Build a table: first column left-aligned, the others right-aligned and never wrapped.
 
     On a narrow console (80 columns when piped) figures must stay whole, so only
@@ -92,142 +97,162 @@ def _table(title: str, *columns: str) -> Table:
     return table
 
 
-def _spread(values: Mapping[str, Any], fmt: Any = tokens) -> str:
-    """Format a p50/p90/max mapping as ``p50 … · p90 … · max …``."""
-    return " · ".join(f"{q} {fmt(values[q])}" for q in ("p50", "p90", "max") if q in values)
+def _spread(values: Spread, fmt: Any = tokens) -> str:
+    """Format p50/p90/max as ``p50 … · p90 … · max …``."""
+    return f"p50 {fmt(values.p50)} · p90 {fmt(values.p90)} · max {fmt(values.max)}"
 
 
-def _overview(f: Mapping[str, Any]) -> Table:
-    """Totals and request shape: the seed's first table."""
-    t, gaps = f["totals"], f["gap_seconds"]
-    table = _table("Usage", "figure", "value")
+def _overview(f: Summary) -> Table:
+    """Totals and request shape."""
+    t = f.totals
+    table = new_table("Usage", "figure", "value")
     rows = [
-        ("requests", f"{t['requests']:,} in {f['sessions']:,} sessions"),
-        ("estimated cost (list price)", usd(t["cost_usd"])),
-        ("unpriced tokens", tokens(t["unpriced_tokens"])),
-        ("input tokens (uncached)", tokens(t["input_tokens"])),
-        ("cache read tokens", tokens(t["cache_read_tokens"])),
-        (
-            "cache write tokens (5 m / 1 h)",
-            _pair(t, "cache_write_5m_tokens", "cache_write_1h_tokens"),
-        ),
-        ("output tokens", tokens(t["output_tokens"])),
-        ("cache-read share of prompt", pct(f["cache_read_share"])),
-        ("context per request", _spread(f["context_tokens"])),
-        ("output per request", _spread(f["output_tokens"])),
+        ("requests", f"{t.requests:,} in {f.sessions:,} sessions"),
+        ("estimated cost (list price)", usd(t.cost_usd)),
+        ("unpriced tokens", tokens(t.unpriced)),
+        ("input tokens (uncached)", tokens(t.input)),
+        ("cache read tokens", tokens(t.cache_read)),
+        ("cache write tokens (5 m / 1 h)",
+         f"{tokens(t.cache_write_5m)} / {tokens(t.cache_write_1h)}"),
+        ("output tokens", tokens(t.output)),
+        ("cache-read share of prompt", pct(f.cache_read_share)),
+        ("context per request", _spread(f.context)),
+        ("output per request", _spread(f.output)),
         (
             "gap between main requests",
-            f"p50 {duration(gaps['p50'])} · p90 {duration(gaps['p90'])} ({gaps['count']:,} gaps)",
+            f"p50 {duration(f.gap_p50)} · p90 {duration(f.gap_p90)} ({f.gap_count:,} gaps)",
         ),
-        ("peak requests per minute", f"{f['peak_requests_per_minute']:,}"),
-        ("max parallel sessions in 10 min", f"{f['max_parallel_sessions_10m']:,}"),
+        ("peak requests per minute", f"{f.peak_requests_per_minute:,}"),
+        ("max parallel sessions in 10 min", f"{f.max_parallel_sessions_10m:,}"),
         (
             "active generation speed",
-            f"{f['generation_tokens_per_second']:.0f} tokens/s (gaps ≤ 120 s)",
+            f"{f.generation_tokens_per_second:.0f} tokens/s (gaps ≤ 120 s)",
         ),
     ]
+    if t.web_search:
+        rows.insert(7, ("web searches", f"{t.web_search:,}"))
     for row in rows:
         table.add_row(*row)
     return table
 
 
-def _pair(t: Mapping[str, Any], a: str, b: str) -> str:
-    """Format two token figures as ``a / b``."""
-    return f"{tokens(t[a])} / {tokens(t[b])}"
-
-
-def _cache_expiry(f: Mapping[str, Any]) -> Table:
-    """Gap bucket → share of main requests and share of their prompt written to cache."""
-    counts, shares = f["requests_by_gap"], f["cache_write_share_by_gap"]
-    total = sum(counts.values())
-    table = _table(
-        "Cache expiry (main requests)",
+def _cache_expiry(f: Summary) -> Table:
+    """The cache-expiry table: gap bucket → share of main requests and of prompt rewritten."""
+    total = sum(b.requests for b in f.buckets.values())
+    table = new_table(
+        "Cache expiry: prompt rewritten after an idle gap",
         "gap before request",
         "requests",
         "share",
         "prompt rewritten",
     )
     for key, label in GAP_LABELS.items():
-        n = counts.get(key, 0)
-        table.add_row(label, f"{n:,}", pct(n / total) if total else "—", pct(shares.get(key, 0.0)))
+        b = f.buckets.get(key)
+        n = b.requests if b else 0
+        share = b.write_share if b else 0.0
+        table.add_row(label, f"{n:,}", pct(n / total) if total else "—", pct(share))
     return table
 
 
-def _cost_table(
-    title: str, first: str, groups: Mapping[str, Mapping[str, Any]], wide: bool
-) -> Table:
+def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool) -> Table:
     """Requests, tokens, cost and unpriced tokens per model or per source.
 
     A narrow console gets no input/read/write columns, so model ids stay on one line.
     """
     extra = ("input", "read", "write") if wide else ()
-    table = _table(title, first, "requests", *extra, "output", "cost", "unpriced")
+    table = new_table(title, first, "requests", *extra, "output", "cost", "unpriced")
     for name, t in groups.items():
-        written = t["cache_write_5m_tokens"] + t["cache_write_1h_tokens"]
-        middle = (t["input_tokens"], t["cache_read_tokens"], written) if wide else ()
+        middle = (t.input, t.cache_read, t.cache_write) if wide else ()
         table.add_row(
             name,
-            f"{t['requests']:,}",
-            *map(tokens, (*middle, t["output_tokens"])),
-            # A wholly unpriced group has no cost, not a cost of zero.
-            "n/a" if t["cost_usd"] == 0 and t["unpriced_tokens"] else usd(t["cost_usd"]),
-            tokens(t["unpriced_tokens"]) if t["unpriced_tokens"] else "—",
+            f"{t.requests:,}",
+            *map(tokens, (*middle, t.output)),
+            cost_cell(t),
+            tokens(t.unpriced) if t.unpriced else "—",
         )
     return table
 
 
-def _sessions(rows: Iterable[Mapping[str, Any]]) -> Table:
+def cost_cell(t: Usage) -> str:
+    """The cost of some usage; a wholly unpriced group has no cost (``n/a``), not $0."""
+    return "n/a" if t.cost_pico == 0 and t.unpriced else usd(t.cost_usd)
+
+
+def _sessions(rows: Iterable[SessionRow]) -> Table:
     """The busiest sessions: requests, time span, median gap, output."""
-    table = _table(
+    table = new_table(
         "Sessions (most requests first)", "session", "requests", "span", "gap p50", "output"
     )
     for row in rows:
         table.add_row(
-            str(row["session"])[:8],
-            f"{row['requests']:,}",
-            f"{row['span_hours']:.1f} h",
-            duration(row["gap_p50"]),
-            tokens(row["output_tokens"]),
+            row.session[:8],
+            f"{row.requests:,}",
+            f"{row.span_hours:.1f} h",
+            duration(row.gap_p50),
+            tokens(row.output_tokens),
         )
     return table
 
 
-def _kv(f: Mapping[str, Any]) -> Table:
+def _kv(f: Summary) -> Table:
     """KV cache per request by reference architecture, and its transfer time on fast links."""
     speeds = [f"at {g} Gb/s" for g in LINK_GBPS]
-    table = _table("KV cache per request (estimate)", "architecture · context", "bytes", *speeds)
-    for arch, values in f.get("kv_bytes", {}).items():
-        for q in ("p50", "p90", "max"):
-            n = values.get(q, 0)
+    table = new_table("KV cache per request (estimate)", "architecture · context", "bytes", *speeds)
+    for arch, spread in f.kv_bytes.items():
+        for q, n in (("p50", spread.p50), ("p90", spread.p90), ("max", spread.max)):
             table.add_row(f"{arch} · {q}", size(n), *(transfer_time(n, g) for g in LINK_GBPS))
     return table
 
 
-def _upload_and_lines(f: Mapping[str, Any]) -> Table:
+def _upload_and_lines(f: Summary) -> Table:
     """Upload bytes (the API re-sends the conversation) and how the lines were classified."""
-    up, lines = f["upload_bytes"], f["lines"]
-    table = _table("Upload and input lines", "figure", "value")
-    table.add_row("upload, total (estimate)", size(up["total"]))
-    table.add_row("upload per request", f"p50 {size(up['p50'])} · p90 {size(up['p90'])}")
+    table = new_table("Upload and input lines", "figure", "value")
+    table.add_row("upload, total (estimate)", size(f.upload_total))
+    table.add_row("upload per request", f"p50 {size(f.upload.p50)} · p90 {size(f.upload.p90)}")
+    lines = {k: int(f.lines.get(k, 0)) for k in ("usage", "duplicate", "other", "rejected")}
     table.add_row("lines read", " · ".join(f"{k} {v:,}" for k, v in lines.items()))
-    table.add_row("rejected lines", f"{f['rejected_lines']:,}")
-    for reason, n in f.get("rejected_by_reason", {}).items():
+    table.add_row("rejected lines", f"{lines['rejected']:,}")
+    for reason, n in sorted(f.rejected.items()):
         table.add_row(f"  rejected: {reason}", f"{n:,}")
     return table
 
 
-def render_text(figures: Mapping[str, Any], console: Console) -> None:
-    """Print the figures as a readable terminal summary of rich tables."""
+def render_text(figures: Summary, console: Console) -> None:
+    """Print the summary as a readable terminal report of rich tables."""
+    console.print(header("Summary", figures.covered))
     console.print(_overview(figures))
     console.print(_cache_expiry(figures))
     wide = console.width >= WIDE_CONSOLE
     note = " (tokens: input, cache read, cache write, output)" if wide else ""
-    console.print(_cost_table("By model" + note, "model", figures.get("by_model", {}), wide))
-    console.print(_cost_table("By source", "source", figures.get("by_source", {}), wide))
-    if figures.get("by_session"):
-        console.print(_sessions(figures["by_session"]))
+    console.print(_cost_table("By model" + note, "model", figures.by_model, wide))
+    console.print(_cost_table("By source", "source", figures.by_source, wide))
+    if figures.by_session:
+        console.print(_sessions(figures.by_session))
     console.print(_kv(figures))
     console.print(_upload_and_lines(figures))
+
+
+def header(title: str, covered: Covered) -> str:
+    """The report's first line: what it is, its time zone, the requests it covers.
+
+    A second line gives the range asked for with --since/--until, if any.
+    """
+    zone = covered.range.zone
+    rng = covered.range
+    if covered.first is None:
+        span = "no requests"
+    else:
+        last = covered.last if covered.last is not None else covered.first
+        span = f"{when(covered.first, zone)} → {when(last, zone)}"
+    line = f"[bold]{title}[/bold] · {zone.name} · {span}"
+    asked = [f"{name} {when(ts, zone)}" for name, ts in (("since", rng.since),
+                                                        ("until", rng.until)) if ts is not None]
+    return line + (f"\n  range asked: {', '.join(asked)}" if asked else "")
+
+
+def when(ts: float, zone: Zone) -> str:
+    """A local time to the minute: ``2026-01-31 18:05``."""
+    return zone.local(ts).strftime("%Y-%m-%d %H:%M")
 
 
 def _finite(value: Any) -> Any:
@@ -244,3 +269,4 @@ def _finite(value: Any) -> Any:
 def to_json(figures: Mapping[str, Any]) -> str:
     """Serialise the figures as JSON: sorted keys (stable diffs), never NaN."""
     return json.dumps(_finite(figures), indent=2, sort_keys=True, allow_nan=False)
+

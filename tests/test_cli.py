@@ -37,7 +37,8 @@ def test_foreign_ledger_exits_3_and_is_untouched(tmp_path: Path) -> None:
     con.commit()
     con.close()
     before = ledger.read_bytes()
-    proc = run("report", "--state-dir", str(tmp_path), "--data-dir", str(tmp_path / "none"))
+    (tmp_path / "empty").mkdir()
+    proc = run("report", "--state-dir", str(tmp_path), "--data-dir", str(tmp_path / "empty"))
     assert proc.returncode == 3 and "another program" in proc.stderr
     assert ledger.read_bytes() == before
 
@@ -51,17 +52,23 @@ def test_report_text_on_real_transcripts(real_tree: Path, tmp_path: Path) -> Non
 
 
 def test_since_and_until_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--since/--until keep requests in [since, until)."""
+    """--since/--until keep [since, until); a date-only --until includes that whole day."""
     proj = tmp_path / "projects" / "-p"
     proj.mkdir(parents=True)
     (proj / "s.jsonl").write_bytes(jsonl(
         assistant("a", ts="2026-01-01T10:00:00Z"), assistant("b", ts="2026-01-02T10:00:00Z"),
         assistant("c", ts="2026-01-03T10:00:00Z")))
-    args = ["report", "--json", "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "s")]
-    assert main([*args, "--since", "2026-01-02", "--until", "2026-01-03"]) == 0
-    assert json.loads(capsys.readouterr().out)["totals"]["requests"] == 1
-    assert main([*args, "--since", "2026-01-02T10:00:00"]) == 0
-    assert json.loads(capsys.readouterr().out)["totals"]["requests"] == 2
+    args = ["report", "--json", "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "s"),
+            "--timezone", "UTC"]
+
+    def requests(*extra: str) -> int:
+        assert main([*args, *extra]) == 0
+        return int(json.loads(capsys.readouterr().out)["totals"]["requests"])
+
+    assert requests("--since", "2026-01-02", "--until", "2026-01-02") == 1
+    assert requests("--since", "20260102", "--until", "2026-01-03T10:00:00") == 1
+    assert requests("--since", "2026-01-02T10:00:00") == 2
+    assert requests("--until", "2026-01-02T10:00:00Z") == 1
 
 
 def test_bad_since_is_a_usage_error() -> None:

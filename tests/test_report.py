@@ -1,19 +1,23 @@
-"""Tests of the text and JSON renderings of the figures."""
+"""Tests of the text and JSON renderings of the summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
-from exporter.projections.figures import compute
+from exporter.projections.facts import Prices
+from exporter.projections.figures import Summary, summary
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from exporter.report import duration, pct, render_text, size, to_json, tokens, transfer_time, usd
+from tests import report_ledgers
 from tests.conftest import request
 
 
@@ -23,8 +27,8 @@ def req(key: str, ts: float, session: str = "3324d49f-aaaa", **fields: Any) -> R
 
 
 @pytest.fixture(scope="module")
-def figures() -> dict[str, Any]:
-    """Return figures of a few requests: one long-context session, an unpriced model."""
+def summarised(tmp_path_factory: pytest.TempPathFactory) -> Summary:
+    """Return the summary of a few requests: one long-context session, an unpriced model."""
     requests = [
         req("a", 0.0, input=1, output=582, cache_read=456_000, cache_write_5m=874),
         req("b", 12.0, input=1, output=3321, cache_read=457_000, cache_write_5m=1000),
@@ -32,21 +36,28 @@ def figures() -> dict[str, Any]:
         req("d", 30.0, "18d79b2f-bbbb", model="claude-opus-5-5", output=10, cache_read=1000),
         req("e", 31.0, source=Source.SUBAGENT, output=5, cache_read=2000),
     ]
-    return compute(
-        requests,
-        Pricing.load(),
-        kv_bytes_per_token={"mla": 70_272, "gqa": 516_096},
-        upload_bytes_per_token=4.0,
-        lines={"usage": 5, "duplicate": 7, "other": 11, "rejected": 2},
-        rejected={"invalid_json": 2},
-    )
+    with report_ledgers.real(requests, Path(tmp_path_factory.mktemp("l"))) as ledger:
+        return summary(
+            report_ledgers.select(ledger),
+            Prices.of(Pricing.load()),
+            kv_bytes_per_token={"mla": 70_272, "gqa": 516_096},
+            upload_bytes_per_token=4.0,
+            lines={"usage": 5, "duplicate": 7, "other": 11, "rejected": 2},
+            rejected={"invalid_json": 2},
+        )
 
 
-def render(figures: dict[str, Any], width: int = 120) -> str:
+@pytest.fixture(scope="module")
+def figures(summarised: Summary) -> dict[str, Any]:
+    """Return the summary's JSON figures."""
+    return summarised.to_json()
+
+
+def render(summarised: Summary, width: int = 120) -> str:
     """Render to a plain console of ``width`` columns and return the text."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width)
-    render_text(figures, console)
+    render_text(summarised, console)
     out = buffer.getvalue()
     assert isinstance(out, str)
     return out
@@ -85,9 +96,9 @@ def test_other_units() -> None:
     assert transfer_time(236e9, 800) == "2.4 s"
 
 
-def test_render_contains_key_figures(figures: dict[str, Any]) -> None:
+def test_render_contains_key_figures(summarised: Summary, figures: dict[str, Any]) -> None:
     """The summary shows totals, shares, distributions and every section's figures."""
-    text = render(figures)
+    text = render(summarised)
     t = figures["totals"]
     assert f"{t['requests']:,} in 2 sessions" in text
     assert usd(t["cost_usd"]) in text
@@ -103,33 +114,44 @@ def test_render_contains_key_figures(figures: dict[str, Any]) -> None:
     assert "duplicate 7" in text
 
 
-def test_render_kv_transfer_time(figures: dict[str, Any]) -> None:
+def test_render_kv_transfer_time(summarised: Summary, figures: dict[str, Any]) -> None:
     """The KV table gives bytes and bytes x 8 / rate for each reference link."""
-    text = render(figures)
+    text = render(summarised)
     mla_p50 = figures["kv_bytes"]["mla"]["p50"]
     row = next(line for line in text.splitlines() if "mla · p50" in line)
     assert size(mla_p50) in row
     assert all(transfer_time(mla_p50, g) in row for g in (100, 400, 800))
 
 
-def test_render_fits_an_80_column_pipe(figures: dict[str, Any]) -> None:
+def test_render_fits_an_80_column_pipe(summarised: Summary) -> None:
     """At 80 columns nothing is cut: whole model ids, no ellipses, no line wider than 80."""
-    text = render(figures, width=80)
+    text = render(summarised, width=80)
     assert "…" not in text
     assert any("claude-opus-5-5" in line and "n/a" in line for line in text.splitlines())
     assert max(map(len, text.splitlines())) <= 80
 
 
-def test_render_is_plain_text_off_a_terminal(figures: dict[str, Any]) -> None:
+def test_render_is_plain_text_off_a_terminal(summarised: Summary) -> None:
     """Writing to a file emits no ANSI escape codes."""
-    assert "\x1b[" not in render(figures)
+    assert "\x1b[" not in render(summarised)
 
 
-def test_render_accepts_figures_without_optional_keys(figures: dict[str, Any]) -> None:
-    """Ground-truth-shaped figures (no by_session) render too."""
-    trimmed = {k: v for k, v in figures.items() if k != "by_session"}
-    text = render(trimmed)
+def test_render_without_sessions(summarised: Summary) -> None:
+    """A summary without session rows leaves out the sessions table, nothing else."""
+    text = render(dataclasses.replace(summarised, by_session=()))
     assert "Sessions" not in text and "By model" in text
+
+
+def test_header_names_range_and_zone(summarised: Summary) -> None:
+    """The first line names the report, its time zone and the requests it covers."""
+    first = render(summarised).splitlines()[0]
+    assert first == "Summary · UTC · 1970-01-01 00:00 → 1970-01-01 01:06"
+
+
+def test_costs_in_json_have_no_float_noise(figures: dict[str, Any]) -> None:
+    """Costs are rounded to 1e-6 USD: their shortest repr has at most six decimals."""
+    costs = [figures["totals"]["cost_usd"], *(t["cost_usd"] for t in figures["by_model"].values())]
+    assert all(len(repr(c).partition(".")[2]) <= 6 for c in costs)
 
 
 def test_to_json_round_trips_with_sorted_keys(figures: dict[str, Any]) -> None:

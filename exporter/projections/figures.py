@@ -1,59 +1,320 @@
-"""The figures of docs/figures.md, projected from the ledger's requests.
+"""The figures of docs/figures.md (plain `report`), computed in SQL over the ledger.
 
-``compute`` returns the JSON shape that ``report`` renders and the generator's
-ground truth uses. The building blocks (``percentile``, ``gap_bucket``,
-``session_gaps``, ``peak_per_window``, ``max_sessions_per_window``) are public
-so the live metrics classify requests exactly the same way.
+:func:`summary` returns a typed :class:`Summary`; :meth:`Summary.to_json` is the
+``report --json`` contract (and the shape of the generator's ``truth.json``).
+Every figure is an aggregate that SQLite computes: sums per price class
+(:mod:`exporter.projections.facts`), the gap buckets and the active generation
+speed from each main request's ``gap`` column (kept by the ledger), exact
+nearest-rank percentiles by ``ORDER BY … LIMIT 1 OFFSET k``, and the busiest
+minute and 10-minute window by ``GROUP BY``. Python sees aggregate rows only.
 
-Speed matters (a ledger holds 50k+ requests): one sort by time, one loop that
-folds each request into per-price-class, per-gap-bucket and per-session sums,
-and a few C-level passes (sorts, bisects). Each price class is priced once,
-not each request.
+The small helpers at the end (``gap_bucket``, ``session_gaps``, …) are the
+per-request rules the live metrics still use.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
-from operator import eq, itemgetter
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
-from exporter.projections.pricing import Pricing
-from exporter.records import Request, Source
-
-GAP_BUCKETS = ("first", "lt_5m", "5m_to_1h", "gt_1h")
-CACHE_5M_SECONDS = 300.0
-CACHE_1H_SECONDS = 3600.0
-ACTIVE_GAP_SECONDS = 120.0  # a gap this short is "the model generating" for the speed figure
-SESSION_TABLE_ROWS = 20
-TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
-TOTAL_KEYS = (
-    "requests",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_5m_tokens",
-    "cache_write_1h_tokens",
-    "cost_usd",
-    "unpriced_tokens",
+from exporter.projections.facts import (
+    CONTEXT_SQL,
+    ZERO,
+    Fact,
+    Facts,
+    Prices,
+    Selection,
+    Usage,
+    by_name,
 )
-LINE_RESULTS = ("usage", "duplicate", "other", "rejected")
+from exporter.projections.periods import Range, iso
+from exporter.records import Request, Source, gap_seconds
+
+GAP_BUCKETS: Final = ("first", "lt_5m", "5m_to_1h", "gt_1h")
+CACHE_5M_SECONDS: Final = 300.0
+CACHE_1H_SECONDS: Final = 3600.0
+ACTIVE_GAP_SECONDS: Final = 120.0  # a gap this short is "the model generating" (speed figure)
+SESSION_TABLE_ROWS: Final = 20
+LINE_RESULTS: Final = ("usage", "duplicate", "other", "rejected")
+__all__ = [
+    "CACHE_1H_SECONDS", "CACHE_5M_SECONDS", "GAP_BUCKETS", "Summary", "gap_bucket",
+    "gap_seconds", "percentile", "session_gaps", "summary",
+]
+
+# exporter.slots' buckets of main requests (0 first, 1 <= 120 s, 2 <= 300 s, 3 <= 1 h,
+# 4 > 1 h; inclusive above, like the histogram's le="300") -> GAP_BUCKETS index.
+_BUCKET_OF: Final = (0, 1, 1, 2, 3)  # SQL bucket -> GAP_BUCKETS index
+_MAIN: Final = f"source = {int(Source.MAIN)}"
 
 N = TypeVar("N", int, float)
-# itemgetter by field index runs in C: much cheaper than attribute access per request.
-_ts, _session = (itemgetter(Request._fields.index(name)) for name in ("ts", "session"))
-_ts_key = itemgetter(Request._fields.index("ts"), Request._fields.index("key"))
-_LOOP_FIELDS = ("ts", "model", "session", "source", *TOKEN_FIELDS)
-_hot = itemgetter(
-    *map(Request._fields.index, (*_LOOP_FIELDS, "inference_geo", "service_tier", "speed"))
-)
-# (model, source, inference_geo, service_tier, speed, long context): one price per token type.
-_PriceClass = tuple[str, Source, str, str, str, bool]
 
 
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Nearest-rank p50 and p90, and the maximum, of some integers."""
+
+    p50: int = 0
+    p90: int = 0
+    max: int = 0
+
+    def scaled(self, factor: float) -> Spread:
+        """Each figure times ``factor``, rounded to an integer."""
+        return Spread(round(self.p50 * factor), round(self.p90 * factor), round(self.max * factor))
+
+    def to_json(self) -> dict[str, int]:
+        """``{"p50": …, "p90": …, "max": …}``."""
+        return {"p50": self.p50, "p90": self.p90, "max": self.max}
+
+
+@dataclass(frozen=True, slots=True)
+class GapBucket:
+    """Main requests after one kind of gap, the cache they wrote, and their prompt tokens."""
+
+    requests: int = 0
+    cache_write: int = 0
+    prompt: int = 0
+
+    @property
+    def write_share(self) -> float:
+        """Share of the prompt written to cache (0 for an empty bucket)."""
+        return self.cache_write / self.prompt if self.prompt else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One of the busiest sessions: requests, time span, median gap, output tokens."""
+
+    session: str
+    requests: int
+    span_hours: float
+    gap_p50: float
+    output_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``by_session`` row of ``report --json``."""
+        return {"session": self.session, "requests": self.requests,
+                "span_hours": self.span_hours, "gap_p50": self.gap_p50,
+                "output_tokens": self.output_tokens}
+
+
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """What a report covers: the range asked for, the zone, and the first and last request."""
+
+    range: Range
+    first: float | None
+    last: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """ISO-8601 times in the report's zone (None where unbounded or empty)."""
+        zone = self.range.zone
+
+        def when(ts: float | None) -> str | None:
+            return None if ts is None else iso(ts, zone)
+
+        return {"since": when(self.range.since), "until": when(self.range.until),
+                "first_request": when(self.first), "last_request": when(self.last),
+                "timezone": zone.name}
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Every figure of docs/figures.md for one selection of requests."""
+
+    covered: Covered
+    totals: Usage
+    by_model: Mapping[str, Usage]
+    by_source: Mapping[str, Usage]
+    sessions: int
+    context: Spread
+    output: Spread
+    gap_p50: float
+    gap_p90: float
+    gap_count: int
+    buckets: Mapping[str, GapBucket]  # GAP_BUCKETS order
+    peak_requests_per_minute: int
+    max_parallel_sessions_10m: int
+    generation_tokens_per_second: float
+    kv_bytes: Mapping[str, Spread]
+    upload_total: int
+    upload: Spread  # p50 and p90 of upload bytes per request
+    lines: Mapping[str, int]
+    rejected: Mapping[str, int]
+    by_session: tuple[SessionRow, ...]
+
+    @property
+    def cache_read_share(self) -> float:
+        """Cache read over prompt tokens, all requests."""
+        return self.totals.cache_read_share
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``report --json`` object (docs/figures.md); costs rounded to 1e-6 USD."""
+        return {
+            "range": self.covered.to_json(),
+            "totals": self.totals.totals(),
+            "by_model": {k: u.totals() for k, u in self.by_model.items()},
+            "by_source": {k: u.totals() for k, u in self.by_source.items()},
+            "sessions": self.sessions,
+            "rejected_lines": int(self.lines.get("rejected", 0)),
+            "rejected_by_reason": dict(sorted(self.rejected.items())),
+            "context_tokens": self.context.to_json(),
+            "output_tokens": self.output.to_json(),
+            "gap_seconds": {"p50": self.gap_p50, "p90": self.gap_p90, "count": self.gap_count},
+            "cache_write_share_by_gap": {k: b.write_share for k, b in self.buckets.items()},
+            "requests_by_gap": {k: b.requests for k, b in self.buckets.items()},
+            "cache_read_share": self.cache_read_share,
+            "peak_requests_per_minute": self.peak_requests_per_minute,
+            "max_parallel_sessions_10m": self.max_parallel_sessions_10m,
+            "generation_tokens_per_second": self.generation_tokens_per_second,
+            "kv_bytes": {k: s.to_json() for k, s in self.kv_bytes.items()},
+            "upload_bytes": {"total": self.upload_total, "p50": self.upload.p50,
+                             "p90": self.upload.p90},
+            "lines": {k: int(self.lines.get(k, 0)) for k in LINE_RESULTS},
+            "by_session": [row.to_json() for row in self.by_session],
+        }
+
+
+def summary(
+    selection: Selection,
+    prices: Prices,
+    *,
+    kv_bytes_per_token: Mapping[str, int],
+    upload_bytes_per_token: float,
+    lines: Mapping[str, int],
+    rejected: Mapping[str, int],
+    session_rows: int = SESSION_TABLE_ROWS,
+) -> Summary:
+    """Every figure of docs/figures.md for the selected requests."""
+    facts = Facts(selection, prices)
+    found = facts.collect(buckets=True)
+    models: dict[str, Usage] = {}
+    sources: dict[str, Usage] = {}
+    for f in found:
+        models[f.attrs.model] = models.get(f.attrs.model, ZERO) + f.usage
+        label = f.attrs.source.label
+        sources[label] = sources.get(label, ZERO) + f.usage
+    totals = sum(models.values(), ZERO)
+    n = totals.requests
+    stats = selection.rows(f"max({CONTEXT_SQL}), max(output)")[0]
+    context = Spread(_kth(selection, CONTEXT_SQL, p=50, n=n),
+                     _kth(selection, CONTEXT_SQL, p=90, n=n), int(stats[0] or 0))
+    output = Spread(_kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n),
+                    int(stats[1] or 0))
+    buckets, speed = _gap_buckets(found)
+    n_gaps = sum(b.requests for k, b in buckets.items() if k != "first")
+    gap = ("gap", _MAIN, "gap IS NOT NULL")
+    sessions = _sessions(found)
+    return Summary(
+        covered=Covered(selection.range, min((f.first for f in found), default=None),
+                        max((f.last for f in found), default=None)),
+        totals=totals,
+        by_model=by_name(models),
+        by_source={s.label: sources[s.label] for s in Source if s.label in sources},
+        sessions=len(sessions),
+        context=context,
+        output=output,
+        gap_p50=float(_kth(selection, *gap, p=50, n=n_gaps)),
+        gap_p90=float(_kth(selection, *gap, p=90, n=n_gaps)),
+        gap_count=n_gaps,
+        buckets=buckets,
+        peak_requests_per_minute=facts.busiest_minute(),
+        max_parallel_sessions_10m=facts.busiest_sessions_10m(),
+        generation_tokens_per_second=speed,
+        kv_bytes={arch: Spread(context.p50 * int(b), context.p90 * int(b), context.max * int(b))
+                  for arch, b in kv_bytes_per_token.items()},
+        upload_total=round(totals.context * upload_bytes_per_token),
+        upload=context.scaled(upload_bytes_per_token),
+        lines=dict(lines),
+        rejected=dict(rejected),
+        by_session=tuple(_busiest_sessions(selection, sessions, session_rows)),
+    )
+
+
+def _kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
+    """The nearest-rank ``p``-th percentile of ``expr`` over ``n`` selected rows (0 if none).
+
+    ``ORDER BY … LIMIT 1 OFFSET k`` walks the ledger's index on ``expr`` where
+    there is one; exact, and no row reaches Python.
+    """
+    if n <= 0:
+        return 0
+    rank = min(max(-(-p * n // 100), 1), n)  # ceil(p * n / 100), exact in integers
+    rows = selection.rows(expr, f"{expr} IS NOT NULL", *extra,
+                          tail=f"ORDER BY 1 LIMIT 1 OFFSET {rank - 1}")
+    return rows[0][0] if rows else 0
+
+
+def _gap_buckets(found: Iterable[Fact]) -> tuple[dict[str, GapBucket], float]:
+    """Main requests per gap bucket, and output per second over gaps of at most 120 s."""
+    sums = [[0, 0, 0] for _ in GAP_BUCKETS]
+    out = gap_ms = 0
+    for f in found:
+        if f.bucket < 0:
+            continue
+        acc = sums[_BUCKET_OF[f.bucket]]
+        acc[0] += f.usage.requests
+        acc[1] += f.usage.cache_write
+        acc[2] += f.usage.context
+        if f.bucket == 1:
+            out += f.usage.output
+            gap_ms += f.gap_ms
+    speed = out * 1000 / gap_ms if gap_ms > 0 else 0.0
+    return {name: GapBucket(*acc) for name, acc in zip(GAP_BUCKETS, sums, strict=True)}, speed
+
+
+@dataclass(slots=True)
+class _Session:
+    """Sums of one session while folding facts."""
+
+    requests: int = 0
+    output: int = 0
+    first: float = math.inf
+    last: float = -math.inf
+
+
+def _sessions(found: Iterable[Fact]) -> dict[str, _Session]:
+    """Requests, output and first and last request time of each session."""
+    out: dict[str, _Session] = {}
+    for f in found:
+        s = out.get(f.attrs.session)
+        if s is None:
+            s = out[f.attrs.session] = _Session()
+        s.requests += f.usage.requests
+        s.output += f.usage.output
+        s.first = min(s.first, f.first)
+        s.last = max(s.last, f.last)
+    return out
+
+
+def _busiest_sessions(selection: Selection, sessions: Mapping[str, _Session],
+                      limit: int) -> Iterable[SessionRow]:
+    """The ``limit`` sessions with most requests (ties by id) and their median main gap."""
+    top = sorted(sessions.items(), key=lambda item: (-item[1].requests, item[0]))[:limit]
+    medians = session_medians(selection, [name for name, _ in top])
+    for name, s in top:
+        yield SessionRow(name, s.requests, (s.last - s.first) / 3600,
+                         float(medians.get(name, 0.0)), s.output)
+
+
+def session_medians(selection: Selection, sessions: Sequence[str]) -> dict[str, float]:
+    """Each session's nearest-rank median gap between its main requests (absent: no gaps)."""
+    out: dict[str, float] = {}
+    for i in range(0, len(sessions), 500):  # under SQLite's variable limit
+        part = sessions[i : i + 500]
+        marks = ",".join("?" * len(part))
+        cond, params = selection.where(_MAIN, "gap IS NOT NULL", f"session IN ({marks})")
+        sql = (
+            "SELECT session, gap FROM (SELECT session, gap, row_number() OVER "
+            "(PARTITION BY session ORDER BY gap) AS rank, count(*) OVER (PARTITION BY session) "
+            f"AS n FROM {selection.relation} WHERE {cond}) WHERE rank = (n * 50 + 99) / 100"
+        )
+        out.update(selection.read(sql, [*params, *part]))
+    return out
+
+
+# ---- per-request rules, for the live metrics ------------------------------------------
 def percentile(sorted_values: Sequence[N], p: float) -> N | int:
     """Return the nearest-rank percentile ``v[ceil(p/100 * n) - 1]``; 0 if empty."""
     n = len(sorted_values)
@@ -68,7 +329,6 @@ def gap_bucket(gap: float | None) -> str:
     """Return the cache-expiry bucket of a main request by the gap before it."""
     if gap is None:
         return "first"
-    # Inclusive above, like the Prometheus histogram's le="300" and le="3600".
     if gap <= CACHE_5M_SECONDS:
         return "lt_5m"
     if gap <= CACHE_1H_SECONDS:
@@ -76,251 +336,13 @@ def gap_bucket(gap: float | None) -> str:
     return "gt_1h"
 
 
-def gap_seconds(later: float, earlier: float) -> float:
-    """Return the time between two request timestamps, rounded to whole milliseconds.
-
-    Transcript timestamps have millisecond resolution; rounding removes the float
-    noise of epoch seconds, so a 300.000 s gap is exactly 300 (bucket ``lt_5m``).
-    """
-    return round((later - earlier) * 1000) / 1000
-
-
-def main_chain(requests: Iterable[Request]) -> list[tuple[Request, float | None]]:
-    """List main requests by (ts, key), each with the gap since its session's previous one."""
+def session_gaps(requests: Iterable[Request]) -> dict[str, float | None]:
+    """Map each main request's key to the gap since its session's previous main request."""
     last: dict[str, float] = {}
-    out: list[tuple[Request, float | None]] = []
-    for req in sorted((r for r in requests if r.source is Source.MAIN), key=_ts_key):
+    out: dict[str, float | None] = {}
+    main = sorted((r for r in requests if r.source is Source.MAIN), key=lambda r: (r.ts, r.key))
+    for req in main:
         prev = last.get(req.session)
-        out.append((req, None if prev is None else gap_seconds(req.ts, prev)))
+        out[req.key] = None if prev is None else gap_seconds(req.ts, prev)
         last[req.session] = req.ts
     return out
-
-
-def session_gaps(requests: Iterable[Request]) -> dict[str, float | None]:
-    """Map each main request's key to the gap before it (None for a session's first)."""
-    return {req.key: gap for req, gap in main_chain(requests)}
-
-
-def _windows(times: Sequence[float], width: float) -> Iterator[tuple[int, int]]:
-    """Yield ``(lo, hi)`` index ranges of sorted ``times`` sharing ``floor(t / width)``."""
-    lo, n = 0, len(times)
-    while lo < n:
-        hi = bisect_left(times, (times[lo] // width + 1) * width, lo)
-        yield lo, hi
-        lo = hi
-
-
-def peak_per_window(times: Sequence[float], width: float = 60.0) -> int:
-    """Return the most sorted ``times`` in one aligned window (60 s: calendar minute)."""
-    return max((hi - lo for lo, hi in _windows(times, width)), default=0)
-
-
-def max_sessions_per_window(
-    times: Sequence[float], sessions: Sequence[str], width: float = 600.0
-) -> int:
-    """Return the most distinct sessions in one aligned window of sorted ``times``."""
-    return max((len(set(sessions[lo:hi])) for lo, hi in _windows(times, width)), default=0)
-
-
-class _Scan:
-    """Sums folded from one pass over the requests in time order."""
-
-    def __init__(self) -> None:
-        """Start empty."""
-        # price class -> [requests, input, output, cache_read, cache_write_5m, cache_write_1h]
-        self.classes: dict[_PriceClass, list[int]] = {}
-        # session -> [first ts, last ts, last main ts or None, requests, output, main gaps]
-        self.sessions: dict[str, list[Any]] = {}
-        self.contexts: list[int] = []
-        self.outputs: list[int] = []
-        # Per gap bucket (GAP_BUCKETS order): [main requests, cache writes, prompt tokens].
-        self.buckets = [[0, 0, 0] for _ in GAP_BUCKETS]
-        self.active = [0, 0.0]  # output tokens and seconds after gaps <= ACTIVE_GAP_SECONDS
-
-    def run(self, ordered: Iterable[Request], pricing: Pricing) -> None:
-        """Fold requests sorted by ``ts``; flat on purpose, it runs once per request."""
-        classes, sessions, buckets, active = self.classes, self.sessions, self.buckets, self.active
-        add_context, add_output = self.contexts.append, self.outputs.append
-        thresholds: dict[str, float] = {}
-        main, short, long_gap = Source.MAIN, CACHE_5M_SECONDS, CACHE_1H_SECONDS
-        for r in ordered:
-            ts, model, session, source, inp, out, read, w5, w1, geo, tier, speed = _hot(r)
-            ctx = inp + read + w5 + w1
-            add_context(ctx)
-            add_output(out)
-            state = sessions.get(session)
-            if state is None:
-                state = sessions[session] = [ts, ts, None, 0, 0, []]
-            state[1] = ts
-            state[3] += 1
-            state[4] += out
-            if source is main:
-                prev, state[2] = state[2], ts
-                if prev is None:
-                    bucket = buckets[0]
-                else:
-                    gap = round((ts - prev) * 1000) / 1000  # gap_seconds(), inlined
-                    state[5].append(gap)
-                    # gap_bucket() inlined: a call per request is measurable here.
-                    bucket = buckets[1 if gap <= short else 2 if gap <= long_gap else 3]
-                    if gap <= ACTIVE_GAP_SECONDS:
-                        active[0] += out
-                        active[1] += gap
-                bucket[0] += 1
-                bucket[1] += w5 + w1
-                bucket[2] += ctx
-            limit = thresholds.get(model)
-            if limit is None:
-                found = pricing.long_context_threshold(model)
-                limit = thresholds[model] = math.inf if found is None else found
-            key = (model, source, geo, tier, speed, ctx > limit)
-            acc = classes.get(key)
-            if acc is None:
-                acc = classes[key] = [0, 0, 0, 0, 0, 0]
-            acc[0] += 1
-            acc[1] += inp
-            acc[2] += out
-            acc[3] += read
-            acc[4] += w5
-            acc[5] += w1
-        self.contexts.sort()
-        self.outputs.sort()
-
-    def cost_rows(self, pricing: Pricing) -> dict[tuple[str, str], list[Any]]:
-        """Price each class once; fold into ``[requests, 5 token sums, cost, unpriced]``.
-
-        Row keys: ``("", "")`` for the total, ``("m", model)``, ``("s", source label)``.
-        """
-        rows: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0] * 6 + [0.0, 0])
-        for (model, source, geo, tier, speed, long), sums in self.classes.items():
-            rates = pricing.rates(
-                model, long_context=long, inference_geo=geo, service_tier=tier, speed=speed
-            )
-            cost = 0.0 if rates is None else sum(rates.cost(*sums[1:]).values())
-            unpriced = sum(sums[1:]) if rates is None else 0
-            for target in (("", ""), ("m", model), ("s", source.label)):
-                row = rows[target]
-                for i, value in enumerate((*sums, cost, unpriced)):
-                    row[i] += value
-        return rows
-
-    def gap_figures(self) -> dict[str, Any]:
-        """Return gap percentiles, the cache-expiry table and the active generation speed."""
-        gaps = sorted(gap for state in self.sessions.values() for gap in state[5])
-        named = list(zip(GAP_BUCKETS, self.buckets, strict=True))
-        output, seconds = self.active
-        return {
-            "gap_seconds": {
-                "p50": float(percentile(gaps, 50)),
-                "p90": float(percentile(gaps, 90)),
-                "count": len(gaps),
-            },
-            "cache_write_share_by_gap": {
-                name: written / prompt if prompt else 0.0 for name, (_, written, prompt) in named
-            },
-            "requests_by_gap": {name: count for name, (count, _, _) in named},
-            "generation_tokens_per_second": output / seconds if seconds > 0 else 0.0,
-        }
-
-    def session_rows(self, limit: int = SESSION_TABLE_ROWS) -> list[dict[str, Any]]:
-        """Per-session rows (seed §1.1): the ``limit`` sessions with most requests."""
-        top = sorted(self.sessions.items(), key=lambda item: (-item[1][3], item[0]))
-        return [
-            {
-                "session": session,
-                "requests": state[3],
-                "span_hours": (state[1] - state[0]) / 3600,
-                "gap_p50": float(percentile(sorted(state[5]), 50)),
-                "output_tokens": state[4],
-            }
-            for session, state in top[:limit]
-        ]
-
-
-def time_order(requests: Iterable[Request]) -> tuple[list[Request], list[float]]:
-    """Sort requests by (ts, key), as the ledger lists them; return them and their times."""
-    ordered = sorted(requests, key=_ts)  # cheap, and already right unless times tie
-    times = list(map(_ts, ordered))
-    if any(map(eq, islice(times, 1, None), times)):
-        ordered.sort(key=_ts_key)  # equal times: break ties by key, independent of input order
-    return ordered, times
-
-
-def _scan(ordered: Sequence[Request], pricing: Pricing) -> _Scan:
-    """Run the single pass over requests already sorted by ``ts``."""
-    result = _Scan()
-    result.run(ordered, pricing)
-    return result
-
-
-def sessions_table(
-    requests: Iterable[Request], pricing: Pricing, limit: int = SESSION_TABLE_ROWS
-) -> list[dict[str, Any]]:
-    """Return per-session rows: requests, span hours, gap p50, output tokens; top ``limit``."""
-    return _scan(time_order(requests)[0], pricing).session_rows(limit)
-
-
-def _totals(row: Sequence[Any]) -> dict[str, Any]:
-    """Turn a cost row into a ``T`` object."""
-    return {
-        key: float(value) if key == "cost_usd" else int(value)
-        for key, value in zip(TOTAL_KEYS, row, strict=True)
-    }
-
-
-def _spread(sorted_values: list[int]) -> dict[str, int]:
-    """Return p50/p90/max of sorted integers."""
-    return {
-        "p50": int(percentile(sorted_values, 50)),
-        "p90": int(percentile(sorted_values, 90)),
-        "max": sorted_values[-1] if sorted_values else 0,
-    }
-
-
-def compute(
-    requests: Sequence[Request],
-    pricing: Pricing,
-    *,
-    kv_bytes_per_token: Mapping[str, int],
-    upload_bytes_per_token: float,
-    lines: Mapping[str, int],
-    rejected: Mapping[str, int],
-) -> dict[str, Any]:
-    """Return every figure of docs/figures.md for ``requests`` as a JSON-ready dict."""
-    ordered, times = time_order(requests)
-    acc = _scan(ordered, pricing)
-    rows = {key: _totals(row) for key, row in acc.cost_rows(pricing).items()}
-    total = rows.get(("", "")) or _totals([0] * 6 + [0.0, 0])
-    prompt_sum = sum(acc.contexts)
-    context = _spread(acc.contexts)
-    gaps = acc.gap_figures()
-    return {
-        "totals": total,
-        "by_model": {name: t for (kind, name), t in sorted(rows.items()) if kind == "m"},
-        "by_source": {s.label: rows[("s", s.label)] for s in Source if ("s", s.label) in rows},
-        "sessions": len(acc.sessions),
-        "rejected_lines": int(lines.get("rejected", 0)),
-        "rejected_by_reason": {k: int(v) for k, v in sorted(rejected.items())},
-        "context_tokens": context,
-        "output_tokens": _spread(acc.outputs),
-        "gap_seconds": gaps["gap_seconds"],
-        "cache_write_share_by_gap": gaps["cache_write_share_by_gap"],
-        "requests_by_gap": gaps["requests_by_gap"],
-        "cache_read_share": total["cache_read_tokens"] / prompt_sum if prompt_sum else 0.0,
-        "peak_requests_per_minute": peak_per_window(times, 60.0),
-        "max_parallel_sessions_10m": max_sessions_per_window(
-            times, list(map(_session, ordered)), 600.0
-        ),
-        "generation_tokens_per_second": gaps["generation_tokens_per_second"],
-        "kv_bytes": {
-            arch: {q: v * int(per_token) for q, v in context.items()}
-            for arch, per_token in kv_bytes_per_token.items()
-        },
-        "upload_bytes": {
-            "total": round(prompt_sum * upload_bytes_per_token),
-            "p50": round(context["p50"] * upload_bytes_per_token),
-            "p90": round(context["p90"] * upload_bytes_per_token),
-        },
-        "lines": {k: int(lines.get(k, 0)) for k in LINE_RESULTS},
-        "by_session": acc.session_rows(),
-    }

@@ -1,0 +1,511 @@
+"""Usage sums for `report`, from the ledger's slots or its requests, priced exactly.
+
+Every table of `report` is a sum over requests grouped by something: a day, a
+session, a model. SQLite does the grouping and summing; Python sees one
+:class:`Fact` per group, *key* (session, project and the attributes that decide
+a price: model, source, geo, tier, speed, long context) and price period, and
+prices each distinct class once.
+
+Two producers give the same facts:
+- the ledger's usage slots (:mod:`exporter.slots`: sums per 5 minutes and key,
+  kept with the rows), for whole slots. A year's report groups ~100k slot rows
+  with integer keys instead of sorting ~600k requests by text columns;
+- the requests themselves, for the partial slots at the edges of a time range,
+  and for everything when slots cannot answer (no slots yet, a time zone or a
+  price date off the 5-minute grid, a long-context threshold other than the
+  slots' own).
+
+Costs are exact integers in pico-dollars (1e-12 USD): a rate in USD per million
+tokens is ``rate × 1e6`` pico-dollars per token, an integer for every list price
+(at most six decimals). Integer sums do not depend on the grouping, so a view's
+rows add up to the summary's total to the last digit; a cost is rounded once,
+to 1e-6 USD, when shown.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, NamedTuple
+
+from exporter import slots
+from exporter.projections.periods import Range
+from exporter.projections.pricing import Pricing
+from exporter.records import Source
+
+Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
+"""Runs one read-only query with its parameters and returns every row (``Ledger.read``)."""
+
+PICO_PER_USD: Final = 10**12
+PICO_PER_MICRO: Final = 10**6
+CONTEXT_SQL: Final = "(input + cache_read + cache_write_5m + cache_write_1h)"
+NO_BUCKET: Final = -9  # a fact not split by gap bucket
+_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+                "sum(cache_write_1h), sum(web_search)")
+_SLOT: Final = slots.SLOT_SECONDS
+
+
+def usd(pico: int) -> float:
+    """Pico-dollars as USD rounded to 1e-6 (half up): ``26.291159``, never float noise."""
+    micro = (pico + PICO_PER_MICRO // 2) // PICO_PER_MICRO
+    return micro / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Sums over some requests: counts, the five token types, web searches, cost."""
+
+    requests: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+    web_search: int = 0
+    cost_pico: int = 0  # exact list-price cost of the priced requests, 1e-12 USD
+    unpriced: int = 0  # all five token fields of requests whose model has no price
+
+    def __add__(self, other: Usage) -> Usage:
+        """Field-wise sum."""
+        return Usage(*(getattr(self, f) + getattr(other, f) for f in _USAGE_FIELDS))
+
+    @property
+    def context(self) -> int:
+        """Prompt tokens: input + cache read + cache writes."""
+        return self.input + self.cache_read + self.cache_write_5m + self.cache_write_1h
+
+    @property
+    def cache_write(self) -> int:
+        """Cache writes, 5 minutes and 1 hour."""
+        return self.cache_write_5m + self.cache_write_1h
+
+    @property
+    def tokens(self) -> int:
+        """Every token: the prompt plus the output."""
+        return self.context + self.output
+
+    @property
+    def cost_usd(self) -> float:
+        """The cost rounded to 1e-6 USD."""
+        return usd(self.cost_pico)
+
+    @property
+    def cache_read_share(self) -> float:
+        """Cache read over prompt tokens (0 without any)."""
+        return self.cache_read / self.context if self.context else 0.0
+
+    def totals(self) -> dict[str, int | float]:
+        """The ``T`` object of docs/figures.md."""
+        return {
+            "requests": self.requests,
+            "input_tokens": self.input,
+            "output_tokens": self.output,
+            "cache_read_tokens": self.cache_read,
+            "cache_write_5m_tokens": self.cache_write_5m,
+            "cache_write_1h_tokens": self.cache_write_1h,
+            "web_search_requests": self.web_search,
+            "cost_usd": self.cost_usd,
+            "unpriced_tokens": self.unpriced,
+        }
+
+
+_USAGE_FIELDS: Final = tuple(f.name for f in fields(Usage))
+ZERO: Final = Usage()
+
+
+def total(usages: Iterable[Usage]) -> Usage:
+    """The sum of some usages."""
+    out = ZERO
+    for u in usages:
+        out = out + u
+    return out
+
+
+class Attrs(NamedTuple):
+    """What a fact's requests share: session, project and price attributes."""
+
+    session: str
+    project: str
+    model: str
+    source: Source
+    service_tier: str
+    inference_geo: str
+    speed: str
+    long: int  # how many long-context thresholds the prompt exceeds
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """Sums over requests sharing a group key, attributes, gap bucket and price period."""
+
+    key: Any  # the TimeKey's value (a day number, …), or None
+    attrs: Attrs
+    bucket: int  # exporter.slots bucket (-1 not main, 0 first, 1..4 by gap), or NO_BUCKET
+    first: float
+    last: float
+    usage: Usage
+    gap_ms: int  # sum of the gaps before the main requests, milliseconds (exact)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeKey:
+    """A grouping by time: ``sql(t)`` is its SQL given an SQL expression of epoch seconds.
+
+    For slot sums, ``slot_time`` stands for the time of their requests, and
+    ``mixed`` lists the slots whose requests the key splits (read one by one).
+    """
+
+    sql: Callable[[str], str]
+    aligned: bool = True  # False: the key changes inside slots; use the requests only
+    slot_time: str = f"slot * {_SLOT}"
+    mixed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which requests a report covers: a scoped ledger view, a time range, filters."""
+
+    read: Reader
+    relation: str  # the ledger's scoped view (``Ledger.scope``) or ``requests``
+    range: Range
+    projects: tuple[str, ...] = ()  # exact project paths (see :func:`resolve_projects`)
+    models: tuple[str, ...] = ()  # exact model ids
+    sources: tuple[Source, ...] = ()
+    slots: bool = False  # the ledger keeps usage slots (exporter.slots)
+    slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
+
+    def where(self, *extra: str) -> tuple[str, list[object]]:
+        """The WHERE condition (and parameters) of this selection, plus ``extra`` terms."""
+        cond, params = self.range.sql()
+        parts = [cond, *extra, *self._filters(params)]
+        return " AND ".join(p for p in parts if p != "1") or "1", params
+
+    def _filters(self, params: list[object]) -> list[str]:
+        """Conditions for --project, --model and --source (adding their parameters)."""
+        parts = []
+        for column, values in (("project", self.projects), ("model", self.models)):
+            if values:
+                parts.append(f"{column} IN ({','.join('?' * len(values))})")
+                params.extend(values)
+        if self.sources:
+            parts.append(f"source IN ({','.join(str(int(s)) for s in self.sources)})")
+        return parts
+
+    @property
+    def filtered(self) -> bool:
+        """Whether --project, --model or --source narrow the selection."""
+        return bool(self.projects or self.models or self.sources)
+
+    def rows(self, select: str, *extra: str, tail: str = "",
+             params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Run ``SELECT select FROM relation WHERE … tail`` over this selection."""
+        cond, where_params = self.where(*extra)
+        sql = f"SELECT {select} FROM {self.relation} AS r WHERE {cond} {tail}"
+        return self.read(sql, [*where_params, *params])
+
+    def bounds(self) -> tuple[float, float] | None:
+        """Times of the first and last selected request, or None when there is none."""
+        first = self.rows("min(ts), max(ts)")[0]
+        return None if first[0] is None else (float(first[0]), float(first[1]))
+
+
+@dataclass(slots=True)
+class Prices:
+    """Prices price classes once each, in integer pico-dollars per token and per search."""
+
+    pricing: Pricing
+    thresholds: tuple[int, ...] = ()  # every long-context threshold in the table, ascending
+    starts: tuple[float, ...] = ()  # every date any family's price changes, ascending
+    _units: dict[tuple[Any, ...], tuple[int, ...] | None] = field(default_factory=dict)
+    _dated: bool = False
+
+    @classmethod
+    def of(cls, pricing: Pricing) -> Prices:
+        """Collect the thresholds and price dates the SQL must split requests by."""
+        families = getattr(pricing, "families", None)  # price periods, when the table has them
+        periods: list[Any]
+        if families:
+            periods = [p for fam in families.values() for p in fam.periods]
+            starts = sorted({s for fam in families.values() for s in fam.starts})
+        else:
+            periods, starts = list(pricing.models.values()), []
+        thresholds = sorted({p.long_context_threshold for p in periods if p.long_context})
+        dated = "at" in inspect.signature(pricing.rates).parameters
+        return cls(pricing, tuple(thresholds), tuple(starts), {}, dated)
+
+    @property
+    def fits_slots(self) -> bool:
+        """Whether slot sums can be priced: the slots' long-context split and 5-minute dates."""
+        return set(self.thresholds) <= {slots.LONG_CONTEXT_TOKENS} and all(
+            s % _SLOT == 0 for s in self.starts)
+
+    def long_sql(self) -> str:
+        """SQL for a request's long-context level: how many thresholds its prompt exceeds."""
+        if not self.thresholds:
+            return "0"
+        return "(" + " + ".join(f"({CONTEXT_SQL} > {t})" for t in self.thresholds) + ")"
+
+    def period_sql(self, at: str) -> str:
+        """SQL for the price period of epoch ``at``: how many price dates it is at or after."""
+        if not self.starts:
+            return "0"
+        return "(" + " + ".join(f"({at} >= {s!r})" for s in self.starts) + ")"
+
+    def units(self, attrs: Attrs, period: int, at: float) -> tuple[int, ...] | None:
+        """Pico-dollars per input, output, cache read, 5m write, 1h write token and per search."""
+        model, geo, tier, speed = attrs.model, attrs.inference_geo, attrs.service_tier, attrs.speed
+        key = (model, geo, tier, speed, attrs.long, period)
+        try:
+            return self._units[key]
+        except KeyError:
+            pass
+        when: dict[str, Any] = {"at": at} if self._dated else {}
+        threshold = self.pricing.long_context_threshold(model, **when)
+        long = (threshold in self.thresholds
+                and attrs.long > self.thresholds.index(threshold))
+        rates = self.pricing.rates(model, long_context=long, inference_geo=geo,
+                                   service_tier=tier, speed=speed, **when)
+        out = None
+        if rates is not None:
+            per_token = (rates.input, rates.output, rates.cache_read, rates.cache_write_5m,
+                         rates.cache_write_1h)
+            search = getattr(rates, "web_search_usd", 0.0)
+            out = (*(round(r * 1_000_000) for r in per_token), round(search * PICO_PER_USD))
+        self._units[key] = out
+        return out
+
+    def usage(self, attrs: Attrs, period: int, at: float, n: int,
+              sums: Sequence[int]) -> Usage:
+        """Price ``n`` requests of one class with these token and search sums."""
+        inp, out, read, w5, w1, search = sums
+        units = self.units(attrs, period, at)
+        if units is None:
+            return Usage(n, inp, out, read, w5, w1, search, 0, inp + out + read + w5 + w1)
+        cost = sum(map(int.__mul__, sums, units))
+        return Usage(n, inp, out, read, w5, w1, search, cost, 0)
+
+
+_SOURCES: Final = tuple(Source)
+
+
+class Facts:
+    """The selection's facts, from the slots where they can answer, else from requests."""
+
+    def __init__(self, selection: Selection, prices: Prices) -> None:
+        """Facts of ``selection``, priced with ``prices``."""
+        self.sel = selection
+        self.prices = prices
+        self._keys: dict[int, Attrs] | None = None
+
+    @property
+    def slotted(self) -> bool:
+        """Whether whole slots come from the ledger's slot sums."""
+        return self.sel.slots and self.prices.fits_slots
+
+    def collect(self, key: TimeKey | None = None, *, buckets: bool = False) -> list[Fact]:
+        """Facts grouped by ``key`` (or not by time), split by gap bucket if asked."""
+        if not self.slotted or (key is not None and not key.aligned):
+            return self._from_requests(key, buckets, ())
+        interior, edges = self._split()
+        out: list[Fact] = []
+        if interior is not None:
+            lo, hi = interior
+            mixed = [m for m in (key.mixed if key else ())
+                     if (lo is None or m >= lo) and (hi is None or m < hi)]
+            listed = f"(SELECT value FROM json_each('{json.dumps(mixed)}'))"
+            out = self._from_slots(key, buckets, interior,
+                                   f"slot NOT IN {listed}" if mixed else "")
+            if mixed:
+                edges = [*edges, (f"CAST(ts / {_SLOT} AS INTEGER) IN {listed}",)]
+        for edge in edges:
+            out.extend(self._from_requests(key, buckets, edge))
+        return out
+
+    def _split(self) -> tuple[tuple[int | None, int | None] | None, list[tuple[str, ...]]]:
+        """Whole slots ``[lo, hi)`` of the range (None: none), and the partial ones' conditions."""
+        since, until = self.sel.range.since, self.sel.range.until
+        lo = None if since is None else math.ceil(since / _SLOT)
+        hi = None if until is None else math.floor(until / _SLOT)
+        if lo is not None and hi is not None and lo >= hi:
+            return None, [()]  # inside one or two partial slots: all from the requests
+        edges: list[tuple[str, ...]] = []
+        if since is not None and lo is not None and lo * _SLOT > since:
+            edges.append((f"CAST(ts / {_SLOT} AS INTEGER) < {lo}",))
+        if until is not None and hi is not None and hi * _SLOT < until:
+            edges.append((f"CAST(ts / {_SLOT} AS INTEGER) >= {hi}",))
+        return (lo, hi), edges
+
+    def slot_where(self, interior: tuple[int | None, int | None]) -> tuple[str, list[object]]:
+        """The WHERE condition on ``slots`` for whole slots ``[lo, hi)`` of this selection."""
+        lo, hi = interior
+        parts: list[str] = []
+        params: list[object] = []
+        if lo is not None:
+            parts.append(f"slot >= {int(lo)}")
+        if hi is not None:
+            parts.append(f"slot < {int(hi)}")
+        if self.sel.slot_scope:
+            parts.append(f"({self.sel.slot_scope})")
+        if self.sel.filtered:
+            conds: list[str] = []
+            filters = Selection(self.sel.read, "", Range(None, None, self.sel.range.zone),
+                                self.sel.projects, self.sel.models, self.sel.sources)
+            conds = filters._filters(params)
+            parts.append(f"key IN (SELECT id FROM slot_keys WHERE {' AND '.join(conds)})")
+        return " AND ".join(parts) or "1", params
+
+    def _from_slots(self, key: TimeKey | None, buckets: bool,
+                    interior: tuple[int | None, int | None], extra: str = "") -> list[Fact]:
+        """Facts of whole slots, from the slot sums."""
+        at = f"slot * {_SLOT}"
+        cond, params = self.slot_where(interior)
+        if extra:
+            cond = f"{cond} AND {extra}"
+        sql = (f"SELECT {key.sql(key.slot_time) if key else 'NULL'}, key, "
+               f"{'bucket' if buckets else NO_BUCKET}, {self.prices.period_sql(at)}, "
+               f"min(first), max(last), sum(n), {_SUMS}, sum(gap_ms) FROM slots WHERE {cond} "
+               "GROUP BY 1, 2, 3, 4")
+        keys = self.keys()
+        return [self._fact(row[0], keys[row[1]], row[2:]) for row in self.sel.read(sql, params)]
+
+    def _from_requests(self, key: TimeKey | None, buckets: bool,
+                       extra: Sequence[str]) -> list[Fact]:
+        """Facts from the requests (partial slots, or everything)."""
+        bucket = slots.BUCKET if buckets else str(NO_BUCKET)
+        rows = self.sel.rows(
+            f"{key.sql('ts') if key else 'NULL'}, session, project, model, source, "
+            f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
+            f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {_SUMS}, "
+            f"sum({slots.GAP_MS})",
+            *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
+        return [self._fact(r[0], Attrs(r[1], r[2], r[3], _SOURCES[r[4]], r[5], r[6], r[7],
+                                       int(r[8])), r[9:]) for r in rows]
+
+    def _fact(self, key: Any, attrs: Attrs, row: Sequence[Any]) -> Fact:
+        """A fact from ``bucket, period, first, last, n, 6 sums, gap sum in ms``."""
+        bucket, period, first, last, n, *rest = row
+        sums = [int(v or 0) for v in rest[:6]]
+        usage = self.prices.usage(attrs, int(period), float(first), int(n), sums)
+        return Fact(key, attrs, int(bucket), float(first), float(last), usage, int(rest[6] or 0))
+
+    def keys(self) -> dict[int, Attrs]:
+        """Every slot key's attributes (a few thousand rows, read once)."""
+        if self._keys is None:
+            found = self.sel.read("SELECT id, session FROM slot_sessions", [])
+            sessions: dict[int, str] = dict(found)
+            self._keys = {
+                kid: Attrs(sessions[sid], project, model, _SOURCES[source], tier, geo, speed,
+                           long)
+                for kid, sid, project, model, source, tier, geo, speed, long in self.sel.read(
+                    "SELECT id, sid, project, model, source, service_tier, inference_geo, "
+                    "speed, long FROM slot_keys", [])
+            }
+        return self._keys
+
+    # ---- figures over windows: the busiest minute, the most sessions in 10 minutes -----
+    def busiest_minute(self) -> int:
+        """Most requests in one calendar minute (UTC-aligned)."""
+        if not self.slotted:
+            return self._busiest_raw("count(*)", 60, ())
+        interior, edges = self._split()
+        best = max((self._busiest_raw("count(*)", 60, e) for e in edges), default=0)
+        if interior is not None:
+            cond, params = self.slot_where(interior)
+            minutes = ", ".join(f"sum(m{i})" for i in range(_SLOT // 60))
+            rows = self.sel.read(f"SELECT max({minutes}) FROM slots WHERE {cond} GROUP BY slot "
+                                 "ORDER BY 1 DESC LIMIT 1", params)
+            best = max(best, int(rows[0][0]) if rows else 0)
+        return best
+
+    def busiest_sessions_10m(self) -> int:
+        """Most distinct sessions with a request in one aligned 10-minute window."""
+        if not self.slotted:
+            return self._busiest_raw("count(DISTINCT session)", 600, ())
+        interior, edges = self._split()
+        parts: list[str] = []
+        params: list[object] = []
+        if interior is not None:
+            cond, p = self.slot_where(interior)
+            parts.append(f"SELECT slot / 2 AS w, sid FROM slots WHERE {cond}")
+            params += p
+        for edge in edges:
+            cond, p = self.sel.where(*edge)
+            parts.append(f"SELECT CAST(r.ts / 600 AS INTEGER), s.id FROM {self.sel.relation} "
+                         f"AS r JOIN slot_sessions s ON s.session = r.session WHERE {cond}")
+            params += p
+        rows = self.sel.read(f"SELECT count(DISTINCT sid) FROM ({' UNION ALL '.join(parts)}) "
+                             "GROUP BY w ORDER BY 1 DESC LIMIT 1", params)
+        return int(rows[0][0]) if rows else 0
+
+    def _busiest_raw(self, measure: str, width: int, extra: Sequence[str]) -> int:
+        """The largest ``measure`` over aligned ``width``-second windows, from the requests."""
+        rows = self.sel.rows(measure, *extra,
+                             tail=f"GROUP BY CAST(ts / {width} AS INTEGER) ORDER BY 1 DESC LIMIT 1")
+        return int(rows[0][0]) if rows else 0
+
+
+def by_name(usages: Mapping[str, Usage]) -> dict[str, Usage]:
+    """Usages sorted by name (stable output)."""
+    return {k: usages[k] for k in sorted(usages)}
+
+
+# ---- --project and --model: names as users type them -> exact values -----------------
+class FilterError(ValueError):
+    """A ``--project``/``--model`` that matches nothing in the ledger; names what would."""
+
+
+def _basename(path: str) -> str:
+    """The last part of a project path (``/home/u/proj`` → ``proj``)."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def encoded(path: str) -> str:
+    """Claude Code's directory name for a project (``/home/u/proj`` → ``-home-u-proj``)."""
+    return "".join(c if c.isalnum() else "-" for c in path)
+
+
+def resolve_projects(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
+    """The project paths matching any name: a full path, its last part, or its directory name."""
+    paths = sorted(set(known))
+    out: list[str] = []
+    for name in names:
+        want = name.rstrip("/") or name
+        hits = [p for p in paths if want in (p, p.rstrip("/"), _basename(p), encoded(p))]
+        if not hits:
+            raise FilterError(_no_match("--project", name, [_basename(p) for p in paths]))
+        out.extend(h for h in hits if h not in out)
+    return tuple(out)
+
+
+def resolve_models(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
+    """The model ids containing any name (case-insensitive): ``opus``, ``claude-sonnet-4-5``."""
+    models = sorted(set(known))
+    out: list[str] = []
+    for name in names:
+        hits = [m for m in models if name.lower() in m.lower()]
+        if not hits:
+            raise FilterError(_no_match("--model", name, models))
+        out.extend(h for h in hits if h not in out)
+    return tuple(out)
+
+
+def _no_match(flag: str, name: str, choices: Sequence[str]) -> str:
+    """A one-line message for a filter that matches nothing."""
+    import difflib  # noqa: PLC0415 - only on this error path
+
+    names = sorted(set(choices))
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    known = ", ".join(names[:8]) or "none yet"
+    return f"{flag} {name!r} matches nothing in the ledger{hint} (known: {known})"
+
+
+def known_values(selection: Selection, column: str) -> list[str]:
+    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept)."""
+    if selection.slots:
+        return [r[0] for r in selection.read(f"SELECT DISTINCT {column} FROM slot_keys", [])]
+    return [r[0] for r in selection.read(
+        f"SELECT DISTINCT {column} FROM {selection.relation}", [])]

@@ -1,0 +1,209 @@
+"""The `report` command: its flags, their checks, and one run of a view.
+
+`report` ingests what is new, then prints the summary (no view) or one view —
+daily, weekly, monthly, session, project, blocks — as a table, JSON or CSV,
+over the requests that appeared under the transcript roots (``--data-dir`` or
+the defaults), in the range and zone asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from exporter import report, report_views
+from exporter.config import Settings
+from exporter.ledger import Ledger
+from exporter.projections import figures, views
+from exporter.projections.facts import (
+    FilterError,
+    Prices,
+    Selection,
+    known_values,
+    resolve_models,
+    resolve_projects,
+)
+from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
+from exporter.records import Source
+
+SUMMARY: Final = "summary"
+EPILOG: Final = """\
+examples:
+  claude-code-exporter report                    summary of everything recorded
+  claude-code-exporter report daily --since 7d   one row per day of the last week
+  claude-code-exporter report blocks --json      5-hour blocks; the open one projected
+
+exit codes: 0 ok · 2 bad usage or configuration · 3 unusable ledger"""
+
+
+class UsageError(Exception):
+    """A flag value that cannot be used (exit 2); the message says which and why."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `report` beyond the common ones."""
+    parser.add_argument(
+        "view", nargs="?", default=SUMMARY, choices=(SUMMARY, *views.VIEWS),
+        help="what to show: the summary (default), or a table per day, week (Monday "
+             "first), month, session, project or 5-hour block")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true",
+                     help="print JSON (docs/figures.md has the shape) instead of tables "
+                          "(default: tables)")
+    out.add_argument("--csv", action="store_true",
+                     help="print a view as CSV, one line per row (default: tables)")
+    parser.add_argument(
+        "--since", metavar="WHEN",
+        help="first moment covered: 2026-01-31, 20260131, 2026-01-31T09:00 or an age like "
+             "7d, 12h, 30m (default: the first request)")
+    parser.add_argument(
+        "--until", metavar="WHEN",
+        help="end of the range, excluded; a date alone includes that whole day "
+             "(default: no end)")
+    parser.add_argument(
+        "--timezone", metavar="ZONE",
+        help="zone of days, weeks, months and times shown: an IANA name, UTC or +02:00 "
+             f"(default: the system's, now {local_zone(os.environ).name})")
+    parser.add_argument(
+        "--project", action="append", default=[], metavar="NAME",
+        help="only this project: its path, the path's last part or Claude Code's "
+             "directory name for it; repeatable (default: every project)")
+    parser.add_argument(
+        "--model", action="append", default=[], metavar="NAME",
+        help="only models whose id contains NAME, e.g. opus; repeatable (default: every model)")
+    parser.add_argument(
+        "--source", action="append", default=[], choices=[s.label for s in Source],
+        help="only requests of this source; repeatable (default: all three)")
+    parser.add_argument(
+        "--breakdown", action="store_true",
+        help="views: a row per model inside each row (default: off)")
+    parser.add_argument(
+        "--limit", type=_count, metavar="N",
+        help="views: show the first N rows only; totals still cover every row (default: all)")
+    parser.add_argument(
+        "--order", choices=views.ORDERS,
+        help="views: row order, oldest or newest first, or most cost, requests or tokens "
+             "first (default: newest for session, cost for project, oldest otherwise)")
+    parser.add_argument(
+        "--block-rule", choices=views.BLOCK_RULES, default=views.BLOCK_RULES[0],
+        help="blocks: a block starts at the first request after the previous one ended "
+             "(Anthropic's rule), or that time floored to the hour (ccusage's) "
+             "(default: %(default)s)")
+
+
+def _count(text: str) -> int:
+    """A non-negative integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rows (0 or more)")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one `report` run was asked for, checked."""
+
+    view: str
+    range: Range
+    output: str  # "text", "json" or "csv"
+
+
+def check(args: argparse.Namespace, now: float, env: Any = os.environ) -> Request:
+    """Check the flags that need more than argparse; raise UsageError naming the flag."""
+    if args.view == SUMMARY:
+        for flag, given in (("--csv", args.csv), ("--breakdown", args.breakdown),
+                            ("--limit", args.limit is not None),
+                            ("--order", args.order is not None)):
+            if given:
+                raise UsageError(f"{flag} needs a view: report daily|weekly|monthly|session|"
+                                 f"project|blocks {flag}")
+    try:
+        zone = resolve_zone(args.timezone, env)
+        rng = Range.parse(args.since, args.until, zone, now)
+    except PeriodError as exc:
+        raise UsageError(str(exc)) from None
+    output = "json" if args.json else "csv" if args.csv else "text"
+    return Request(args.view, rng, output)
+
+
+def missing_data_dirs(settings: Settings) -> list[Path]:
+    """Data directories that were given but do not exist."""
+    return [d for d in settings.data_dirs if not d.exists()]
+
+
+def first_run_message(dirs: Sequence[Path], home: Path) -> str:
+    """One line for a first run: where we looked, and what to do."""
+    def shown(p: Path) -> str:
+        try:
+            return "~/" + str(p.relative_to(home))
+        except ValueError:
+            return str(p)
+    where = ", ".join(shown(d) for d in dirs) or "nowhere"
+    return (f"No Claude Code transcripts found in {where}. Use Claude Code first, point "
+            "--data-dir at a directory of transcripts, or try "
+            "`claude-code-exporter serve --demo`.")
+
+
+def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
+              rng: Range) -> Selection:
+    """The requests `report` covers: the roots' scope, the range and the filters."""
+    scope_filter = getattr(ledger, "scope_filter", None)  # slots are usable once scoped
+    has_slots = bool(ledger.read("SELECT count(*) FROM sqlite_master WHERE name = 'slots'")[0][0])
+    slot_scope = scope_filter(list(dirs)) if scope_filter and has_slots else None
+    base = Selection(ledger.read, ledger.scope(list(dirs)), rng,
+                     slots=bool(scope_filter and has_slots), slot_scope=slot_scope)
+    try:
+        projects = (resolve_projects(known_values(base, "project"), args.project)
+                    if args.project else ())
+        models = resolve_models(known_values(base, "model"), args.model) if args.model else ()
+    except FilterError as exc:
+        raise UsageError(str(exc)) from None
+    sources = tuple(s for s in Source if s.label in args.source)
+    return Selection(base.read, base.relation, rng, projects, models, sources, base.slots,
+                     base.slot_scope)
+
+
+def empty(sel: Selection) -> bool:
+    """Whether the scope holds no request at all (ignoring range and filters)."""
+    return not sel.read(f"SELECT 1 FROM {sel.relation} LIMIT 1", [])
+
+
+def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
+        counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
+        now: float) -> int:
+    """Compute and print the summary or the view."""
+    if req.view == SUMMARY:
+        result = figures.summary(
+            sel, prices, kv_bytes_per_token=settings.kv_bytes_per_token,
+            upload_bytes_per_token=settings.upload_bytes_per_token,
+            lines=counters("lines"), rejected=counters("rejected"))
+        if req.output == "json":
+            sys.stdout.write(report.to_json(result.to_json()) + "\n")
+        else:
+            report.render_text(result, _console())
+        return 0
+    options = views.Options(order=args.order, limit=args.limit, breakdown=args.breakdown,
+                            block_rule=args.block_rule, now=now)
+    view = views.build(req.view, sel, prices, options)
+    if req.output == "json":
+        sys.stdout.write(report.to_json(report_views.view_json(view)) + "\n")
+    elif req.output == "csv":
+        sys.stdout.write(report_views.view_csv(view))
+    else:
+        report_views.render_view(view, _console())
+    return 0
+
+
+def _console() -> Any:
+    """The terminal console (rich picks width and colour)."""
+    from rich.console import Console  # noqa: PLC0415 - not needed for JSON
+
+    return Console()

@@ -1,0 +1,74 @@
+"""Ledgers for report tests: requests in, a Selection out, with or without usage slots.
+
+``real`` goes through the ledger itself (one transcript file per session, so
+gaps follow each session's main chain). ``slotted`` is an in-memory table in
+the ledger's shape with the usage slots rebuilt over it: report figures must
+not depend on which of the two answers.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from exporter import slots
+from exporter.ledger import Ledger
+from exporter.projections.facts import Selection
+from exporter.projections.figures import session_gaps
+from exporter.projections.periods import UTC_ZONE, Range
+from exporter.records import Appearance, Parsed, Request
+
+ROOT = "/transcripts/projects"
+_COLUMNS = ("key, ts, model, session, project, source, input, output, cache_read, "
+            "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, "
+            "recorded_cost_usd, web_search, gap")
+
+
+@contextmanager
+def real(requests: Sequence[Request], tmp: Path) -> Iterator[Ledger]:
+    """A ledger file holding ``requests``, each session in its own transcript file."""
+    ledger = Ledger(tmp / "ledger.sqlite3")
+    parsed = Parsed()
+    keys: dict[str, list[str]] = defaultdict(list)
+    for req in requests:
+        parsed.add(req)
+        keys[req.session].append(req.key)
+    apps = [Appearance(f"{ROOT}/p/{s}.jsonl", ROOT, s, tuple(k)) for s, k in keys.items()]
+    ledger.apply(parsed, [], 0, apps)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
+
+
+def slotted(requests: Sequence[Request]) -> sqlite3.Connection:
+    """An in-memory ``requests`` table (gaps per session) with its usage slots."""
+    db = sqlite3.connect(":memory:")
+    db.execute(f"CREATE TABLE requests ({_COLUMNS}, roots INTEGER NOT NULL DEFAULT 1)")
+    db.execute("CREATE INDEX requests_ts ON requests (ts)")
+    gaps = session_gaps(requests)
+    db.executemany(f"INSERT INTO requests ({_COLUMNS}) VALUES ({','.join('?' * 17)})",
+                   [(*r[:-1], gaps.get(r.key)) for r in requests])
+    slots.create(db)
+    slots.rebuild(db)
+    return db
+
+
+def reader(db: sqlite3.Connection) -> Any:
+    """``Ledger.read`` for a bare connection."""
+    def read(sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return db.execute(sql, params).fetchall()
+    return read
+
+
+def select(source: Ledger | sqlite3.Connection, rng: Range | None = None,
+           **filters: Any) -> Selection:
+    """A Selection over a ledger (raw requests) or a slotted connection."""
+    rng = rng or Range(None, None, UTC_ZONE)
+    if isinstance(source, Ledger):
+        return Selection(source.read, source.scope(None), rng, **filters)
+    return Selection(reader(source), "requests", rng, slots=True, **filters)
