@@ -1,0 +1,280 @@
+"""The report views on generated trees: goldens, totals, time zones, blocks, both producers."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from exporter.ingest.discover import projects_dirs
+from exporter.ingest.scan import Scanner
+from exporter.ledger import Ledger
+from exporter.projections import views
+from exporter.projections.facts import Prices, Selection
+from exporter.projections.figures import summary
+from exporter.projections.periods import UTC_ZONE, Range, resolve_zone
+from exporter.projections.pricing import Pricing
+from exporter.records import Request, Source
+from exporter.report_views import render_view, view_csv, view_json
+from exporter.synth import GenOptions, generate
+from tests import report_ledgers
+from tests.conftest import request
+
+GOLDEN = Path(__file__).parent / "golden"
+STARTS = (datetime(2026, 9, 28, 7, tzinfo=UTC), datetime(2026, 10, 1, tzinfo=UTC),
+          datetime(2026, 11, 2, 21, tzinfo=UTC))
+WIDTHS = (160, 80)
+
+
+@pytest.fixture(scope="module")
+def prices() -> Prices:
+    """The shipped prices."""
+    return Prices.of(Pricing.load())
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Three generated trees: two weeks apart, in two months."""
+    base = tmp_path_factory.mktemp("trees")
+    out = []
+    for i, start in enumerate(STARTS):
+        generate(base / f"t{i}", GenOptions(seed=20 + i, sessions=3, requests_per_session=60,
+                                            start=start))
+        out.append(base / f"t{i}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def ledger(trees: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
+    """The trees ingested into one ledger, as `report` does."""
+    led = Ledger(tmp_path_factory.mktemp("state") / "ledger.sqlite3")
+    Scanner(led, projects_dirs(trees), workers=1).scan()
+    yield led
+    led.close()
+
+
+def select(ledger: Ledger, trees: list[Path], rng: Range | None = None) -> Selection:
+    """The selection `report` makes for these trees."""
+    return Selection(ledger.read, ledger.scope(projects_dirs(trees)),
+                     rng or Range(None, None, UTC_ZONE))
+
+
+def last_request(sel: Selection) -> float:
+    """Time of the newest request (the goldens' clock is an hour after it)."""
+    bounds = sel.bounds()
+    assert bounds is not None
+    return bounds[1]
+
+
+def text(view: views.View, width: int) -> str:
+    """The view rendered on a plain console ``width`` columns wide."""
+    buffer = io.StringIO()
+    render_view(view, Console(file=buffer, width=width))
+    return buffer.getvalue()
+
+
+def golden(name: str, content: str) -> None:
+    """Compare with tests/golden/NAME, or rewrite it when UPDATE_GOLDEN=1."""
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(content, encoding="utf-8")
+    assert content == path.read_text(encoding="utf-8"), f"{name} changed (UPDATE_GOLDEN=1)"
+
+
+@pytest.mark.parametrize("name", views.VIEWS)
+def test_view_goldens(name: str, ledger: Ledger, trees: list[Path], prices: Prices) -> None:
+    """Each view's tables (160 and 80 columns) and JSON equal their golden files."""
+    sel = select(ledger, trees)
+    opts = views.Options(now=last_request(sel) + 3600, breakdown=name == "daily")
+    view = views.build(name, sel, prices, opts)
+    tables = "".join(f"--- {w} columns\n{text(view, w)}" for w in WIDTHS)
+    golden(f"report_{name}.txt", tables)
+    golden(f"report_{name}.json", json.dumps(view_json(view), indent=2, sort_keys=True) + "\n")
+    for w in WIDTHS:
+        assert max(map(len, text(view, w).splitlines())) <= w
+        assert "…" not in text(view, w)
+
+
+@pytest.mark.parametrize("name", views.VIEWS)
+def test_totals_add_up_to_the_summary(name: str, ledger: Ledger, trees: list[Path],
+                                      prices: Prices) -> None:
+    """A view's rows add up to its totals, and those equal the summary's, to the last digit."""
+    sel = select(ledger, trees)
+    view = views.build(name, sel, prices, views.Options(now=0.0))
+    whole = summary(sel, prices, kv_bytes_per_token={}, upload_bytes_per_token=4.0, lines={},
+                    rejected={})
+    rows = sum((r.usage for r in view.rows), start=type(view.total)())
+    assert rows == view.total == whole.totals
+    assert view_json(view)["totals"]["cost_usd"] == whole.to_json()["totals"]["cost_usd"]
+
+
+def test_limit_and_order_keep_the_totals(ledger: Ledger, trees: list[Path],
+                                         prices: Prices) -> None:
+    """--limit shows the first rows in --order; totals and row_count still cover all rows."""
+    sel = select(ledger, trees)
+    full = views.build("session", sel, prices, views.Options(order="cost"))
+    top = views.build("session", sel, prices, views.Options(order="cost", limit=2))
+    assert [r.label for r in top.rows] == [r.label for r in full.rows[:2]]
+    costs = [r.usage.cost_pico for r in full.rows]
+    assert costs == sorted(costs, reverse=True)
+    assert top.total == full.total and top.count == full.count > 2
+    assert view_json(top)["row_count"] == full.count
+
+
+def test_csv_has_one_line_per_row_or_per_model(ledger: Ledger, trees: list[Path],
+                                               prices: Prices) -> None:
+    """CSV: a header and one line per row; with --breakdown one line per row and model."""
+    sel = select(ledger, trees)
+    plain = views.build("daily", sel, prices, views.Options())
+    lines = view_csv(plain).splitlines()
+    assert lines[0].startswith("period,start,end,requests,input_tokens,")
+    assert len(lines) == 1 + len(plain.rows)
+    split = views.build("daily", sel, prices, views.Options(breakdown=True))
+    assert len(view_csv(split).splitlines()) == 1 + sum(len(r.breakdown) for r in split.rows)
+
+
+# ---- time zones --------------------------------------------------------------------------
+def late(ts: str, key: str = "k") -> Request:
+    """A main request at an ISO time."""
+    return request(key, datetime.fromisoformat(ts).timestamp(), output=10)
+
+
+@pytest.mark.parametrize("producer", ["ledger", "slots"])
+def test_timezone_moves_a_late_request_to_the_next_day(producer: str, tmp_path: Path,
+                                                       prices: Prices) -> None:
+    """23:30 UTC is the same day in UTC and the next day in UTC+2 (fixed or Europe/Berlin)."""
+    requests = [late("2026-07-14T23:30:00+00:00", "a"), late("2026-07-14T12:00:00+00:00", "b")]
+
+    def days(zone: str) -> dict[str, int]:
+        rng = Range(None, None, resolve_zone(zone))
+        if producer == "slots":
+            sel = report_ledgers.select(report_ledgers.slotted(requests), rng)
+            view = views.build("daily", sel, prices, views.Options())
+        else:
+            with report_ledgers.real(requests, tmp_path / zone.replace("/", "_")) as led:
+                view = views.build("daily", report_ledgers.select(led, rng), prices,
+                                   views.Options())
+        return {r.label: r.usage.requests for r in view.rows}
+
+    assert days("UTC") == {"2026-07-14": 2}
+    assert days("+02:00") == {"2026-07-14": 1, "2026-07-15": 1}
+    assert days("Europe/Berlin") == {"2026-07-14": 1, "2026-07-15": 1}
+
+
+def test_days_across_daylight_saving_time(tmp_path: Path, prices: Prices) -> None:
+    """The night clocks go back (Berlin, 2026-10-25) the day has 25 hours, and both sides agree."""
+    requests = [late("2026-10-24T22:30:00+00:00", "a"),  # 00:30 CEST on the 25th
+                late("2026-10-25T22:30:00+00:00", "b"),  # 23:30 CET on the 25th
+                late("2026-10-25T23:30:00+00:00", "c")]  # 00:30 CET on the 26th
+    rng = Range(None, None, resolve_zone("Europe/Berlin"))
+    sel = report_ledgers.select(report_ledgers.slotted(requests), rng)
+    view = views.build("daily", sel, prices, views.Options())
+    assert {r.label: r.usage.requests for r in view.rows} == {"2026-10-25": 2, "2026-10-26": 1}
+    day = next(r for r in view.rows if r.label == "2026-10-25")
+    assert day.end - day.start == 25 * 3600
+
+
+def test_weeks_start_on_monday_and_months_on_the_first(tmp_path: Path, prices: Prices) -> None:
+    """ISO weeks (Monday) and calendar months, in the report's zone."""
+    requests = [late("2026-03-01T10:00:00+00:00", "a"),  # Sunday: week 9
+                late("2026-03-02T10:00:00+00:00", "b"),  # Monday: week 10
+                late("2026-03-31T23:30:00+00:00", "c")]  # April in UTC+2
+    rng = Range(None, None, resolve_zone("+02:00"))
+    sel = report_ledgers.select(report_ledgers.slotted(requests), rng)
+    weeks = views.build("weekly", sel, prices, views.Options())
+    assert {r.label: r.usage.requests for r in weeks.rows} == {"2026-W09": 1, "2026-W10": 1,
+                                                              "2026-W14": 1}
+    months = views.build("monthly", sel, prices, views.Options())
+    assert {r.label: r.usage.requests for r in months.rows} == {"2026-03": 2, "2026-04": 1}
+
+
+# ---- blocks ------------------------------------------------------------------------------
+def blocks_by_hand(requests: list[Request], rule: str) -> list[tuple[float, float, int, int]]:
+    """(start, end, requests, output tokens) per block, worked out request by request."""
+    out: list[list[float]] = []
+    for req in sorted(requests, key=lambda r: (r.ts, r.key)):
+        if not out or req.ts >= out[-1][1]:
+            start = req.ts if rule == "first-request" else req.ts // 3600 * 3600
+            out.append([start, start + 5 * 3600, 0, 0])
+        out[-1][2] += 1
+        out[-1][3] += req.output
+    return [(s, e, int(n), int(o)) for s, e, n, o in out]
+
+
+@pytest.mark.parametrize("rule", views.BLOCK_RULES)
+def test_blocks_equal_an_independent_computation(rule: str, ledger: Ledger, trees: list[Path],
+                                                 prices: Prices) -> None:
+    """Block starts, ends and totals on a generated tree equal a request-by-request walk."""
+    sel = select(ledger, trees)
+    view = views.build("blocks", sel, prices, views.Options(block_rule=rule))
+    got = [(r.start, r.end, r.usage.requests, r.usage.output) for r in view.rows]
+    assert got == blocks_by_hand(ledger.requests(view=sel.relation), rule)
+    assert len(got) > 3
+
+
+def test_open_block_burn_rate_and_projection(prices: Prices) -> None:
+    """The block holding `now` is open: elapsed, rate per hour and the projection to its end."""
+    t0 = 1_800_000_123.0
+    requests = [request("a", t0, output=1000), request("b", t0 + 1800, output=1000)]
+    sel = report_ledgers.select(report_ledgers.slotted(requests))
+    view = views.build("blocks", sel, prices, views.Options(now=t0 + 3600))
+    assert view.active is not None and view.rows[-1].active
+    a = view.active
+    assert (a.elapsed, a.remaining) == (3600.0, 4 * 3600.0)
+    assert a.tokens_per_hour == 2000.0 and a.projected_tokens == 10_000
+    assert a.projected_cost_pico == 5 * a.usage.cost_pico
+    closed = views.build("blocks", sel, prices, views.Options(now=t0 + 5 * 3600))
+    assert closed.active is None and view_json(closed)["active_block"] is None
+
+
+# ---- both producers ----------------------------------------------------------------------
+def varied(n: int) -> list[Request]:
+    """Requests over ten days in several sessions, projects, models and sources."""
+    import random
+
+    rng = random.Random(4)
+    ts, out = 1_790_000_000.0, []
+    for i in range(n):
+        ts += rng.choice([3.1, 40.0, 290.0, 700.0, 5000.0, 17_999.0, 18_000.0])
+        out.append(request(f"k{i}", round(ts, 3), session=f"s{rng.randrange(5)}",
+                           project=rng.choice(["/home/u/a", "/home/u/b"]),
+                           model=rng.choice(["claude-opus-4-6", "claude-sonnet-4-5-20250929"]),
+                           source=rng.choice([Source.MAIN, Source.MAIN, Source.SUBAGENT]),
+                           input=rng.randrange(9), output=rng.randrange(900),
+                           cache_read=rng.choice([0, 150_000, 250_000]),
+                           cache_write_5m=rng.randrange(900)))
+    return out
+
+
+@pytest.mark.parametrize("name", views.VIEWS)
+def test_slots_and_requests_give_the_same_views(name: str, tmp_path: Path,
+                                                prices: Prices) -> None:
+    """Every view is the same from the usage slots and from the requests, ranges included."""
+    requests = varied(1500)
+    zone = resolve_zone("Asia/Kolkata")  # +05:30: days start off the hour
+    t0 = requests[0].ts
+    ranges = [Range(None, None, zone), Range(t0 + 86_400.7, t0 + 6 * 86_400 + 13.2, zone)]
+    slotted = report_ledgers.slotted(requests)
+    with report_ledgers.real(requests, tmp_path) as led:
+        for rng in ranges:
+            for filters in ({}, {"projects": ("/home/u/a",), "sources": (Source.MAIN,)}):
+                opts = views.Options(breakdown=True, now=t0 + 3 * 86_400)
+                a = views.build(name, report_ledgers.select(slotted, rng, **filters), prices,
+                                opts)
+                b = views.build(name, report_ledgers.select(led, rng, **filters), prices, opts)
+                assert view_json(a) == view_json(b), (rng, filters)
+
+
+def test_unknown_view_and_order_are_refused(prices: Prices) -> None:
+    """A view or order that does not exist is a ValueError naming the valid ones."""
+    sel = report_ledgers.select(report_ledgers.slotted([request("a", 1.8e9)]))
+    with pytest.raises(ValueError, match="daily"):
+        views.build("dayly", sel, prices, views.Options())
+    with pytest.raises(ValueError, match="newest"):
+        views.build("daily", sel, prices, views.Options(order="big"))
