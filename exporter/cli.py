@@ -68,7 +68,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help=f"commit to the ledger every MB read (default: "
                              f"{_default('batch_mb')})")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                        help=f"(default: {_default('log_level')})")
+                        help=f"log verbosity (default: {_default('log_level')})")
     parser.add_argument("--log-format", choices=["auto", "json", "console"],
                         help="auto: console on a terminal, JSON otherwise (default: auto)")
 

@@ -33,16 +33,20 @@ class Parser(argparse.ArgumentParser):
             kwargs.setdefault("suggest_on_error", True)
         super().__init__(*args, **kwargs)
         self._commands: dict[str, Parser] = {}
+        self._argv: list[str] = []
+        self._root: Parser = self
 
     def add_command(self, sub: Any, name: str, **kwargs: Any) -> Parser:
         """Add a subcommand parser and remember it for suggestions."""
         parser: Parser = sub.add_parser(name, **kwargs)
+        parser._root = self
         self._commands[name] = parser
         return parser
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
         """Parse, and name the nearest option of the chosen subcommand for an unknown one."""
+        self._argv = list(sys.argv[1:] if args is None else args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             target = self._commands.get(getattr(parsed, "command", "") or "", self)
@@ -60,8 +64,21 @@ class Parser(argparse.ArgumentParser):
                     return f"; did you mean {near}?"
         return ""
 
+    def unknown_options(self) -> list[str]:
+        """Options in the command line that this parser does not know."""
+        known = {o for action in self._actions for o in action.option_strings}
+        return [w for w in self._root._argv
+                if w.startswith("--") and w.split("=", 1)[0] not in known]
+
     def error(self, message: str) -> NoReturn:
-        """Print usage and the message (with a suggestion for a mistyped choice); exit 2."""
+        """Print usage and the message (with a suggestion for a mistyped choice); exit 2.
+
+        An unknown option comes first: its value would otherwise be taken for a
+        positional argument (``report --sinse 7d`` is not the view "7d").
+        """
+        unknown = self.unknown_options()
+        if unknown and "unrecognized arguments" not in message:
+            super().error(f"unrecognized arguments: {unknown[0]}{self.hint(unknown)}")
         match = _CHOICE.search(message)
         if match and "meant" not in message:  # 3.14's suggest_on_error says "maybe you meant"
             choices = [c.strip().strip("'") for c in match.group(2).split(",")]

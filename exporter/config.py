@@ -8,10 +8,13 @@ setting, its flag and its environment variable.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -19,10 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 ENV_PREFIX = "CLAUDE_CODE_EXPORTER_"
@@ -134,6 +137,16 @@ class Settings(BaseSettings):
         return value
     # ---- end OTLP push ----
 
+    @field_validator("pricing")
+    @classmethod
+    def _check_pricing(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The price overrides must make a valid table: checked with every other setting."""
+        if value:
+            from exporter.projections.pricing import Pricing  # noqa: PLC0415 - only if given
+
+            Pricing.load(value)  # its ValueError names the bad key
+        return value
+
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, value: str) -> str:
@@ -171,12 +184,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Flags (init), then environment, then the TOML file if one was given."""
-        toml = settings_cls.model_config.get("toml_file")
-        sources = [init_settings, env_settings]
-        if toml:
-            sources.append(TomlConfigSettingsSource(settings_cls))
-        return tuple(sources)
+        """Flags (init), then environment (the file comes in through :func:`load_settings`)."""
+        return init_settings, env_settings
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -204,44 +213,108 @@ class ConfigError(Exception):
 
 
 def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> Settings:
-    """Build the settings from flags, environment and an optional TOML file."""
-    cls: type[Settings] = Settings
+    """Build the settings from flags, environment and an optional TOML file.
+
+    Every problem is reported at once, in one ConfigError: unknown keys of the
+    file (with the nearest valid key), and each invalid value named where it
+    was given (flag, environment variable or file).
+    """
+    table: dict[str, Any] = {}
+    problems: list[str] = []
     if config_file is not None:
-        _check_toml(config_file)
-        cls = type(
-            "FileSettings",
-            (Settings,),
-            {"model_config": SettingsConfigDict(
-                **{**Settings.model_config, "toml_file": config_file}
-            )},
-        )
-    given = {k: v for k, v in flags.items() if v is not None}
+        table = _read_toml(config_file)
+        fields = Settings.model_fields
+        problems += [_unknown_key(config_file, key) for key in table if key not in fields]
+        table = {k: v for k, v in table.items() if k in fields}
+    given = _Given({k: v for k, v in flags.items() if v is not None}, table, config_file,
+                   dict(os.environ))
+    settings = None
     try:
-        return cls(**given)
+        settings = _with_file(table)(**given.flags)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        problems += _describe(exc, given)
+    if problems or settings is None:
+        raise ConfigError("\n".join(["invalid configuration:", *problems]))
+    return settings
 
 
-def _check_toml(path: Path) -> None:
-    """Fail clearly on a config file that is missing or is not TOML."""
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """Where settings came from: flags, the config file's table, the environment."""
+
+    flags: Mapping[str, Any]
+    table: Mapping[str, Any]
+    config_file: Path | None
+    env: Mapping[str, str]
+
+
+def _with_file(table: Mapping[str, Any]) -> type[Settings]:
+    """Settings whose lowest-precedence source is ``table`` (the checked TOML file)."""
+    if not table:
+        return Settings
+
+    class FileSettings(Settings):
+        """Settings with the config file's table under flags and environment."""
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            """Flags (init), then environment, then the file."""
+            return init_settings, env_settings, InitSettingsSource(settings_cls, dict(table))
+
+    return FileSettings
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The config file's table; a missing file or invalid TOML is a ConfigError at once."""
     try:
         with path.open("rb") as fh:
-            tomllib.load(fh)
+            return tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _describe(exc: ValidationError) -> str:
-    """One line per bad setting, naming its flag and environment variable."""
-    lines = ["invalid configuration:"]
+def _unknown_key(path: Path, key: str) -> str:
+    """A line for a key of the file that is no setting, with the nearest setting."""
+    near = difflib.get_close_matches(key.replace("-", "_"), list(Settings.model_fields), n=1,
+                                     cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"  {path}: unknown key {key!r}{hint}"
+
+
+_PREFIX = re.compile(r"^(?:Value error|Assertion failed), ")
+
+
+def _describe(exc: ValidationError, given: _Given) -> list[str]:
+    """One line per bad setting, named as the user gave it (flag, variable or file key)."""
+    lines = []
     for err in exc.errors():
+        message = _PREFIX.sub("", err["msg"])
         if not err["loc"]:  # a rule across settings: its message names them
-            lines.append(f"  {err['msg']}")
+            lines.append(f"  {message}")
             continue
         name = str(err["loc"][0])
         where = ".".join(str(part) for part in err["loc"])
-        flag = "--" + name.replace("_", "-")
-        lines.append(f"  {where} ({flag} / {ENV_PREFIX}{name.upper()}): {err['msg']}")
-    return "\n".join(lines)
+        lines.append(f"  {_origin(name, where, given)}: {message}")
+    return lines
+
+
+def _origin(name: str, where: str, given: _Given) -> str:
+    """Where a setting's value came from, as the user would look for it."""
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    flag = "--data-dir" if name == "data_dirs" else "--" + name.replace("_", "-")
+    if name in given.flags:
+        return f"{where} ({flag})"
+    if variable in given.env:
+        return f"{where} ({variable})"
+    if name in given.table and given.config_file is not None:
+        return f"{where} (in {given.config_file})"
+    return f"{where} ({flag} / {variable})"

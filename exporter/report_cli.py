@@ -9,6 +9,7 @@ the defaults), in the range and zone asked for.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from exporter.config import Settings
 from exporter.ledger import Ledger
 from exporter.projections import figures, views
 from exporter.projections.facts import (
+    CONTEXT_SQL,
     FilterError,
     Prices,
     Selection,
@@ -155,11 +157,14 @@ def first_run_message(dirs: Sequence[Path], home: Path) -> str:
 def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
               rng: Range) -> Selection:
     """The requests `report` covers: the roots' scope, the range and the filters."""
-    scope_filter = getattr(ledger, "scope_filter", None)  # slots are usable once scoped
-    has_slots = bool(ledger.read("SELECT count(*) FROM sqlite_master WHERE name = 'slots'")[0][0])
-    slot_scope = scope_filter(list(dirs)) if scope_filter and has_slots else None
-    base = Selection(ledger.read, ledger.scope(list(dirs)), rng,
-                     slots=bool(scope_filter and has_slots), slot_scope=slot_scope)
+    tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
+    columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
+    mask_of = getattr(ledger, "mask", None)  # the scope as a roots bitmask (ledger v2)
+    use_slots = "slots" in tables and "roots" in columns and mask_of is not None
+    mask = mask_of(list(dirs)) if use_slots and mask_of is not None else None
+    base = Selection(ledger.read, ledger.scope(list(dirs)), rng, slots=use_slots,
+                     slot_scope=None if mask is None else f"(roots & {int(mask)}) != 0",
+                     context="context" if "context" in columns else CONTEXT_SQL)
     try:
         projects = (resolve_projects(known_values(base, "project"), args.project)
                     if args.project else ())
@@ -167,8 +172,7 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
     except FilterError as exc:
         raise UsageError(str(exc)) from None
     sources = tuple(s for s in Source if s.label in args.source)
-    return Selection(base.read, base.relation, rng, projects, models, sources, base.slots,
-                     base.slot_scope)
+    return dataclasses.replace(base, projects=projects, models=models, sources=sources)
 
 
 def empty(sel: Selection) -> bool:

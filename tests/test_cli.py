@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import main
+from exporter.cli import build_parser, main
 from tests.conftest import assistant, jsonl
 
 
@@ -101,3 +102,121 @@ def test_busy_port_and_missing_certificate_exit_2(tmp_path: Path) -> None:
                "--state-dir", str(tmp_path / "s2"), "--tls-cert-file", str(tmp_path / "no.pem"),
                "--tls-key-file", str(tmp_path / "no.key"))
     assert proc.returncode == 2 and "tls_cert_file" in proc.stderr, proc.stderr
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    """The environment of a user whose home is ``home`` and who set nothing of ours."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CLAUDE_") and k not in ("XDG_CONFIG_HOME", "XDG_STATE_HOME")}
+    return {**env, "HOME": str(home)}
+
+
+FIRST_RUN = ("No Claude Code transcripts found in ~/.claude/projects, ~/.config/claude/projects."
+             " Use Claude Code first, point --data-dir at a directory of transcripts, or try "
+             "`claude-code-exporter serve --demo`.\n")
+
+
+def test_first_run_says_so_in_one_line(tmp_path: Path) -> None:
+    """No transcripts anywhere: one line on stdout saying what to do, nothing on stderr, exit 0."""
+    proc = run("report", env=clean_env(tmp_path))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, FIRST_RUN, "")
+    as_json = run("report", "--json", env=clean_env(tmp_path))
+    assert as_json.returncode == 0 and as_json.stderr == FIRST_RUN
+    assert json.loads(as_json.stdout)["totals"]["requests"] == 0
+
+
+def test_absent_default_root_is_no_warning(tmp_path: Path) -> None:
+    """With only ~/.claude present, a report logs nothing about ~/.config/claude."""
+    proj = tmp_path / ".claude" / "projects" / "-p"
+    proj.mkdir(parents=True)
+    (proj / "s.jsonl").write_bytes(jsonl(assistant("a")))
+    proc = run("report", "--json", env=clean_env(tmp_path))
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert json.loads(proc.stdout)["totals"]["requests"] == 1
+
+
+def test_missing_data_dir_is_exit_2_naming_it(tmp_path: Path) -> None:
+    """A --data-dir that does not exist is a usage error naming the path."""
+    proc = run("report", "--data-dir", str(tmp_path / "nope"), "--state-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr == f"claude-code-exporter report: error: --data-dir {tmp_path / 'nope'} " \
+                          "does not exist\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("report", "--sinse", "7d"), "claude-code-exporter report: error: unrecognized arguments: "
+                                  "--sinse; did you mean --since?"),
+    (("report", "dayly"), "claude-code-exporter report: error: argument view: invalid choice: "
+                          "'dayly' (choose from 'summary', 'daily', 'weekly', 'monthly', "
+                          "'session', 'project', 'blocks'); did you mean 'daily'?"),
+    (("serve", "--lisen", "127.0.0.1:1"), "claude-code-exporter serve: error: unrecognized "
+                                          "arguments: --lisen 127.0.0.1:1; did you mean --listen?"),
+    (("reprot",), "claude-code-exporter: error: argument command: invalid choice: 'reprot' "
+                  "(choose from 'report', 'serve', 'backfill', 'generate'); "
+                  "did you mean 'report'?"),
+])
+def test_a_typo_gets_the_nearest_option(args: tuple[str, ...], message: str) -> None:
+    """A mistyped option, view or command is exit 2 with the nearest valid one."""
+    proc = run(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == message
+
+
+def test_a_typo_in_the_config_file_names_the_file(tmp_path: Path) -> None:
+    """A mistyped TOML key is a key of that file, with the nearest one; never a flag."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("lisen = '127.0.0.1:1'\n")
+    proc = run("serve", "--config", str(cfg), "--state-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"claude-code-exporter: invalid configuration:\n"
+                           f"  {cfg}: unknown key 'lisen'; did you mean 'listen'?\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--since", "2026-02-01", "--until", "2026-01-01", "--timezone", "UTC"),
+     "--since 2026-02-01 (2026-02-01T00:00:00Z) is not before --until 2026-01-01 "
+     "(2026-01-02T00:00:00Z)"),
+    (("--timezone", "Europe/Berln"), "unknown time zone 'Europe/Berln'; did you mean "
+                                     "Europe/Berlin?"),
+    (("--csv",), "--csv needs a view: report daily|weekly|monthly|session|project|blocks --csv"),
+    (("daily", "--project", "nope"), "--project 'nope' matches nothing in the ledger "
+                                     "(known: p)"),
+])
+def test_unusable_report_flags_are_exit_2(args: tuple[str, ...], message: str,
+                                          tmp_path: Path) -> None:
+    """An inverted range, an unknown zone, a view-only flag or an unknown project: exit 2."""
+    proj = tmp_path / "projects" / "-p"
+    proj.mkdir(parents=True)
+    (proj / "s.jsonl").write_bytes(jsonl(assistant("a", cwd="/home/u/p")))
+    proc = run("report", "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "s"), *args)
+    assert proc.returncode == 2
+    assert proc.stderr == f"claude-code-exporter report: error: {message}\n"
+
+
+@pytest.mark.parametrize("command", ["report", "serve"])
+def test_help_shows_every_default_then_examples_and_exit_codes(command: str) -> None:
+    """Every flag has help text with its default; the help ends with examples and exit codes."""
+    parser = build_parser()
+    sub = parser._commands[command]
+    for action in sub._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help and "default" in action.help, action.option_strings
+    text = run(command, "--help").stdout
+    assert "\nexamples:\n" in text
+    assert text.rstrip().splitlines()[-1].startswith("exit codes: 0 ")
+
+
+def test_views_on_real_transcripts_add_up(real_tree: Path, tmp_path: Path) -> None:
+    """Every view of the real fixture totals its README: 529 requests, $28.51."""
+    base = ("report", "--json", "--data-dir", str(real_tree), "--state-dir", str(tmp_path))
+    for view in ("daily", "weekly", "monthly", "session", "project", "blocks"):
+        proc = run(*base, view)
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout)
+        totals = got["totals"]
+        assert (totals["requests"], totals["input_tokens"], totals["output_tokens"],
+                totals["cache_read_tokens"], totals["cache_write_5m_tokens"],
+                totals["cache_write_1h_tokens"]) == (529, 3_084, 117_289, 43_960_831, 937_099,
+                                                     394_137), view
+        assert round(totals["cost_usd"], 2) == 28.51
+        assert sum(r["requests"] for r in got["rows"]) == 529

@@ -176,6 +176,7 @@ class Selection:
     sources: tuple[Source, ...] = ()
     slots: bool = False  # the ledger keeps usage slots (exporter.slots)
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
+    context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
 
     def where(self, *extra: str) -> tuple[str, list[object]]:
         """The WHERE condition (and parameters) of this selection, plus ``extra`` terms."""

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from exporter.projections.facts import (
-    CONTEXT_SQL,
     ZERO,
     Fact,
     Facts,
@@ -197,9 +196,10 @@ def summary(
         sources[label] = sources.get(label, ZERO) + f.usage
     totals = sum(models.values(), ZERO)
     n = totals.requests
-    stats = selection.rows(f"max({CONTEXT_SQL}), max(output)")[0]
-    context = Spread(_kth(selection, CONTEXT_SQL, p=50, n=n),
-                     _kth(selection, CONTEXT_SQL, p=90, n=n), int(stats[0] or 0))
+    ctx = selection.context
+    stats = selection.rows(f"max({ctx}), max(output)")[0]
+    context = Spread(_kth(selection, ctx, p=50, n=n), _kth(selection, ctx, p=90, n=n),
+                     int(stats[0] or 0))
     output = Spread(_kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n),
                     int(stats[1] or 0))
     buckets, speed = _gap_buckets(found)
