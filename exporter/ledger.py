@@ -3,27 +3,40 @@
 Rows are keyed by request key and merged by :func:`exporter.records.merge`
 (per-field maximum, earliest time), which is idempotent: reading the same
 line twice changes nothing. Each :meth:`Ledger.apply` is one transaction that
-writes the merged rows, the files' checkpoints and the line counters
-together, so a kill -9 at any moment leaves either all of a batch or none of
-it, and the next run re-reads exactly what was not committed. Rows are never
-deleted: transcripts that Claude Code cleans up stay counted.
+writes the merged rows, where they appeared (provenance), their gaps and
+owning sessions, the rollups (metric sums per class and usage slots), the
+files' checkpoints and the line counters together, so a kill -9 at any moment
+leaves either all of a batch or none of it, and the next run re-reads exactly
+what was not committed. Rows and provenance are never deleted: transcripts
+that Claude Code cleans up stay counted, and stay in their roots' scope.
+
+One process writes a ledger at a time (:class:`WriterLock`); others may read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import sqlite3
+import stat
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from exporter import slots
 from exporter.records import (
+    ALL_ROOTS,
+    COUNT_SUMS,
     Appearance,
     Checkpoint,
+    CountClass,
+    HistSeries,
     LineResult,
     Parsed,
     Request,
@@ -36,27 +49,38 @@ APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
 SCHEMA_VERSION: Final = 2
 _IN_CHUNK: Final = 500  # keys per "IN (…)" lookup, under SQLite's variable limit
 LEGACY_FILE: Final = ""  # the file of v1 requests, whose provenance was never recorded
+MAX_ROOT_BITS: Final = 62  # roots beyond the 62nd share the last bit (their scopes overlap)
 
 # One statement per item: they run inside one transaction with the header pragmas,
 # so a kill at any point leaves either no schema or all of it (executescript would
 # commit first). IF NOT EXISTS: a second process creating the same fresh ledger
 # at the same moment finds the work done instead of failing.
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS requests (
+_REQUESTS: Final = """CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, ts REAL NOT NULL, model TEXT NOT NULL,
     session TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
     input INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
     cache_write_5m INTEGER NOT NULL, cache_write_1h INTEGER NOT NULL,
     service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
-    recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL)""",
+    recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
+    context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0)"""
+_SCHEMA: Final = (
+    _REQUESTS,
     "CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts)",
     "CREATE INDEX IF NOT EXISTS requests_session_ts ON requests (session, ts)",
+    # Covering indexes for exact percentiles by an index walk (docs/figures.md).
+    "CREATE INDEX IF NOT EXISTS requests_context ON requests (context, ts)",
+    "CREATE INDEX IF NOT EXISTS requests_output ON requests (output, ts)",
+    "CREATE INDEX IF NOT EXISTS requests_gap ON requests (gap, ts) "
+    "WHERE source = 0 AND gap IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS requests_session_gap ON requests (session, gap) "
+    "WHERE gap IS NOT NULL",
     """CREATE TABLE IF NOT EXISTS checkpoints (
     path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, size INTEGER, offset INTEGER,
     fp_len INTEGER, fingerprint TEXT, mtime_ns INTEGER)""",
     "CREATE TABLE IF NOT EXISTS roots (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE)",
     """CREATE TABLE IF NOT EXISTS files (
     id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, root INTEGER, session TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS files_session ON files (session)",
     """CREATE TABLE IF NOT EXISTS sessions (
     session TEXT PRIMARY KEY, last_ts REAL NOT NULL) WITHOUT ROWID""",
     # prev: ts of the latest earlier main request of the same file (None: none, or not main)
@@ -66,49 +90,151 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS appearances_file ON appearances (file)",
     """CREATE TABLE IF NOT EXISTS counters (
     name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY (name, label))""",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # Counter rollups: the sums of every request per raw class and roots bitmask.
+    f"""CREATE TABLE IF NOT EXISTS rollup_counts (
+    roots INTEGER NOT NULL, model TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
+    geo TEXT NOT NULL, tier TEXT NOT NULL, speed TEXT NOT NULL, long INTEGER NOT NULL,
+    period INTEGER NOT NULL, gap TEXT NOT NULL, first_ts REAL NOT NULL, last_ts REAL NOT NULL,
+    {", ".join(f"{c} INTEGER NOT NULL" for c in COUNT_SUMS)},
+    PRIMARY KEY (roots, {", ".join(CountClass._fields)})) WITHOUT ROWID""",
+    # Histogram rollups of settled requests: a count per bucket; bucket -1 holds the sum.
+    """CREATE TABLE IF NOT EXISTS rollup_hist (
+    roots INTEGER NOT NULL, name TEXT NOT NULL, model TEXT NOT NULL, source INTEGER NOT NULL,
+    arch TEXT NOT NULL, bucket INTEGER NOT NULL, value NOT NULL,
+    PRIMARY KEY (roots, name, model, source, arch, bucket)) WITHOUT ROWID""",
+    # Requests counted but not yet in the histograms (their lines may still grow).
+    "CREATE TABLE IF NOT EXISTS unsettled (request INTEGER PRIMARY KEY, due REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS unsettled_due ON unsettled (due)",
+    *slots.SCHEMA,
 )
 _V1_TABLES: Final = frozenset({"requests", "files", "counters"})
-_FIELDS: Final = Request._fields  # the requests columns after ``id``, in Request order
+_FIELDS: Final = Request._fields  # requests columns after ``id``, in Request order
 _COLUMNS: Final = ", ".join(_FIELDS)
+_SOURCES: Final = tuple(Source)
+_TIME_ORDER: Final = attrgetter("ts", "key")
+
+CountRow = tuple[int, CountClass, float, float, tuple[int, ...]]
+"""A counter rollup row or increment: roots bitmask, class, first and last request time, sums."""
+HistRow = tuple[int, HistSeries, int, float]
+"""A histogram rollup row or increment: roots bitmask, series, bucket (-1: the sum), value."""
 
 
 class LedgerError(Exception):
     """The ledger file cannot be used (foreign, corrupt, unwritable, disk full)."""
 
 
+class Rules(Protocol):
+    """The counting rules the rollups follow (exporter.projections.counting.Counting)."""
+
+    fingerprint: str
+
+    def klass(self, req: Request) -> CountClass:
+        """The class a request counts under."""
+
+    def sums(self, req: Request, count: int = 1) -> tuple[int, ...]:
+        """The sums a request adds (``count`` requests)."""
+
+    def observations(self, req: Request) -> list[tuple[HistSeries, int, int | float]]:
+        """The histogram values of a settled request, with their buckets."""
+
+
 @dataclass(slots=True)
 class Applied:
-    """What one batch changed: new rows, upgraded rows (with their old values)."""
+    """What one batch changed: rows, and the rollup increments they made.
+
+    ``counts`` and ``hists`` are exactly what was added to the stored rollups,
+    so a projection that starts from the rollups and adds these stays equal
+    to one started later. ``roots`` maps each root path to its bit.
+    """
 
     new: list[Request] = field(default_factory=list)
     upgraded: list[tuple[Request, Request]] = field(default_factory=list)  # (old, new)
     lines: dict[str, int] = field(default_factory=dict)  # by result label
     rejected: dict[str, int] = field(default_factory=dict)  # by reason
     bytes_read: int = 0
+    counts: list[CountRow] = field(default_factory=list)
+    hists: list[HistRow] = field(default_factory=list)
+    late: int = 0  # upgrades of requests already in the histograms
+    roots: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollups:
+    """Every stored rollup row (the state a projection starts from), and the roots' bits."""
+
+    counts: list[CountRow]
+    hists: list[HistRow]
+    roots: dict[str, int]
 
 
 class Ledger:
     """The request ledger in one SQLite file (WAL mode)."""
 
-    def __init__(self, path: Path) -> None:
-        """Open or create the ledger at ``path``; raise LedgerError if it is not ours."""
+    def __init__(
+        self, path: Path, *, rules: Rules | None = None, settle_seconds: float = 60.0,
+        clock: Callable[[], float] = time.time, lock: WriterLock | None = None,
+        readonly: bool = False,
+    ) -> None:
+        """Open or create the ledger at ``path``; raise LedgerError if it is not ours.
+
+        With ``rules`` every write keeps the metric rollups (rebuilt first if
+        they were made under other rules); without, a write marks them stale.
+        A request enters the histograms ``settle_seconds`` after its last
+        change. ``lock`` (held by the caller) is released by :meth:`close`.
+        ``readonly``: another process writes; this one only reads, as it is.
+        """
         self.path = path
+        self.rules = rules
+        self.settle_seconds = settle_seconds
+        self.readonly = readonly
+        self._clock = clock
+        self._writer = lock
         self._lock = threading.RLock()  # one connection, used from the scan and HTTP threads
-        self._views: dict[tuple[str, ...], str] = {}
+        self._views: dict[int, str] = {}
         try:
-            # Token counts and project paths are private: owner-only directory and file
-            # (SQLite gives its -wal and -shm files the database file's mode).
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._init()
+            if readonly:
+                self._db = sqlite3.connect(f"file:{path}?mode=rw", uri=True,
+                                           isolation_level=None, check_same_thread=False)
+                self._init_reader()
+            else:
+                # Token counts and project paths are private: owner-only directory and file
+                # (SQLite gives its -wal and -shm files the database file's mode).
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
+                self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+                self._init()
+            _tighten(path)
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"cannot use ledger {path}: {exc}") from exc
         except OSError as exc:
             raise LedgerError(f"cannot open ledger {path}: {exc.strerror or exc}") from exc
 
+    # ------------------------------------------------------------- opening
     def _init(self) -> None:
-        """Check the file is a ledger of ours (or empty), create the schema if new."""
+        """Check the file is a ledger of ours (or empty), create or migrate the schema."""
+        db = self._db
+        version = self._check()
+        db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode survives a process crash; a power cut may lose the
+        # newest batches, but their checkpoints go with them, so they are re-read.
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a year of rows stays in memory
+        if version < SCHEMA_VERSION:
+            with self._transaction():
+                self._create_or_migrate()
+        if self.rules is not None and self._meta("rollups") != self.rules.fingerprint:
+            with self._transaction():
+                self._rebuild_rollups(self.rules)
+
+    def _init_reader(self) -> None:
+        """Check the file, and make the connection refuse every write."""
+        if self._check() != SCHEMA_VERSION:
+            raise LedgerError(f"ledger {self.path} is not yet upgraded by its writer")
+        self._db.execute("PRAGMA query_only = ON")
+
+    def _check(self) -> int:
+        """The schema version of a file that is ours (0: empty); LedgerError otherwise."""
         db = self._db
         app_id = db.execute("PRAGMA application_id").fetchone()[0]
         tables = self._tables()
@@ -123,22 +249,13 @@ class Ledger:
         check = db.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise LedgerError(f"ledger {self.path} is corrupt ({check}); it was left untouched")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if half_made:
-            version = 1
+        version: int = 1 if half_made else db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise LedgerError(
                 f"ledger {self.path} has schema version {version}, this build knows "
                 f"{SCHEMA_VERSION}; upgrade claude-code-exporter"
             )
-        db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode survives a process crash; a power cut may lose the
-        # newest batches, but their checkpoints go with them, so they are re-read.
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a year of rows stays in memory
-        if version < SCHEMA_VERSION:
-            with self._transaction():
-                self._create_or_migrate()
+        return version
 
     def _tables(self) -> frozenset[str]:
         """Names of the tables in the file."""
@@ -149,22 +266,29 @@ class Ledger:
         """Inside a write transaction: create the schema, or bring a v1 ledger to v2."""
         db = self._db
         # Read again under the write lock: another process may have done it meanwhile.
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        tables = self._tables()
-        if version == SCHEMA_VERSION:
+        if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
-        if tables >= _V1_TABLES and "checkpoints" not in tables:
+        tables = self._tables()
+        v1 = tables >= _V1_TABLES and "checkpoints" not in tables
+        if v1:
             _migrate_v1(db)
         for statement in _SCHEMA:
             db.execute(statement)
+        if v1:
+            _v1_provenance(db)
+            slots.rebuild(db)
         db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database (and give up the writer lock, if this ledger holds one)."""
         with self._lock:
             self._db.close()
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
 
+    # --------------------------------------------------------- checkpoints
     def checkpoints(self) -> dict[str, Checkpoint]:
         """Every file's checkpoint, by path."""
         rows = self.read(
@@ -177,15 +301,23 @@ class Ledger:
         with self._transaction():
             self._db.executemany("DELETE FROM checkpoints WHERE path = ?", ((p,) for p in paths))
 
+    # --------------------------------------------------------------- apply
     def apply(
         self, parsed: Parsed, checkpoints: Sequence[Checkpoint], bytes_read: int,
         appearances: Sequence[Appearance] = (),
     ) -> Applied:
         """Merge one parsed batch, its provenance, checkpoints and line counts atomically."""
         with self._transaction():
-            applied = self._merge_rows(parsed)
-            touched = self._provenance(appearances, applied)
-            self._regap(touched, applied)
+            batch = self._merge_rows(parsed)
+            self._provenance(appearances, batch)
+            self._regap(batch)
+            self._owners(batch)
+            if self.rules is not None:
+                self._roll(self.rules, batch)
+                self._settle_due(self.rules, batch, force=False)
+            elif batch.ids:
+                self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
+            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times})
             self._db.executemany(
                 "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?)",
                 [
@@ -194,22 +326,22 @@ class Ledger:
                 ],
             )
             counts = parsed.counts
-            applied.lines = {
-                LineResult.USAGE: len(applied.new),
-                LineResult.DUPLICATE: counts.usage_lines - len(applied.new),
+            batch.lines = {
+                LineResult.USAGE: len(batch.new),
+                LineResult.DUPLICATE: counts.usage_lines - len(batch.new),
                 LineResult.OTHER: counts.other,
                 LineResult.REJECTED: sum(counts.rejected.values()),
             }
-            applied.rejected = dict(counts.rejected)
-            applied.bytes_read = bytes_read
-            self._count_lines(applied)
-        return applied
+            batch.rejected = dict(counts.rejected)
+            batch.bytes_read = bytes_read
+            self._count_lines(batch)
+        return batch.applied()
 
-    def _merge_rows(self, parsed: Parsed) -> _Merged:
+    def _merge_rows(self, parsed: Parsed) -> _Batch:
         """Insert new requests and upgrade known ones; remember every id."""
         db = self._db
         old = self._rows(list(parsed.requests))
-        out = _Merged()
+        out = _Batch()
         next_id = int(db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0]) + 1
         inserts: list[tuple[Any, ...]] = []
         updates: list[tuple[Any, ...]] = []
@@ -218,36 +350,42 @@ class Ledger:
             if prev is None:
                 merged = req._replace(gap=None)
                 out.ids[key] = next_id
-                out.ts[key] = merged.ts
-                inserts.append((next_id, *merged))
+                out.rows[next_id] = merged
+                out.masks[next_id] = 0
+                inserts.append((next_id, *merged, merged.context))
                 out.new.append(merged)
+                out.slot_times.add(merged.ts)
                 next_id += 1
                 continue
-            rid, known = prev
+            rid, known, mask = prev
             out.ids[key] = rid
-            merged = merge(known, req)._replace(gap=known.gap)
-            out.ts[key] = merged.ts
+            out.known[rid] = known
+            out.masks[rid] = out.before[rid] = mask
+            merged = merge(known, req)._replace(gap=known.gap, session=known.session)
+            out.rows[rid] = merged
             if merged != known:
                 out.upgraded.append((known, merged))
-                updates.append((*merged[1:], rid))
+                updates.append((*merged[1:], merged.context, rid))
+                out.slot_times.update((known.ts, merged.ts))
                 if (merged.ts, merged.source) != (known.ts, known.source):
                     out.moved.add(rid)  # its place in the conversation changed
         db.executemany(
-            f"INSERT INTO requests (id, {_COLUMNS}) VALUES ({','.join('?' * (len(_FIELDS) + 1))})",
+            f"INSERT INTO requests (id, {_COLUMNS}, context) "
+            f"VALUES ({','.join('?' * (len(_FIELDS) + 2))})",
             inserts,
         )
         db.executemany(
-            f"UPDATE requests SET {', '.join(f'{c} = ?' for c in _FIELDS[1:])} WHERE id = ?",
+            f"UPDATE requests SET {', '.join(f'{c} = ?' for c in _FIELDS[1:])}, context = ? "
+            "WHERE id = ?",
             updates,
         )
         return out
 
-    def _provenance(self, appearances: Sequence[Appearance], merged: _Merged) -> set[int]:
-        """Record where the batch's requests appeared; return the files whose chains changed."""
+    def _provenance(self, appearances: Sequence[Appearance], batch: _Batch) -> None:
+        """Record where the batch's requests appeared: files, roots bits, sessions' last times."""
         db = self._db
-        touched: set[int] = set()
         for app in appearances:
-            db.execute("INSERT OR IGNORE INTO roots (path) VALUES (?)", (app.root,))
+            bit = self._root_bit(app.root, batch)
             db.execute(
                 "INSERT INTO files (path, root, session) "
                 "VALUES (?, (SELECT id FROM roots WHERE path = ?), ?) "
@@ -255,37 +393,53 @@ class Ledger:
                 (app.path, app.root, app.session),
             )
             fid = int(db.execute("SELECT id FROM files WHERE path = ?", (app.path,)).fetchone()[0])
+            ids = [batch.ids[k] for k in app.keys if k in batch.ids]
             before = db.total_changes
-            db.executemany(
-                "INSERT OR IGNORE INTO appearances (request, file) VALUES (?, ?)",
-                [(merged.ids[k], fid) for k in app.keys if k in merged.ids],
-            )
+            db.executemany("INSERT OR IGNORE INTO appearances (request, file) VALUES (?, ?)",
+                           [(rid, fid) for rid in ids])
             if db.total_changes != before:
-                touched.add(fid)
-            times = [merged.ts[k] for k in app.keys if k in merged.ts]
-            if times:
-                db.execute(
-                    "INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) "
-                    "DO UPDATE SET last_ts = max(last_ts, excluded.last_ts)",
-                    (app.session, max(times)),
-                )
-        for rid in merged.moved:
-            touched.update(r[0] for r in db.execute(
+                batch.files.add(fid)
+            for rid in ids:
+                batch.masks[rid] |= bit
+            if ids:
+                latest = max(batch.rows[rid].ts for rid in ids)
+                batch.sessions[app.session] = max(batch.sessions.get(app.session, latest), latest)
+        changed = [(mask, rid) for rid, mask in batch.masks.items()
+                   if mask != batch.before.get(rid, 0)]
+        db.executemany("UPDATE requests SET roots = ? WHERE id = ?", changed)
+        batch.slot_times.update(batch.rows[rid].ts for _, rid in changed)
+        for session, last in batch.sessions.items():
+            before = db.total_changes
+            db.execute("INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) DO UPDATE "
+                       "SET last_ts = excluded.last_ts WHERE excluded.last_ts > last_ts",
+                       (session, last))
+            if db.total_changes != before:
+                batch.grown.add(session)
+        for rid in batch.moved:
+            batch.files.update(r[0] for r in db.execute(
                 "SELECT file FROM appearances WHERE request = ?", (rid,)))
-        return touched
 
-    def _regap(self, files: set[int], merged: _Merged) -> None:
-        """Recompute the chains of some files, then the gaps of requests whose chain moved.
+    def _root_bit(self, root: str, batch: _Batch) -> int:
+        """The bit of a transcript root in ``requests.roots`` (created on first use)."""
+        db = self._db
+        db.execute("INSERT OR IGNORE INTO roots (path) VALUES (?)", (root,))
+        rid = int(db.execute("SELECT id FROM roots WHERE path = ?", (root,)).fetchone()[0])
+        bit = 1 << (min(rid, MAX_ROOT_BITS) - 1)
+        batch.roots[root] = bit
+        return bit
+
+    def _regap(self, batch: _Batch) -> None:
+        """Recompute the chains of the files the batch touched, then the gaps that moved.
 
         The gap of a main request is the time since the latest earlier main
         request, (ts, key) order, of any file holding it: a function of the
         appearances alone, so file, scan and id order cannot change it.
         """
         db = self._db
-        dirty: set[int] = set(merged.moved)
+        dirty: set[int] = set(batch.moved)
         legacy = db.execute("SELECT id FROM files WHERE path = ?", (LEGACY_FILE,)).fetchone()
         # The legacy pseudo-file is no conversation: its predecessors were fixed at migration.
-        files.discard(legacy[0] if legacy else -1)
+        files = batch.files - {legacy[0] if legacy else -1}
         for fid in sorted(files):
             rows = db.execute(
                 "SELECT a.request, a.prev, r.source, r.ts FROM appearances a "
@@ -303,38 +457,262 @@ class Ledger:
                     dirty.add(rid)
             db.executemany("UPDATE appearances SET prev = ? WHERE request = ? AND file = ?",
                            changes)
-        if not dirty:
-            return
         gaps: list[tuple[float | None, int]] = []
         for part in _chunks(sorted(dirty)):
             marks = ",".join("?" * len(part))
-            for rid, ts, source, prev in db.execute(
-                f"SELECT r.id, r.ts, r.source, max(a.prev) FROM requests r "
+            for rid, ts, source, old, prev in db.execute(
+                f"SELECT r.id, r.ts, r.source, r.gap, max(a.prev) FROM requests r "
                 f"LEFT JOIN appearances a ON a.request = r.id WHERE r.id IN ({marks}) "
                 "GROUP BY r.id", part,
             ):
-                main = source == Source.MAIN and prev is not None
-                gaps.append((gap_seconds(ts, prev) if main else None, rid))
+                gap = gap_seconds(ts, prev) if source == Source.MAIN and prev is not None else None
+                if gap != old:
+                    gaps.append((gap, rid))
+                    batch.slot_times.add(ts)
         db.executemany("UPDATE requests SET gap = ? WHERE id = ?", gaps)
-        merged.refresh_gaps(dict((rid, gap) for gap, rid in gaps))
+        batch.refresh({rid: gap for gap, rid in gaps}, "gap")
 
-    def _count_lines(self, applied: Applied) -> None:
+    def _owners(self, batch: _Batch) -> None:
+        """Give each request held by several sessions its original conversation's id.
+
+        The owner is, of the sessions whose files hold the request, the one
+        whose last request is earliest (ties: the smaller id): the conversation
+        a resume copied from, not the copy. It depends on the sessions' last
+        times only, so it is the same in any file, scan or id order.
+        """
+        db = self._db
+        candidates = set(batch.ids.values())
+        for session in batch.grown:  # a session grew: its shared requests may change hands
+            candidates.update(r[0] for r in db.execute(
+                "SELECT a.request FROM files f JOIN appearances a ON a.file = f.id "
+                "WHERE f.session = ? AND EXISTS (SELECT 1 FROM appearances b "
+                "JOIN files g ON g.id = b.file WHERE b.request = a.request "
+                "AND g.session != f.session AND g.path != ?)", (session, LEGACY_FILE)))
+        owners: list[tuple[str, int]] = []
+        for part in _chunks(sorted(candidates)):
+            marks = ",".join("?" * len(part))
+            best: dict[int, tuple[float, str]] = {}
+            current: dict[int, tuple[str, float]] = {}
+            for rid, now, ts, session, last in db.execute(
+                "SELECT r.id, r.session, r.ts, f.session, s.last_ts FROM requests r "
+                "JOIN appearances a ON a.request = r.id JOIN files f ON f.id = a.file "
+                "JOIN sessions s ON s.session = f.session "
+                f"WHERE r.id IN ({marks}) AND f.path != ?", (*part, LEGACY_FILE),
+            ):
+                current[rid] = (now, ts)
+                if rid not in best or (last, session) < best[rid]:
+                    best[rid] = (last, session)
+            for rid, (_, session) in best.items():
+                if session != current[rid][0]:
+                    owners.append((session, rid))
+                    batch.slot_times.add(current[rid][1])
+        db.executemany("UPDATE requests SET session = ? WHERE id = ?", owners)
+        batch.refresh({rid: session for session, rid in owners}, "session")
+
+    # ---------------------------------------------------------------- rollups
+    def _roll(self, rules: Rules, batch: _Batch) -> None:
+        """Add the batch's increments to the counter rollups; mark new rows unsettled."""
+        ids = batch.ids
+        adds: dict[tuple[int, CountClass], list[Any]] = {}
+
+        def add(mask: int, cls: CountClass, ts: float, sums: tuple[int, ...],
+                sign: int = 1) -> None:
+            acc = adds.get((mask, cls))
+            if acc is None:
+                adds[(mask, cls)] = [ts, ts, *(sign * v for v in sums)]
+            else:
+                acc[0], acc[1] = min(acc[0], ts), max(acc[1], ts)
+                for i, v in enumerate(sums, 2):
+                    acc[i] += sign * v
+
+        due = self._clock() + self.settle_seconds
+        waiting: list[tuple[int, float]] = []
+        for req in batch.new:
+            rid = ids[req.key]
+            add(batch.masks[rid], rules.klass(req), req.ts, rules.sums(req))
+            waiting.append((rid, due))
+        changed: set[int] = set()
+        for old, new in batch.upgraded:
+            rid = ids[new.key]
+            changed.add(rid)
+            cls = rules.klass(new)
+            before, after = batch.before.get(rid, 0), batch.masks[rid]
+            if before == after:  # the growth lands where the request counts now
+                add(after, cls, new.ts, tuple(
+                    n - o for n, o in zip(rules.sums(new, 0), rules.sums(old, 0), strict=True)))
+            else:  # seen under a new root as well: the whole request moves to its new bitmask
+                add(before, cls, old.ts, rules.sums(old), -1)  # one class for both halves
+                add(after, cls, new.ts, rules.sums(new))
+            waiting.append((rid, due))
+        for rid, known in batch.known.items():
+            before, after = batch.before.get(rid, 0), batch.masks[rid]
+            if rid not in changed and before != after:
+                cls = rules.klass(batch.rows[rid])
+                add(before, cls, known.ts, rules.sums(known), -1)
+                add(after, cls, known.ts, rules.sums(known))
+        if batch.upgraded:
+            settled = self._settled([ids[new.key] for _, new in batch.upgraded])
+            batch.late = len(settled)
+            waiting = [(rid, d) for rid, d in waiting if rid not in settled]
+            if settled:
+                self._count("late_updates", "", len(settled))
+        self._db.executemany("INSERT OR REPLACE INTO unsettled VALUES (?, ?)", waiting)
+        rows = [(mask, cls, acc[0], acc[1], tuple(acc[2:])) for (mask, cls), acc in adds.items()]
+        self._write_counts(rows)
+        batch.counts = rows
+
+    def _write_counts(self, rows: Sequence[CountRow]) -> None:
+        """Add counter increments to the stored rollups."""
+        dims = ", ".join(CountClass._fields)
+        sums = ", ".join(COUNT_SUMS)
+        marks = ",".join("?" * (3 + len(CountClass._fields) + len(COUNT_SUMS)))
+        self._db.executemany(
+            f"INSERT INTO rollup_counts (roots, {dims}, first_ts, last_ts, {sums}) "
+            f"VALUES ({marks}) ON CONFLICT (roots, {dims}) DO UPDATE SET "
+            "first_ts = min(first_ts, excluded.first_ts), "
+            "last_ts = max(last_ts, excluded.last_ts), "
+            f"{', '.join(f'{c} = {c} + excluded.{c}' for c in COUNT_SUMS)}",
+            [(mask, *cls, first, last, *values) for mask, cls, first, last, values in rows],
+        )
+
+    def _write_hists(self, rows: Sequence[HistRow]) -> None:
+        """Add histogram increments to the stored rollups."""
+        self._db.executemany(
+            "INSERT INTO rollup_hist VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
+            "(roots, name, model, source, arch, bucket) DO UPDATE SET value = value + "
+            "excluded.value",
+            [(mask, *series, bucket, value) for mask, series, bucket, value in rows],
+        )
+
+    def _settled(self, ids: Sequence[int]) -> set[int]:
+        """Which of ``ids`` are already in the histograms."""
+        waiting: set[int] = set()
+        for part in _chunks(ids):
+            marks = ",".join("?" * len(part))
+            waiting.update(r[0] for r in self._db.execute(
+                f"SELECT request FROM unsettled WHERE request IN ({marks})", part))
+        return set(ids) - waiting
+
+    def settle(self, *, force: bool = False) -> Applied:
+        """Enter requests quiet for ``settle_seconds`` (all: ``force``) into the histograms."""
+        batch = _Batch()
+        if self.rules is None or self.readonly:
+            return batch.applied()
+        with self._transaction():
+            self._settle_due(self.rules, batch, force=force)
+        return batch.applied()
+
+    def pending(self) -> int:
+        """Requests counted but not yet in the histograms."""
+        n: int = self.read("SELECT count(*) FROM unsettled")[0][0]
+        return n
+
+    def _settle_due(self, rules: Rules, batch: _Batch, *, force: bool) -> None:
+        """Inside a transaction: move due requests into the histogram rollups.
+
+        Observations count under the roots the request had when it settled.
+        """
+        db = self._db
+        where = "" if force else "WHERE due <= ?"
+        due = [r[0] for r in db.execute(f"SELECT request FROM unsettled {where}",
+                                         () if force else (self._clock(),))]
+        acc: dict[tuple[int, HistSeries, int], float] = {}
+        for part in _chunks(due):
+            marks = ",".join("?" * len(part))
+            for row in db.execute(
+                f"SELECT roots, {_COLUMNS} FROM requests WHERE id IN ({marks})", part
+            ):
+                _observe(rules, row[0], _request(row[1:]), acc)
+            db.execute(f"DELETE FROM unsettled WHERE request IN ({marks})", part)
+        hists = [(mask, series, bucket, value) for (mask, series, bucket), value in acc.items()]
+        self._write_hists(hists)
+        batch.hists.extend(hists)
+
+    def _rebuild_rollups(self, rules: Rules) -> None:
+        """Inside a transaction: count every row again under ``rules`` (new rules, or stale)."""
+        db = self._db
+        db.execute("DELETE FROM rollup_counts")
+        db.execute("DELETE FROM rollup_hist")
+        waiting = {r[0] for r in db.execute("SELECT request FROM unsettled")}
+        counts: dict[tuple[int, CountClass], list[Any]] = {}
+        hists: dict[tuple[int, HistSeries, int], float] = {}
+        last = 0
+        while True:  # in id pages: a year of rows never sits in memory at once
+            rows = db.execute(f"SELECT id, roots, {_COLUMNS} FROM requests WHERE id > ? "
+                              "ORDER BY id LIMIT 20000", (last,)).fetchall()
+            if not rows:
+                break
+            last = rows[-1][0]
+            for row in rows:
+                req = _request(row[2:])
+                key = (row[1], rules.klass(req))
+                acc = counts.get(key)
+                if acc is None:
+                    counts[key] = [req.ts, req.ts, *rules.sums(req)]
+                else:
+                    acc[0], acc[1] = min(acc[0], req.ts), max(acc[1], req.ts)
+                    for i, v in enumerate(rules.sums(req), 2):
+                        acc[i] += v
+                if row[0] not in waiting:
+                    _observe(rules, row[1], req, hists)
+        self._write_counts([(m, cls, acc[0], acc[1], tuple(acc[2:]))
+                            for (m, cls), acc in counts.items()])
+        self._write_hists([(m, s, b, v) for (m, s, b), v in hists.items()])
+        self._set_meta("rollups", rules.fingerprint)
+
+    def rollups(self) -> Rollups:
+        """Every stored rollup row: O(classes x root sets + series x buckets)."""
+        dims = ", ".join(CountClass._fields)
+        counts: list[CountRow] = [
+            (r[0], CountClass(*r[1:10]), r[10], r[11], tuple(r[12:]))
+            for r in self.read(f"SELECT roots, {dims}, first_ts, last_ts, "
+                               f"{', '.join(COUNT_SUMS)} FROM rollup_counts ORDER BY first_ts")
+        ]
+        hists: list[HistRow] = [
+            (r[0], HistSeries(*r[1:5]), r[5], r[6])
+            for r in self.read("SELECT roots, name, model, source, arch, bucket, value "
+                               "FROM rollup_hist")
+        ]
+        return Rollups(counts, hists, self.root_bits())
+
+    def root_bits(self) -> dict[str, int]:
+        """Every transcript root the ledger knows, with its bit in ``requests.roots``."""
+        return {path: 1 << (min(rid, MAX_ROOT_BITS) - 1)
+                for rid, path in self.read("SELECT id, path FROM roots")}
+
+    # ----------------------------------------------------------------- meta
+    def _meta(self, name: str) -> str | None:
+        """One value of the meta table."""
+        rows = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchall()
+        return str(rows[0][0]) if rows else None
+
+    def _set_meta(self, name: str, value: str) -> None:
+        """Set one value of the meta table (inside a transaction)."""
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
+
+    def _count_lines(self, applied: _Batch) -> None:
         """Add one batch's line classification to the persistent counters."""
         rows = [
             *(("lines", result, n) for result, n in applied.lines.items()),
             ("bytes_read", "", applied.bytes_read),
             *(("rejected", reason, n) for reason, n in applied.rejected.items()),
         ]
-        self._db.executemany(
+        for name, label, n in rows:
+            if n:
+                self._count(name, label, n)
+
+    def _count(self, name: str, label: str, n: int) -> None:
+        """Add to one persistent counter."""
+        self._db.execute(
             "INSERT INTO counters VALUES (?,?,?) "
             "ON CONFLICT (name, label) DO UPDATE SET value = value + excluded.value",
-            [r for r in rows if r[2]],
-        )
+            (name, label, n))
 
     def counters(self, name: str) -> dict[str, int]:
-        """One family of persistent counters (``lines``, ``rejected``, ``bytes_read``)."""
+        """One family of persistent counters (``lines``, ``rejected``, ``bytes_read``, …)."""
         return dict(self.read("SELECT label, value FROM counters WHERE name = ?", (name,)))
 
+    # ---------------------------------------------------------------- reading
     def requests(
         self, since: float | None = None, until: float | None = None, *, view: str = "requests"
     ) -> list[Request]:
@@ -351,33 +729,53 @@ class Ledger:
         n: int = self.read("SELECT count(*) FROM requests")[0][0]
         return n
 
-    def scope(self, roots: Sequence[str | Path] | None) -> str:
-        """The name of a TEMP VIEW of ``requests`` that appeared under one of ``roots``.
-
-        A request is in the view when a file holding it lies below (or is) one
-        of the roots, also after the file was deleted; requests of a v1 ledger,
-        whose files were never recorded, are in every view. ``None``: every
-        request. The view has exactly the columns of ``requests``.
-        """
+    def mask(self, roots: Sequence[str | Path] | None) -> int | None:
+        """The ``requests.roots`` bits of the roots at or below ``roots`` (None: everything)."""
         if roots is None:
+            return None
+        wanted = [os.path.abspath(os.fspath(r)).rstrip("/") or "/" for r in roots]
+        mask = 0
+        for path, bit in self.root_bits().items():
+            if any(path == w or path.startswith(w.rstrip("/") + "/") for w in wanted):
+                mask |= bit
+        return mask
+
+    def scope_filter(self, roots: Sequence[str | Path] | None, column: str = "roots") -> str | None:
+        """An SQL condition on a roots bitmask ``column``: in scope of ``roots`` (None: all).
+
+        A request is in scope when a file holding it was found under (or at)
+        one of the roots, also after the file was deleted; v1 requests, whose
+        files were never recorded, are in every scope.
+        """
+        mask = self.mask(roots)
+        if mask is None:
+            return None
+        every = 0
+        for bit in self.root_bits().values():
+            every |= bit
+        if mask and mask == every:
+            return None
+        return f"({column} & {mask}) != 0" if mask else f"{column} = {ALL_ROOTS}"
+
+    def scope(self, roots: Sequence[str | Path] | None) -> str:
+        """The name of a TEMP VIEW of ``requests`` in the scope of ``roots`` (see scope_filter).
+
+        The view has exactly the columns of ``requests``; the plain table when
+        the scope is everything.
+        """
+        condition = self.scope_filter(roots)
+        if condition is None:
             return "requests"
-        wanted = tuple(sorted({os.path.abspath(os.fspath(r)) for r in roots}))
+        mask = self.mask(roots) or 0
         with self._lock:
-            name = self._views.get(wanted)
-            if name is not None:
-                return name
-            name = f"scope_{len(self._views) + 1}"
-            tests = [f"f.path = {_literal(LEGACY_FILE)}"]
-            for root in wanted:
-                prefix = root.rstrip("/") + "/"
-                tests.append(f"f.path = {_literal(root)}")
-                tests.append(f"substr(f.path, 1, {len(prefix)}) = {_literal(prefix)}")
-            self._db.execute(
-                f"CREATE TEMP VIEW {name} AS SELECT * FROM main.requests WHERE id IN ("
-                "SELECT a.request FROM main.appearances a JOIN main.files f ON f.id = a.file "
-                f"WHERE {' OR '.join(tests)})"
-            )
-            self._views[wanted] = name
+            name = self._views.get(mask)
+            if name is None:
+                name = f"scope_{len(self._views) + 1}"
+                # A TEMP view is this connection's own: creating it writes nothing shared.
+                self._db.execute("PRAGMA query_only = OFF") if not self.readonly else None
+                self._db.execute(
+                    f"CREATE TEMP VIEW {name} AS SELECT * FROM main.requests WHERE {condition}")
+                self._views[mask] = name
             return name
 
     def read(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
@@ -392,70 +790,110 @@ class Ledger:
                 try:
                     return self._db.execute(sql, params).fetchall()
                 finally:
-                    self._db.execute("PRAGMA query_only = OFF")
+                    if not self.readonly:
+                        self._db.execute("PRAGMA query_only = OFF")
             except sqlite3.Error as exc:
                 raise LedgerError(f"ledger {self.path}: {exc}") from exc
 
-    def _rows(self, keys: list[str]) -> dict[str, tuple[int, Request]]:
-        """The stored rows (id, request) of some keys."""
-        out: dict[str, tuple[int, Request]] = {}
+    def _rows(self, keys: list[str]) -> dict[str, tuple[int, Request, int]]:
+        """The stored rows (id, request, roots bitmask) of some keys."""
+        out: dict[str, tuple[int, Request, int]] = {}
         for part in _chunks(keys):
             marks = ",".join("?" * len(part))
             rows = self._db.execute(
-                f"SELECT id, {_COLUMNS} FROM requests WHERE key IN ({marks})", part
+                f"SELECT id, roots, {_COLUMNS} FROM requests WHERE key IN ({marks})", part
             )
-            out.update((r[1], (r[0], _request(r[1:]))) for r in rows)
+            out.update((r[2], (r[0], _request(r[2:]), r[1])) for r in rows)
         return out
 
     def _transaction(self) -> _Tx:
         """A write transaction that turns SQLite failures into LedgerError."""
+        if self.readonly:
+            raise LedgerError(f"ledger {self.path} is open read-only (another process writes it)")
         return _Tx(self._db, self.path, self._lock)
 
 
 @dataclass(slots=True)
-class _Merged(Applied):
-    """Applied, plus what the ledger needs while it finishes the batch."""
+class _Batch:
+    """What the ledger tracks while it applies one batch; :meth:`applied` is the result."""
 
+    new: list[Request] = field(default_factory=list)
+    upgraded: list[tuple[Request, Request]] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    counts: list[CountRow] = field(default_factory=list)
+    hists: list[HistRow] = field(default_factory=list)
+    late: int = 0
+    roots: dict[str, int] = field(default_factory=dict)
     ids: dict[str, int] = field(default_factory=dict)
-    ts: dict[str, float] = field(default_factory=dict)  # each batch key's merged time
-    moved: set[int] = field(default_factory=set)
+    rows: dict[int, Request] = field(default_factory=dict)  # each batch row as merged
+    known: dict[int, Request] = field(default_factory=dict)  # stored rows before the batch
+    before: dict[int, int] = field(default_factory=dict)  # stored roots bitmasks
+    masks: dict[int, int] = field(default_factory=dict)  # roots bitmasks after the batch
+    moved: set[int] = field(default_factory=set)  # time or source changed
+    files: set[int] = field(default_factory=set)  # whose chains must be recomputed
+    sessions: dict[str, float] = field(default_factory=dict)  # latest ts seen per session
+    grown: set[str] = field(default_factory=set)  # sessions whose last time moved
+    slot_times: set[float] = field(default_factory=set)  # times whose usage slots changed
 
-    def refresh_gaps(self, gaps: Mapping[int, float | None]) -> None:
-        """Give the batch's requests the gaps just computed."""
+    def refresh(self, values: Mapping[int, Any], name: str) -> None:
+        """Give the batch's requests a field the ledger just computed (gap, session)."""
+        if not values:
+            return
         ids = self.ids
 
         def fresh(req: Request) -> Request:
             rid = ids[req.key]
-            return req._replace(gap=gaps[rid]) if rid in gaps else req
+            return req._replace(**{name: values[rid]}) if rid in values else req
 
         self.new = [fresh(r) for r in self.new]
         self.upgraded = [(old, fresh(new)) for old, new in self.upgraded]
+        self.rows = {rid: (r._replace(**{name: values[rid]}) if rid in values else r)
+                     for rid, r in self.rows.items()}
+
+    def applied(self) -> Applied:
+        """The public result."""
+        return Applied(self.new, self.upgraded, self.lines, self.rejected, self.bytes_read,
+                       self.counts, self.hists, self.late, self.roots)
+
+
+def _observe(rules: Rules, mask: int, req: Request,
+             acc: dict[tuple[int, HistSeries, int], float]) -> None:
+    """Fold one settled request's histogram observations into ``acc``."""
+    for series, bucket, value in rules.observations(req):
+        acc[(mask, series, bucket)] = acc.get((mask, series, bucket), 0) + 1
+        acc[(mask, series, -1)] = acc.get((mask, series, -1), 0) + value
 
 
 def _migrate_v1(db: sqlite3.Connection) -> None:
     """Bring v1 tables to v2 in place (inside the caller's transaction), losing nothing.
 
-    v1 never recorded where a request was read, so its requests get one
-    appearance in a pseudo-file (:data:`LEGACY_FILE`) that every scope shows, and
-    its gaps (per session, as v1 counted them) are kept as the chain of that file.
+    v1 never recorded where a request was read: its requests get every roots
+    bit (they are in every scope) and one appearance in a pseudo-file
+    (:data:`LEGACY_FILE`), whose predecessors are v1's per-session gaps.
     """
     db.execute("ALTER TABLE files RENAME TO checkpoints")
     db.execute("ALTER TABLE requests RENAME TO requests_v1")
-    db.execute(_SCHEMA[0])
+    db.execute(_REQUESTS)
     v1 = ("key, ts, model, session, project, source, input, output, cache_read, "
           "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, recorded_cost_usd")
     # Time order gives ids the order new rows get: appends to the id B-tree.
-    db.execute(f"INSERT INTO requests ({v1}) SELECT {v1} FROM requests_v1 ORDER BY ts, key")
+    db.execute(
+        f"INSERT INTO requests ({v1}, context, roots) SELECT {v1}, "
+        f"input + cache_read + cache_write_5m + cache_write_1h, {ALL_ROOTS} "
+        "FROM requests_v1 ORDER BY ts, key")
     db.execute("DROP TABLE requests_v1")
-    for statement in _SCHEMA[1:]:
-        db.execute(statement)
+
+
+def _v1_provenance(db: sqlite3.Connection) -> None:
+    """After the v2 schema exists: the legacy file, appearances, gaps and sessions of v1 rows."""
     db.execute("INSERT INTO files (path, root, session) VALUES (?, NULL, '')", (LEGACY_FILE,))
     db.execute(
         "INSERT INTO appearances (request, file, prev) SELECT id, "
         "(SELECT id FROM files WHERE path = ?), NULL FROM requests", (LEGACY_FILE,)
     )
-    # v1's gaps: each main request after its session's previous one, (ts, key) order,
-    # kept as the legacy appearances' predecessors (that pseudo-file has no chain).
+    # v1's gaps: each main request after its session's previous one, (ts, key) order.
     db.execute(
         "UPDATE appearances SET prev = p.prev FROM (SELECT id, lag(ts) OVER "
         "(PARTITION BY session ORDER BY ts, key) AS prev FROM requests WHERE source = 0) AS p "
@@ -470,15 +908,34 @@ def _migrate_v1(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO sessions SELECT session, max(ts) FROM requests GROUP BY session")
 
 
+def _tighten(path: Path) -> None:
+    """Make an existing state directory 0700 and the ledger's files 0600 (ours only).
+
+    A directory shared by design (sticky, like /tmp) or owned by someone else
+    is left alone.
+    """
+    uid = os.geteuid()
+    with contextlib.suppress(OSError):
+        st = path.parent.stat()
+        if st.st_uid == uid and not st.st_mode & stat.S_ISVTX and st.st_mode & 0o077:
+            os.chmod(path.parent, stat.S_IMODE(st.st_mode) & 0o700)
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}.lock"):
+        with contextlib.suppress(OSError):
+            st = (path.parent / name).stat()
+            if st.st_uid == uid and st.st_mode & 0o077:
+                os.chmod(path.parent / name, stat.S_IMODE(st.st_mode) & 0o600)
+
+
 def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
     """Slices of at most ``_IN_CHUNK`` items, for ``IN (…)`` lookups."""
     for i in range(0, len(items), _IN_CHUNK):
         yield items[i : i + _IN_CHUNK]
 
 
-def _literal(text: str) -> str:
-    """An SQL string literal (a TEMP VIEW cannot take parameters)."""
-    return "'" + text.replace("'", "''") + "'"
+def _request(row: Sequence[Any]) -> Request:
+    """A Request from a row in ``_COLUMNS`` order."""
+    key, ts, model, session, project, source, *rest = row
+    return Request(key, ts, model, session, project, _SOURCES[source], *rest)
 
 
 class _Tx:
@@ -525,12 +982,84 @@ class _Tx:
                 self._db.execute("ROLLBACK")
 
 
-_SOURCES: Final = tuple(Source)
-_TIME_ORDER: Final = attrgetter("ts", "key")
+# ------------------------------------------------------------------ one writer
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The process that holds a ledger's writer lock, as it described itself."""
+
+    pid: int
+    role: str  # serve, report, backfill
+    roots: tuple[str, ...] = ()
 
 
-def _request(row: Sequence[Any]) -> Request:
-    """A Request from a row in ``_COLUMNS`` order."""
-    key, ts, model, session, project, source, *rest = row
-    return Request(key, ts, model, session, project, _SOURCES[source], *rest)
+class LedgerBusyError(LedgerError):
+    """Another process writes this ledger."""
 
+    def __init__(self, path: Path, holder: Holder | None) -> None:
+        """Name the holder in the message when it is known."""
+        self.holder = holder
+        who = f"{holder.role} (pid {holder.pid})" if holder else "another process"
+        super().__init__(f"{who} already writes the ledger {path}; one writer per state dir")
+
+
+class WriterLock:
+    """One writer per ledger: a POSIX record lock on ``<ledger>.lock``.
+
+    POSIX (fcntl) locks belong to a process: the kernel drops them when it dies,
+    even by kill -9, and a forked child (the parser workers) does not inherit
+    them, so an orphaned worker can never keep the ledger locked. The file
+    says who holds it, for the refusal message.
+    """
+
+    def __init__(self, fd: int, path: Path, created: bool) -> None:
+        """Wrap a locked descriptor (use :meth:`acquire`)."""
+        self._fd: int | None = fd
+        self.path = path
+        self._created = created
+
+    @classmethod
+    def acquire(cls, ledger: Path, role: str, roots: Sequence[str | Path] = (), *,
+                wait: float = 0.0, monotonic: Callable[[], float] = time.monotonic) -> WriterLock:
+        """Take the lock, waiting up to ``wait`` seconds; LedgerBusyError names the holder."""
+        path = ledger.with_name(ledger.name + ".lock")
+        try:
+            ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            created = not path.exists()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise LedgerError(f"cannot lock ledger {ledger}: {exc.strerror or exc}") from exc
+        deadline = monotonic() + wait
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if monotonic() >= deadline:
+                    holder = cls.holder(ledger)
+                    os.close(fd)  # holds no lock of ours: closing releases nothing
+                    raise LedgerBusyError(ledger, holder) from None
+                time.sleep(0.1)  # bounded by ``wait``: another writer finishing its pass
+        note = json.dumps({"pid": os.getpid(), "role": role,
+                           "roots": [os.fspath(r) for r in roots]})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note.encode(), 0)
+        return cls(fd, path, created)
+
+    @staticmethod
+    def holder(ledger: Path) -> Holder | None:
+        """Who holds the lock of ``ledger`` now, as its lock file says (None: unknown)."""
+        try:
+            data = json.loads(ledger.with_name(ledger.name + ".lock").read_text("utf-8"))
+            return Holder(int(data["pid"]), str(data["role"]), tuple(data.get("roots", ())))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def release(self, *, remove: bool = False) -> None:
+        """Give the lock up; ``remove`` also deletes a lock file this lock created."""
+        if self._fd is None:
+            return
+        if remove and self._created:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        os.close(self._fd)  # closing drops the process's record lock
+        self._fd = None

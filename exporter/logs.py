@@ -12,12 +12,33 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
            "error": logging.ERROR}
 
 
+class _Stderr:
+    """``sys.stderr`` as it is at each write.
+
+    While a progress bar is drawn, rich swaps ``sys.stderr`` for a proxy that
+    prints above the bar; a logger holding the original stream would write into
+    the bar's line instead.
+    """
+
+    def write(self, text: str) -> int:
+        """Write to the current stderr."""
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        """Flush the current stderr."""
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        """Whether the current stderr is a terminal."""
+        return sys.stderr.isatty()
+
+
 def make_logger(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> Any:
     """A structlog logger writing to ``stream`` (stderr), without global configuration.
 
     ``fmt`` is ``json``, ``console`` or ``auto`` (console on a terminal, JSON otherwise).
     """
-    out = stream if stream is not None else sys.stderr
+    out: Any = stream if stream is not None else _Stderr()
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     renderer: Any = (
         structlog.processors.JSONRenderer()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -21,7 +22,9 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
         yield None
         return
     columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress("reading transcripts", *columns, transient=True) as bar:
+    # On stderr, like the logs: stdout carries the report (and may be a pipe).
+    with Progress("reading transcripts", *columns, transient=True,
+                  console=Console(stderr=True)) as bar:
         task = bar.add_task("scan", total=None)
 
         def update(done: int, total: int) -> None:

@@ -103,6 +103,48 @@ def gap_seconds(later: float, earlier: float) -> float:
     return round((later - earlier) * 1000) / 1000
 
 
+class CountClass(NamedTuple):
+    """The raw dimensions a request is counted under: one rollup row per class and root set.
+
+    Raw on purpose (model id, cwd, price-class fields, price period, gap bucket):
+    label policies and prices apply when the rows are read, so neither needs
+    the history to be counted again.
+    """
+
+    model: str
+    project: str
+    source: int
+    geo: str
+    tier: str
+    speed: str
+    long: int  # 1 when the prompt is past the model's long-context threshold
+    period: int  # price period: how many of the model's price changes precede the request
+    gap: str  # gap bucket of a main request, "" for the others
+
+
+COUNT_SUMS = ("requests", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
+              "web_search")
+"""The sums each rollup row keeps, in this order."""
+
+
+class HistSeries(NamedTuple):
+    """One histogram series in raw form: catalogue name, raw model, source, architecture."""
+
+    name: str
+    model: str
+    source: int
+    arch: str
+
+
+ALL_ROOTS = -1
+"""The roots bitmask of requests from a v1 ledger (never recorded where they came from):
+every bit set, so they are in every scope."""
+
+TTL_5M = 300.0  # prompt-cache lifetimes, and the bounds of the gap buckets (docs/figures.md)
+TTL_1H = 3600.0
+ACTIVE_GAP_SECONDS = 120.0  # a gap this short is "the model generating" (the speed figure)
+
+
 class Appearance(NamedTuple):
     """Where some requests were read: one transcript file, its root and its session.
 

@@ -161,14 +161,24 @@ def check_against_truth(fams: dict[str, Any], truth: dict[str, Any]) -> list[str
     return diffs
 
 
-def ledger_report(state: Path, empty: Path) -> Any:
-    """`report --json` of a ledger alone: run over an empty data dir, so nothing is read."""
-    empty.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(empty),
-         "--state-dir", str(state), "--log-level", "error"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-    )
+def ledger_report(state: Path, tree: Path) -> Any:
+    """`report --json` of what the ledger holds for ``tree``, reading none of its files.
+
+    The tree is moved aside while the report runs: the report's scope is the
+    tree's path (provenance outlives files), and there is nothing left to read.
+    """
+    aside = tree.with_name(tree.name + ".aside")
+    tree.rename(aside)
+    tree.mkdir()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+             "--state-dir", str(state), "--log-level", "error"],
+            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        )
+    finally:
+        tree.rmdir()
+        aside.rename(tree)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

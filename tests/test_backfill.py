@@ -8,12 +8,12 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
@@ -22,14 +22,15 @@ from exporter.projections.backfill import (
     BackfillError,
     BackfillOptions,
     emission,
-    exposed,
+    serve_samples,
     write_history,
 )
-from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
+from tests.ledgers import ledger_of, replica
 from tests.promserver import PromServer, prometheus_config, require_binary
 
 DAY = 86_400
@@ -38,22 +39,28 @@ LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+) (\d+)")
 TARGET = {"job": "claude-code", "instance": "ws-1:9477"}
 
 
-def ingest(tree: Path, state: Path) -> list[Request]:
-    """Scan a generated tree into a fresh ledger and return its requests in time order."""
-    ledger = Ledger(state / "ledger.sqlite3")
-    try:
-        Scanner(ledger, projects_dirs([tree]), workers=1).scan()
-        return ledger.requests()
-    finally:
-        ledger.close()
+def ingest(tree: Path, state: Path) -> Ledger:
+    """Scan a generated tree into a fresh ledger (rollups kept, everything settled)."""
+    ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(Pricing.load()))
+    Scanner(ledger, projects_dirs([tree]), workers=1).scan()
+    ledger.settle(force=True)
+    return ledger
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> list[Request]:
-    """The requests of a small generated tree (a few sessions, every quirk)."""
+def small_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
+    """The ledger of a small generated tree (a few sessions, every quirk)."""
     root = tmp_path_factory.mktemp("small")
     generate(root / "tree", GenOptions(seed=11, sessions=5))
-    return ingest(root / "tree", root / "state")
+    ledger = ingest(root / "tree", root / "state")
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def small(small_ledger: Ledger) -> list[Request]:
+    """Its requests in time order, with the ledger's gaps."""
+    return small_ledger.requests()
 
 
 def history(requests: list[Request], **opts: Any) -> str:
@@ -94,15 +101,9 @@ def labels_of(text: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', text))
 
 
-def startup(requests: list[Request]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Counter and histogram samples serve exposes on start-up over ``requests``."""
-    registry = CollectorRegistry()
-    proj = Projection(Pricing.load(), MetricsOptions(), registry)
-    proj.load(requests, {}, {}, 0)
-    try:
-        return exposed(registry, "claude_code")
-    finally:
-        proj.shutdown()
+def startup(ledger: Ledger) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Counter and histogram samples serve exposes on start-up over ``ledger``."""
+    return serve_samples(ledger, Pricing.load(), MetricsOptions())
 
 
 def at(points: dict[tuple[str, str], list[tuple[int, float]]], ts: int) -> dict[Any, float]:
@@ -132,23 +133,27 @@ def test_layout_is_openmetrics_for_promtool(small: list[Request]) -> None:
         assert labels_of(labels).items() >= TARGET.items()
 
 
-def test_end_values_equal_what_serve_exposes_at_startup(small: list[Request]) -> None:
+def test_end_values_equal_what_serve_exposes_at_startup(small: list[Request],
+                                                         small_ledger: Ledger) -> None:
     """The last point of every series is serve's start-up value: same names, labels, values."""
     _, points = parse(history(small))
     last = max(t for series in points.values() for t, _ in series)
-    assert at(points, last) == startup(small)
+    assert at(points, last) == startup(small_ledger)
 
 
 def test_every_anchor_equals_a_projection_of_the_requests_before_it(
-    small: list[Request],
+    small: list[Request], small_ledger: Ledger, tmp_path: Path,
 ) -> None:
     """At each full hour, every series equals serve's projection of the requests before it."""
     _, points = parse(history(small))
     hours = sorted({t for series in points.values() for t, _ in series if t % 3600 == 0})
     assert len(hours) > 5
     for hour in hours[1::4]:
-        before = [r for r in small if r.ts < hour]
-        want = startup(before) if before else {}
+        def earlier(r: Request, h: int = hour) -> bool:
+            return r.ts < h
+
+        before = replica(small_ledger, tmp_path / f"{hour}.db", keep=earlier)
+        want = startup(before) if before.count() else {}
         got = at(points, hour)
         assert {k: got[k] for k in want if k in got} == want
         assert set(want) <= set(got)
@@ -177,12 +182,17 @@ def test_since_keeps_counters_cumulative(small: list[Request]) -> None:
     assert got == sum(1 for r in small if r.ts < first) > 0
 
 
-def test_tied_main_requests_get_serve_startup_gaps() -> None:
+def test_tied_main_requests_get_serve_startup_gaps(tmp_path: Path) -> None:
     """Two main requests of one session at the same millisecond: the second's gap is 0."""
     t0 = START + 123.0
-    reqs = [Request(k, ts, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, 10, 100, 20, 0)
+    made = [Request(k, ts, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, 10, 100, 20, 0)
             for k, ts in (("a", t0), ("b", t0 + 400), ("c", t0 + 400), ("d", t0 + 400))]
-    text = history(reqs, step=60)  # write_history itself checks the end against serve
+    ledger = ledger_of(tmp_path / "l.db", made)
+    reqs = ledger.requests()
+    out = io.StringIO()
+    write_history(reqs, Pricing.load(), MetricsOptions(), out, BackfillOptions(step=60),
+                  now=reqs[-1].ts + 7200, serve=startup(ledger))  # checks the end against serve
+    text = out.getvalue()
     _, points = parse(text)
     lt_5m = [s for (name, lab), s in points.items()
              if name == "claude_code_requests_after_gap_total" and 'gap="lt_5m"' in lab]

@@ -220,3 +220,35 @@ def test_views_on_real_transcripts_add_up(real_tree: Path, tmp_path: Path) -> No
                                                      394_137), view
         assert round(totals["cost_usd"], 2) == 28.51
         assert sum(r["requests"] for r in got["rows"]) == 529
+
+
+def test_the_progress_bar_never_shares_a_line_with_a_log_message(tmp_path: Path) -> None:
+    """On a terminal, a warning logged mid-scan prints on a line of its own, above the bar."""
+    import pty
+
+    proj = tmp_path / "projects" / "-p"
+    proj.mkdir(parents=True)
+    (proj / "s.jsonl").write_bytes(jsonl(*(assistant(f"m{i}", f"r{i}") for i in range(50))))
+    (proj / "gone.jsonl").symlink_to(tmp_path / "missing")  # listed, then unreadable: a warning
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.cli", "report", "--data-dir", str(tmp_path),
+         "--state-dir", str(tmp_path / "s"), "--log-format", "console"],
+        stdout=follower, stderr=follower, env={**os.environ, "TERM": "xterm"})
+    os.close(follower)
+    chunks = []
+    while True:  # until the child closes its end (bounded by its timeout below)
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace")
+    lines = [line for part in screen.split("\n") for line in part.split("\r")]
+    warned = [line for line in lines if "transcript_unreadable" in line]
+    assert warned, screen
+    assert all("reading transcripts" not in line for line in warned), screen

@@ -1,18 +1,20 @@
-"""The metrics projection: catalogue exposition, live updates, settling."""
+"""The metrics projection: catalogue exposition from rollups, live updates, settling."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.ledger import Applied
+from exporter.ledger import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
-from exporter.records import Request, Source
+from exporter.records import Parsed, Request, Source
+from tests.ledgers import appearances, ledger_of
 
 GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
 T0 = 1_790_000_000.0
@@ -36,14 +38,36 @@ class Clock:
         return self.now
 
 
+def options(**opts: object) -> MetricsOptions:
+    """The test options (budgets, version) with overrides."""
+    return MetricsOptions(budgets={"day": 20.0, "month": 400.0}, version="test",
+                          **opts)  # type: ignore[arg-type]
+
+
 def projection(clock: Clock | None = None, **opts: object) -> tuple[Projection, CollectorRegistry]:
     """A projection on a fresh registry with a fixed clock."""
     registry = CollectorRegistry()
     c = clock or Clock(T0 + 100)
-    options = MetricsOptions(budgets={"day": 20.0, "month": 400.0}, version="test",
-                             **opts)  # type: ignore[arg-type]
-    return Projection(Pricing.load(), options, registry, clock=c, monotonic=c,
+    return Projection(Pricing.load(), options(**opts), registry, clock=c,
                       files_watched=lambda: 3), registry
+
+
+def loaded(tmp: Path, requests: Sequence[Request], clock: Clock | None = None,
+           **opts: object) -> tuple[Projection, CollectorRegistry, Ledger]:
+    """A projection started from a ledger holding ``requests`` (all settled)."""
+    c = clock or Clock(T0 + 100)
+    ledger = ledger_of(tmp / "ledger.sqlite3", requests, options=options(**opts), clock=c)
+    proj, registry = projection(c, **opts)
+    proj.load(ledger)
+    return proj, registry, ledger
+
+
+def batch(ledger: Ledger, *reqs: Request) -> Parsed:
+    """Apply some request lines to ``ledger`` as one batch; return what was parsed."""
+    parsed = Parsed()
+    for r in reqs:
+        parsed.add(r)
+    return parsed
 
 
 def sample(text: str, name: str, **labels: str) -> float:
@@ -66,21 +90,22 @@ HISTORY = [
 ]
 
 
-def test_golden_exposition() -> None:
+def test_golden_exposition(tmp_path: Path) -> None:
     """The exposition of a fixed ledger equals the golden file (UPDATE_GOLDEN=1 rewrites it)."""
+    ledger = ledger_of(tmp_path / "l.db", HISTORY, options=options(),
+                       lines={"usage": 6, "duplicate": 4, "other": 20},
+                       rejected={"invalid_json": 1}, bytes_read=12_345)
     proj, registry = projection()
-    proj.load(HISTORY, {"usage": 6, "duplicate": 4, "other": 20, "rejected": 1},
-              {"invalid_json": 1}, 12_345)
+    proj.load(ledger)
     text = generate_latest(registry).decode()
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
 
 
-def test_counters_match_the_requests() -> None:
+def test_counters_match_the_requests(tmp_path: Path) -> None:
     """Requests, tokens, cost, gap buckets and lines add up to the loaded ledger."""
-    proj, registry = projection()
-    proj.load(HISTORY, {"usage": 6}, {}, 0)
+    _proj, registry, _ = loaded(tmp_path, HISTORY)
     text = generate_latest(registry).decode()
     base = {"model": "claude-opus-4-6", "project": "app", "source": "main"}
     assert sample(text, "claude_code_requests_total", **base) == 4
@@ -99,37 +124,37 @@ def test_counters_match_the_requests() -> None:
     assert sample(text, "claude_code_request_gap_seconds_count") == 3
 
 
-def test_live_batch_counts_at_once_and_settles_histograms_later() -> None:
+def test_live_batch_counts_at_once_and_settles_histograms_later(tmp_path: Path) -> None:
     """A new request moves counters immediately and the histograms after the quiet time."""
     clock = Clock(T0 + 100)
-    proj, registry = projection(clock, settle_seconds=5.0)
-    proj.load(HISTORY, {}, {}, 0)
+    proj, registry, ledger = loaded(tmp_path, HISTORY, clock, settle_seconds=5.0)
     first = req("n", T0 + 60, output=2)
-    proj.apply(Applied(new=[first], lines={"usage": 1}, bytes_read=10))
-    proj.apply(Applied(upgraded=[(first, first._replace(output=700))], lines={"duplicate": 1}))
+    apps = appearances([first])
+    proj.apply(ledger.apply(batch(ledger, first), [], 10, apps))
+    proj.apply(ledger.apply(batch(ledger, first._replace(output=700)), [], 0, apps))
     text = generate_latest(registry).decode()
     labels = {"model": "claude-opus-4-6", "source": "main"}
     assert sample(text, "claude_code_tokens_total", type="output", project="app",
                   **labels) == 600 + 700
     assert sample(text, "claude_code_request_output_tokens_count", **labels) == 4
-    assert proj.settle() == 0
+    assert not ledger.settle().hists
     clock.now += 6
-    assert proj.settle() == 1
+    proj.apply(ledger.settle())
     text = generate_latest(registry).decode()
     assert sample(text, "claude_code_request_output_tokens_count", **labels) == 5
     assert sample(text, "claude_code_request_output_tokens_sum", **labels) == 100 * 3 + 300 + 700
-    proj.apply(Applied(upgraded=[(first._replace(output=700), first._replace(output=900))]))
+    proj.apply(ledger.apply(batch(ledger, first._replace(output=900)), [], 0, apps))
     text = generate_latest(registry).decode()
     assert sample(text, "claude_code_exporter_late_updates_total") == 1
     assert sample(text, "claude_code_tokens_total", type="output", project="app",
                   **labels) == 600 + 900
+    assert ledger.counters("late_updates") == {"": 1}  # and a restart still says so
 
 
-def test_live_gauges_follow_the_clock() -> None:
+def test_live_gauges_follow_the_clock(tmp_path: Path) -> None:
     """Active sessions and warm KV count sessions younger than the TTLs."""
     clock = Clock(T0 + 5_100)
-    proj, registry = projection(clock)
-    proj.load(HISTORY, {}, {}, 0)
+    _proj, registry, _ = loaded(tmp_path, HISTORY, clock)
     text = generate_latest(registry).decode()
     assert sample(text, "claude_code_active_sessions", ttl="5m") == 1
     assert sample(text, "claude_code_warm_kv_cache_bytes", arch="mla") == 20_505 * 70_272
@@ -143,18 +168,17 @@ def test_live_gauges_follow_the_clock() -> None:
     assert sample(text, "claude_code_warm_kv_cache_bytes", arch="gqa") == 0
 
 
-def test_project_policy_and_cardinality_cap() -> None:
+def test_project_policy_and_cardinality_cap(tmp_path: Path) -> None:
     """Project paths follow the policy and odd model ids never explode the series."""
-    proj, registry = projection(project_label="hash")
     many = [req(f"k{i}", T0 + i, model=f"m{i}\n") for i in range(100)]
-    proj.load(many, {}, {}, 0)
+    _proj, registry, _ = loaded(tmp_path, many, project_label="hash")
     text = generate_latest(registry).decode()
     models = {m for m in re.findall(r'claude_code_requests_total\{model="([^"]*)"', text)}
     assert len(models) == 65 and "other" in models
     assert re.search(r'project="[0-9a-f]{12}"', text)
 
 
-def test_counters_do_not_depend_on_the_order_of_increments() -> None:
+def test_counters_do_not_depend_on_the_order_of_increments(tmp_path: Path) -> None:
     """Live batches in any order and a restart's load give bit-identical counter values."""
     import random
 
@@ -163,25 +187,76 @@ def test_counters_do_not_depend_on_the_order_of_increments() -> None:
                 read=rng.randint(0, 300_000), w5=rng.randint(0, 9_999), project=f"/p{i % 2}",
                 model=rng.choice(["claude-opus-4-6", "claude-sonnet-4-5", "claude-haiku-4-5"]))
             for i in range(300)]
-    restart, reg_a = projection(settle_seconds=0.0)
-    restart.load(reqs, {}, {}, 0)
+    _restart, reg_a, _ = loaded(tmp_path / "a", reqs)
 
     def counters(reg: CollectorRegistry, skip: str = "\0") -> dict[str, float]:
         return {f"{s.name}{sorted(s.labels.items())}": s.value for fam in reg.collect()
-                if fam.type == "counter" and skip not in fam.name for s in fam.samples}
+                if fam.type == "counter" and skip not in fam.name
+                and "exporter" not in fam.name for s in fam.samples}
 
-    in_order, reg_b = projection(settle_seconds=0.0)
-    in_order.load([], {}, {}, 0)
-    at = 0
-    while at < len(reqs):  # time order, uneven batches: what a live daemon sees
-        step = rng.randint(1, 40)
-        in_order.apply(Applied(new=reqs[at:at + step]))
-        at += step
-    assert counters(reg_a) == counters(reg_b)
-    shuffled, reg_c = projection(settle_seconds=0.0)
-    shuffled.load([], {}, {}, 0)
+    def live(name: str, order: list[Request], sizes: int) -> CollectorRegistry:
+        ledger = ledger_of(tmp_path / name / "l.db", [], options=options())
+        proj, registry = projection()
+        proj.load(ledger)
+        at = 0
+        while at < len(order):  # uneven batches: what a live daemon sees
+            step = rng.randint(1, sizes)
+            part = order[at:at + step]
+            proj.apply(ledger.apply(batch(ledger, *part), [], 0, appearances(part)))
+            at += step
+        return registry
+
+    assert counters(reg_a) == counters(live("b", reqs, 40))
     mixed = reqs[:]
-    rng.shuffle(mixed)  # out of order, gaps differ; every other counter must not
-    for i in range(0, len(mixed), 17):
-        shuffled.apply(Applied(new=mixed[i:i + 17]))
-    assert counters(reg_a, "after_gap") == counters(reg_c, "after_gap")
+    rng.shuffle(mixed)  # out of order: gaps differ; every other counter must not
+    assert counters(reg_a, "after_gap") == counters(live("c", mixed, 17), "after_gap")
+    restarted = ledger_of(tmp_path / "d" / "l.db", [], options=options())
+    restarted.close()
+
+
+def test_a_restart_exposes_what_the_live_daemon_had(tmp_path: Path) -> None:
+    """Counters and histograms after a restart equal those of the process that ingested live."""
+    ledger = ledger_of(tmp_path / "l.db", [], options=options())
+    proj, registry = projection()
+    proj.load(ledger)
+    for i in range(0, len(HISTORY), 2):
+        part = HISTORY[i:i + 2]
+        proj.apply(ledger.apply(batch(ledger, *part), [], 7, appearances(part)))
+    proj.apply(ledger.settle(force=True))
+
+    def samples(reg: CollectorRegistry) -> list[str]:
+        text = generate_latest(reg).decode()
+        return sorted(ln for ln in text.splitlines() if not ln.startswith("#")
+                      and "_created" not in ln)
+
+    before = samples(registry)
+    again, reg2 = projection()
+    again.load(ledger)
+    assert samples(reg2) == before
+    assert any(ln.startswith("claude_code_request_gap_seconds_count") for ln in before)
+
+
+def test_seeded_histogram_equals_recording_each_value() -> None:
+    """A histogram begun from a seed exposes what recording each value one by one gives."""
+    from exporter.projections import instruments
+
+    values = [3, 999, 1000, 1001, 5e5, 2e6, 7]
+    one, reg_one = projection()
+    h = one.inst.histograms["request_context_tokens"]
+    for v in values:
+        h.record(v, {"model": "m", "source": "main"})
+    two, reg_two = projection()
+    bounds = instruments.BUCKETS["request_context_tokens"]
+    counts = [0] * (len(bounds) + 1)
+    for v in values:
+        counts[sum(1 for b in bounds if v > b)] += 1
+    seed = instruments.Seed(tuple(counts), sum(values))
+    two.inst.histograms["request_context_tokens"].record(
+        0, {"model": "m", "source": "main"}, context=instruments.seed_context(seed))
+
+    def hist(reg: CollectorRegistry) -> list[str]:
+        text = generate_latest(reg).decode()
+        return [ln for ln in text.splitlines() if "request_context_tokens" in ln
+                and not ln.startswith("#") and "_created" not in ln]
+
+    assert hist(reg_one) == hist(reg_two) and hist(reg_one)

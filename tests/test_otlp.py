@@ -123,8 +123,9 @@ def test_push_carries_the_catalogue_with_truth_values(
     """One push: names, attributes, resource, cumulative temporality and the truth's totals."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "DELTA")
     truth, tree, state = tree_requests(tmp_path)
-    ledger = Ledger(state / "ledger.sqlite3")
+    ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(Pricing.load()))
     Scanner(ledger, projects_dirs([tree]), workers=1).scan()
+    ledger.settle(force=True)
     settings = load_settings({"otlp_endpoint": receiver.url, "otlp_interval_seconds": 3600,
                               "otlp_headers": {"authorization": "Bearer t0ken"},
                               "otlp_resource_attributes": {"team": "platform"}})
@@ -133,7 +134,7 @@ def test_push_carries_the_catalogue_with_truth_values(
     proj = Projection(Pricing.load(), MetricsOptions(), registry, readers=[reader],
                       resource=otlp.resource(settings, host="ws-1", user="alice"))
     try:
-        proj.load(ledger.requests(), {}, {}, 0)
+        proj.load(ledger)
         assert reader.force_flush(timeout_millis=20_000)
     finally:
         proj.shutdown()

@@ -48,6 +48,7 @@ class Req:
     source: int  # 0 main, 1 subagent, 2 compaction
     model: str
     tokens: list[int]
+    prev: int | None = None  # latest earlier main request of any file holding it (ms)
 
     @property
     def context(self) -> int:
@@ -65,6 +66,7 @@ class Scan:
     rejected: int = 0
     total_lines: int = 0
     usage_keys_by_file: dict[Path, list[str]] = field(default_factory=dict)
+    session_of: dict[Path, str] = field(default_factory=dict)  # the session a file's lines carry
 
 
 def _ms(stamp: Any) -> int:
@@ -147,6 +149,7 @@ def scan(root: Path) -> Scan:
             else:
                 key, req = got
                 keys.append(key)
+                out.session_of[path] = min(out.session_of.get(path, req.session), req.session)
                 out.usage_lines += 1
                 old = out.reqs.get(key)
                 if old is None:
@@ -155,7 +158,27 @@ def scan(root: Path) -> Scan:
                 old.tokens = [max(a, b) for a, b in zip(old.tokens, req.tokens, strict=True)]
                 old.ts, old.session = min((old.ts, old.session), (req.ts, req.session))
                 old.source = max(old.source, req.source)
+    _conversations(out)
     return out
+
+
+def _conversations(out: Scan) -> None:
+    """Owners and gaps by conversation, from which files hold which keys (docs/figures.md)."""
+    held: dict[str, set[str]] = defaultdict(set)
+    chains: list[list[str]] = []
+    for path, keys in out.usage_keys_by_file.items():
+        if keys:
+            held[out.session_of[path]].update(keys)
+            chains.append(sorted({k for k in keys if out.reqs[k].source == 0},
+                                 key=lambda k: (out.reqs[k].ts, k)))
+    last = {s: max(out.reqs[k].ts for k in keys) for s, keys in held.items()}
+    for key, req in out.reqs.items():
+        req.session = min((last[s], s) for s, keys in held.items() if key in keys)[1]
+    for chain in chains:
+        for key, before in zip(chain[1:], chain, strict=False):
+            prev = out.reqs[before].ts
+            mine = out.reqs[key]
+            mine.prev = prev if mine.prev is None else max(mine.prev, prev)
 
 
 def rank(values: list[int], p: int) -> int:
@@ -165,13 +188,9 @@ def rank(values: list[int], p: int) -> int:
 
 
 def main_gaps(reqs: list[Req]) -> list[tuple[Req, int | None]]:
-    """Main requests in time order with the gap (ms) since their session's previous one."""
-    last: dict[str, int] = {}
-    out = []
-    for r in sorted((r for r in reqs if r.source == 0), key=lambda r: r.ts):
-        out.append((r, r.ts - last[r.session] if r.session in last else None))
-        last[r.session] = r.ts
-    return out
+    """Main requests in time order with the gap (ms) since their conversation's previous one."""
+    return [(r, None if r.prev is None else r.ts - r.prev)
+            for r in sorted((r for r in reqs if r.source == 0), key=lambda r: r.ts)]
 
 
 def bucket(gap: int | None) -> str:
@@ -234,7 +253,8 @@ def test_breakdowns_sum_to_totals(tree: tuple[Path, dict[str, Any], Scan]) -> No
     assert truth["rejected_lines"] == sum(truth["rejected_by_reason"].values())
     assert truth["lines"]["usage"] == truth["totals"]["requests"]
     assert sum(truth["requests_by_gap"].values()) == truth["by_source"]["main"]["requests"]
-    assert truth["requests_by_gap"]["first"] == truth["sessions"]
+    # A resumed session continues a conversation: it owns requests but starts none.
+    assert 0 < truth["requests_by_gap"]["first"] <= truth["sessions"]
 
 
 def test_truth_agrees_with_a_plain_reparse(tree: tuple[Path, dict[str, Any], Scan]) -> None:
@@ -364,22 +384,30 @@ def test_progress_copies_and_resumes_are_counted_once(
     assert truth["totals"]["requests"] == len(files_of)
 
 
-def test_resumed_requests_follow_the_smallest_ts_session_rule(
+def test_resumed_requests_belong_to_the_original_conversation(
     tree: tuple[Path, dict[str, Any], Scan],
 ) -> None:
-    """A replayed request belongs to the smaller session id (same ts); both orders occur."""
+    """A replayed request belongs to the session whose last request is earliest (any id order)."""
     _, _, s = tree
     sessions_of: dict[str, set[str]] = defaultdict(set)
     for path, keys in s.usage_keys_by_file.items():
         if path.parent.parent.name == "projects" and not path.name.startswith("agent-"):
             for key in keys:
                 sessions_of[key].add(path.stem)
-    pairs = set()
+    last: dict[str, int] = defaultdict(int)
+    for path, keys in s.usage_keys_by_file.items():
+        for key in keys:
+            last[s.session_of[path]] = max(last[s.session_of[path]], s.reqs[key].ts)
+    orders = set()
     for key, sessions in sessions_of.items():
         if len(sessions) == 2 and s.reqs[key].source == 0:
-            assert s.reqs[key].session == min(sessions)
-            pairs.add(tuple(sorted(sessions)))
-    assert len(pairs) >= 2  # two resumed sessions: one sorts below its source, one above
+            original = min(sessions, key=lambda x: (last[x], x))
+            assert s.reqs[key].session == original
+            orders.add(original == min(sessions))
+    assert orders == {True, False}  # the original's id sorts below its copy's, and above
+    gaps = [r for r in s.reqs.values() if r.source == 0 and r.prev is not None
+            and r.session not in {min(v) for v in sessions_of.values() if len(v) == 2}]
+    assert gaps  # resumed sessions' own requests have gaps, the first new one included
 
 
 def test_gap_distribution_is_seed_shaped(tmp_path: Path) -> None:

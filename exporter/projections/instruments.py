@@ -4,6 +4,15 @@ One MeterProvider per exporter, read by a PrometheusMetricReader that
 registers into a CollectorRegistry passed in (never the global one), with
 explicit-bucket Views giving each histogram the catalogue's bounds. Names are
 created without ``_total``: the Prometheus translation appends it to counters.
+
+Start-up begins every instrument at the ledger's rollup totals. A counter
+takes its total in one ``add``. A histogram cannot (the API has no weighted
+record, and no asynchronous histogram), so each histogram View uses
+:class:`SeededHistogramAggregation`: the SDK's explicit-bucket aggregation
+plus one rule, that a measurement whose Context carries a :class:`Seed`
+adds the seed's bucket counts and sum instead of one value. Views are the
+SDK's hook for choosing an aggregation, so every reader (Prometheus, OTLP)
+sees the seeded state, and live records keep the SDK's own code path.
 """
 
 from __future__ import annotations
@@ -12,24 +21,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from opentelemetry.context import Context, create_key, get_value, set_value
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.metrics._internal.aggregation import (
+    _ExplicitBucketHistogramAggregation,
+)
+from opentelemetry.sdk.metrics._internal.measurement import Measurement
+from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
-BUCKETS: Final[dict[str, tuple[float, ...]]] = {
-    "request_context_tokens": (1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1.5e5, 2e5, 3e5, 4e5, 5e5,
-                               6e5, 8e5, 1e6),
-    "request_output_tokens": (10, 25, 50, 100, 250, 500, 1e3, 2e3, 4e3, 8e3, 1.6e4, 3.2e4, 6.4e4),
-    "request_gap_seconds": (1, 2, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300, 600, 900,
-                            1800, 3600, 7200, 14400, 43200, 86400),
-    "request_kv_cache_bytes": (1e7, 1e8, 1e9, 2.5e9, 5e9, 1e10, 2.5e10, 5e10, 1e11, 2.5e11, 5e11,
-                               1e12),
-    "request_upload_bytes": (1e4, 1e5, 2.5e5, 5e5, 1e6, 2e6, 4e6, 8e6),
-}
+from exporter.projections.counting import HIST_BOUNDS
+
+BUCKETS: Final = HIST_BOUNDS
+_SEED_KEY: Final = create_key("claude_code_exporter.histogram_seed")
 
 COUNTERS: Final[dict[str, str]] = {
     "requests": "Billed API requests.",
@@ -65,6 +73,49 @@ GAUGES: Final[dict[str, str]] = {
     "exporter_build_info": "Build information; always 1.",
 }
 
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """Bucket counts (the last is +Inf) and a sum, entered as one measurement."""
+
+    counts: tuple[int, ...]
+    total: float
+
+
+def seed_context(seed: Seed) -> Context:
+    """The Context that makes a histogram measurement a seed (its value is ignored)."""
+    return set_value(_SEED_KEY, seed, Context())
+
+
+class _SeededHistogram(_ExplicitBucketHistogramAggregation):
+    """The SDK's explicit-bucket aggregation that also takes seeds."""
+
+    def aggregate(self, measurement: Measurement, should_sample_exemplar: bool = True) -> None:
+        """Fold a seed's counts and sum in; any other measurement as the SDK does."""
+        seed = get_value(_SEED_KEY, measurement.context) if measurement.context else None
+        if not isinstance(seed, Seed):
+            super().aggregate(measurement, should_sample_exemplar)
+            return
+        with self._lock:
+            counts: list[int] = self._value or self._get_empty_bucket_counts()
+            for i, n in enumerate(seed.counts):
+                counts[i] += n
+            self._value = counts  # type: ignore[assignment]  # the SDK declares it None first
+            self._sum += seed.total  # type: ignore[assignment]  # int or float, as the SDK's
+
+
+class SeededHistogramAggregation(ExplicitBucketHistogramAggregation):
+    """View aggregation: explicit buckets, seedable (see the module docstring)."""
+
+    def _create_aggregation(self, instrument: Any, attributes: Any, reservoir_factory: Any,
+                            start_time_unix_nano: int) -> Any:
+        """The SDK's hook: build the aggregation of one attribute set (synchronous histograms)."""
+        return _SeededHistogram(
+            attributes, AggregationTemporality.DELTA, start_time_unix_nano,
+            reservoir_factory(_ExplicitBucketHistogramAggregation), self._boundaries,
+            self._record_min_max,
+        )
+
+
 Observe = Callable[[], Iterable[tuple[float, dict[str, str]]]]
 """A gauge source: yields (value, labels) pairs at scrape time."""
 
@@ -99,7 +150,9 @@ def build(
         View(
             instrument_name=f"{namespace}_{name}",
             # Whole-number bounds print as le="300", as Go clients and the catalogue write them.
-            aggregation=ExplicitBucketHistogramAggregation(boundaries=[int(b) for b in bounds]),
+            # min/max off: a seed has none, and Prometheus does not show them.
+            aggregation=SeededHistogramAggregation(boundaries=[int(b) for b in bounds],
+                                                   record_min_max=False),
         )
         for name, bounds in BUCKETS.items()
     ]

@@ -2,7 +2,8 @@
 
 A projection helper: the metrics projection notes every request it counts;
 the gauges read the state at scrape time (from the HTTP thread), so every
-access holds the lock.
+access holds the lock. Only sessions inside the longest window (an hour) are
+kept, so the state is bounded by recent activity, not by history.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
+from exporter.projections.counting import TTL_1H, TTL_5M
 from exporter.records import Request, Source
 
-TTL_5M = 300.0
-TTL_1H = 3600.0
+__all__ = ["TTL_1H", "TTL_5M", "LiveSessions"]
+_PRUNE_EVERY = 1024  # notes between sweeps of sessions that left the window
 Samples = Iterable[tuple[float, dict[str, str]]]
 
 
@@ -26,6 +28,7 @@ class LiveSessions:
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[float, int, bool]] = {}  # last ts, context, wrote 1h
         self._last_ts: dict[str, float] = {}
+        self._notes = 0
 
     def note(self, req: Request) -> None:
         """Remember a request: its session's last time and main-chain context."""
@@ -38,6 +41,21 @@ class LiveSessions:
             )
             src = req.source.label
             self._last_ts[src] = max(self._last_ts.get(src, 0.0), req.ts)
+            self._notes += 1
+            if self._notes % _PRUNE_EVERY == 0:
+                self._prune()
+
+    def saw(self, source: Source, ts: float) -> None:
+        """Remember the newest request time of a source (start-up, from the rollups)."""
+        with self._lock:
+            src = source.label
+            self._last_ts[src] = max(self._last_ts.get(src, 0.0), ts)
+
+    def _prune(self) -> None:
+        """Forget sessions older than the longest window (the lock is held)."""
+        horizon = self._clock() - TTL_1H
+        for session in [s for s, v in self._sessions.items() if v[0] <= horizon]:
+            del self._sessions[session]
 
     def last_request(self) -> Samples:
         """``last_request_timestamp_seconds`` by source."""

@@ -1,45 +1,55 @@
-"""Metrics projection: ledger requests → the catalogue's OpenTelemetry instruments.
+"""Metrics projection: the ledger's rollups → the catalogue's OpenTelemetry instruments.
 
-At start the whole ledger is loaded, so counters begin at their historical
-totals and a restart is no counter reset for Prometheus. Afterwards every
-committed batch is applied as it comes: counters move at once (an upgraded
-request adds only its difference), while a request enters the histograms
-once, with its final values, after ``settle_seconds`` without further lines.
-An upgrade after that is added to the counters and counted as a late update.
+Start-up reads the rollups (O(classes x root sets + series x buckets), never
+O(requests)), keeps the rows whose root set lies in the daemon's scope, and
+begins every instrument at their totals: a restart is no counter reset for
+Prometheus. Afterwards each committed batch brings its rollup increments
+(:class:`exporter.ledger.Applied`), which move the counters at once; requests
+enter the histograms when the ledger settles them, with their final values.
+
+What counts where is decided once, in :mod:`exporter.projections.counting`;
+this module only keeps per-class sums in memory and hands sample growth to
+the instruments.
 """
 
 from __future__ import annotations
 
-import bisect
+import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
 from exporter.ingest.parse import RejectReason
-from exporter.ledger import Applied
+from exporter.ledger import Applied, CountRow, HistRow, Ledger
 from exporter.projections import instruments
-from exporter.projections.figures import gap_bucket, gap_seconds, session_gaps
+from exporter.projections.counting import (
+    HIST_BOUNDS,
+    TTL_1H,
+    Counting,
+    Exposure,
+    SampleKey,
+    Sums,
+    add_sums,
+    split,
+)
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.live import LiveSessions
 from exporter.projections.pricing import Pricing
-from exporter.records import LineResult, Request, Source
+from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, HistSeries, LineResult, Source
 
-TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
-PROMPT_TYPES = ("input", "cache_read", "cache_write")
-GAP_BUCKETS = ("first", "lt_5m", "5m_to_1h", "gt_1h")
-USD_QUANTUM = 2.0**-30  # ~1e-9 USD; totals stay exact up to 2**23 USD per series
-GAP_QUANTUM = 2.0**-10  # under a millisecond: never moves a gap across a whole-second bound
 LINE_RESULTS = (LineResult.USAGE, LineResult.DUPLICATE, LineResult.OTHER, LineResult.REJECTED)
 REJECT_REASONS = tuple(
     v for k, v in vars(RejectReason).items() if k.isupper() and isinstance(v, str)
 )
+_ZERO: Sums = (0,) * len(COUNT_SUMS)
+_SOURCES = tuple(Source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +66,34 @@ class MetricsOptions:
     settle_seconds: float = 60.0
     version: str = "0"
 
+    def counting(self, pricing: Pricing) -> Counting:
+        """The counting rules these options imply (what the ledger's rollups follow)."""
+        return Counting(pricing, self.kv_bytes_per_token, self.upload_bytes_per_token)
 
-@dataclass(slots=True)
-class _Seen:
-    """What the projection remembers of a request it has counted."""
 
-    req: Request
-    labels: tuple[str, str, str]  # model, project, source as first counted
-    gap: float | None
-    due: float | None  # monotonic time to enter the histograms; None once recorded
+class Scope:
+    """Which roots bitmasks a projection counts: those sharing a bit with its roots."""
+
+    def __init__(self, roots: Sequence[str | Path] | None) -> None:
+        """``roots`` as the scanner has them (None: everything)."""
+        self._roots = None if roots is None else tuple(
+            os.path.abspath(os.fspath(r)).rstrip("/") for r in roots)
+        self.mask = 0
+
+    def learn(self, bits: Mapping[str, int]) -> None:
+        """Take in the bits of roots (known at start, or created by a batch)."""
+        for path, bit in bits.items():
+            if self._roots is not None and any(
+                    path == s or path.startswith(s + "/") for s in self._roots):
+                self.mask |= bit
+
+    def __contains__(self, mask: int) -> bool:
+        """True if requests with this roots bitmask are counted (v1 requests always are)."""
+        return self._roots is None or mask == ALL_ROOTS or bool(mask & self.mask)
 
 
 class Projection:
-    """Feeds ledger requests into the instruments and answers the live gauges."""
+    """Feeds the ledger's rollups into the instruments and answers the live gauges."""
 
     def __init__(
         self,
@@ -76,193 +101,134 @@ class Projection:
         options: MetricsOptions,
         registry: CollectorRegistry,
         *,
+        roots: Sequence[str | Path] | None = None,
         clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
         files_watched: Callable[[], int] = lambda: 0,
         readers: Sequence[MetricReader] = (),
         resource: Resource | None = None,
     ) -> None:
         """Create the instruments in ``registry``; nothing is counted until load().
 
-        ``readers`` (e.g. an OTLP push) read the same instruments, with ``resource``.
+        ``roots``: count only requests that appeared under them. ``readers``
+        (e.g. an OTLP push) read the same instruments, with ``resource``.
         """
-        self.pricing = pricing
         self.opts = options
-        self.labels = LabelPolicy(options.project_label)
-        self._mono = monotonic
+        self.scope = Scope(roots)
+        self.exposure = Exposure(pricing, LabelPolicy(options.project_label),
+                                 options.kv_bytes_per_token, options.upload_bytes_per_token)
+        self._clock = clock
         self._files_watched = files_watched
         self._lock = threading.Lock()
-        self._pending: dict[str, _Seen] = {}
-        self._labels_of: dict[str, tuple[str, str, str]] = {}
-        self._keys: dict[tuple[str, str, str], dict[str, _Key]] = {}
-        self._main_times: dict[str, list[float]] = defaultdict(list)
-        self.live = LiveSessions(clock)
+        self._classes: dict[CountClass, Sums] = {}
         self._rows = 0
+        self.live = LiveSessions(clock)
         self.inst = instruments.build(options.namespace, registry, self._gauge_sources(),
                                       readers=readers, resource=resource)
 
     # ----------------------------------------------------------------- loading
-    def load(
-        self, requests: Sequence[Request], lines: Mapping[str, int],
-        rejected: Mapping[str, int], bytes_read: int,
-    ) -> None:
-        """Count the whole ledger (startup): every request final, gaps exact."""
-        gaps = session_gaps(requests)
-        adds = _Adds()
+    def load(self, ledger: Ledger, view: str = "requests") -> None:
+        """Begin at the ledger's rollups (start-up); ``view`` holds the scoped requests."""
+        rollups = ledger.rollups()
+        self.scope.learn(rollups.roots)
+        self._start(rollups.counts, rollups.hists, lines=ledger.counters("lines"),
+                    rejected=ledger.counters("rejected"),
+                    bytes_read=ledger.counters("bytes_read").get("", 0),
+                    late=ledger.counters("late_updates").get("", 0))
+        for req in ledger.requests(since=self._clock() - TTL_1H, view=view):
+            self.live.note(req)
+
+    def _start(self, counts: Iterable[CountRow], hists: Iterable[HistRow], *,
+               lines: Mapping[str, int], rejected: Mapping[str, int], bytes_read: int,
+               late: int) -> None:
+        """Add every in-scope rollup row once (rows come earliest class first)."""
+        totals: dict[SampleKey, float] = dict.fromkeys(self.exposure.zero_samples(), 0)
         with self._lock:
-            for req in requests:
-                gap = gaps.get(req.key)
-                labels = self._request_labels(req)
-                self._labels_of[req.key] = labels
-                self._count_new(adds, req, labels, gap)
-                self._record(req, labels, gap)
-                self.live.note(req)
-                if req.source is Source.MAIN:
-                    self._main_times[req.session].append(req.ts)
-            for times in self._main_times.values():
-                times.sort()
-            self._rows = len(requests)
-        self._count_lines(adds, lines, rejected, bytes_read)
-        _zero_series(adds)
-        adds.flush(self.inst.counters)
+            for roots, cls, _first, last, sums in counts:
+                if roots in self.scope:
+                    self.live.saw(_SOURCES[cls.source], last)
+                    for part in split(cls):
+                        if part is not None:
+                            self._classes[part] = add_sums(self._classes.get(part, _ZERO), sums)
+            for cls, sums in self._classes.items():
+                for key, value in self.exposure.samples(cls, sums):
+                    totals[key] = totals.get(key, 0) + value
+                if not cls.gap:
+                    self._rows += sums[0]
+        self._add(totals)
+        self._seed(hists)
+        self._count_exporter(lines, rejected, bytes_read, late, zeros=True)
 
     def apply(self, applied: Applied) -> None:
-        """Count one committed batch: new requests, upgrades and its lines."""
-        adds = _Adds()
-        now = self._mono()
+        """Count one committed batch: its rollup increments, lines, and live state."""
+        self.scope.learn(applied.roots)
+        grown: dict[CountClass, Sums] = {}
+        for roots, cls, _first, _last, sums in applied.counts:
+            if roots in self.scope:
+                for part in split(cls):
+                    if part is not None:
+                        grown[part] = add_sums(grown.get(part, _ZERO), sums)
+        adds: dict[SampleKey, float] = defaultdict(float)
         with self._lock:
-            for req in applied.new:
-                gap = self._live_gap(req)
-                labels = self._request_labels(req)
-                self._labels_of[req.key] = labels
-                self._count_new(adds, req, labels, gap)
-                self._pending[req.key] = _Seen(req, labels, gap, now + self.opts.settle_seconds)
-                self.live.note(req)
-            for old, new in applied.upgraded:
-                self._upgrade(adds, old, new, now)
-            self._rows += len(applied.new)
-        self._count_lines(adds, applied.lines, applied.rejected, applied.bytes_read)
-        adds.flush(self.inst.counters)
-
-    def settle(self, force: bool = False) -> int:
-        """Record the requests whose quiet time is over (all with ``force``)."""
-        now = self._mono()
-        with self._lock:
-            due = [k for k, s in self._pending.items() if force or (s.due or 0) <= now]
-            for key in due:
-                seen = self._pending.pop(key)
-                self._record(seen.req, seen.labels, seen.gap)
-        return len(due)
-
-    @property
-    def pending(self) -> int:
-        """Requests counted but not yet in the histograms."""
-        return len(self._pending)
+            for cls, sums in grown.items():
+                was = self._classes.get(cls, _ZERO)
+                now = add_sums(was, sums)
+                self._classes[cls] = now
+                if not cls.gap:
+                    self._rows += sums[0]
+                before = dict(self.exposure.samples(cls, was))
+                for key, value in self.exposure.samples(cls, now):
+                    adds[key] += value - before.get(key, 0)
+        self._add(adds)
+        self._seed(applied.hists)
+        for req in applied.new:
+            self.live.note(req)
+        for _old, new in applied.upgraded:
+            self.live.note(new)
+        self._count_exporter(applied.lines, applied.rejected, applied.bytes_read, applied.late)
 
     def shutdown(self) -> None:
         """Release the instruments."""
         self.inst.shutdown()
 
-    # ---------------------------------------------------------------- counting
-    def _request_labels(self, req: Request) -> tuple[str, str, str]:
-        """(model, project, source) label values under the label policy."""
-        return self.labels.model(req.model), self.labels.project(req.project), req.source.label
+    # ------------------------------------------------------------------ sinks
+    def _add(self, values: Mapping[SampleKey, float]) -> None:
+        """Add sample growth to the counters (zeros too, so that the series exist)."""
+        counters = self.inst.counters
+        for (name, labels), value in values.items():
+            counters[name].add(max(value, 0), dict(labels))
 
-    def _count_new(
-        self, adds: _Adds, req: Request, labels: tuple[str, str, str], gap: float | None
-    ) -> None:
-        """All counter increments of a request seen for the first time."""
-        model, project, source = labels
-        adds.add("requests", 1, model=model, project=project, source=source)
-        self._count_tokens(adds, req, None, labels, gap)
+    def _seed(self, rows: Iterable[HistRow]) -> None:
+        """Add histogram rollup rows (or increments) in scope, one seed per series."""
+        per: dict[HistSeries, tuple[list[int], list[float]]] = {}
+        for roots, series, bucket, value in rows:
+            if roots not in self.scope:
+                continue
+            acc = per.get(series)
+            if acc is None:
+                acc = per[series] = ([0] * (len(HIST_BOUNDS[series.name]) + 1), [0])
+            if bucket < 0:
+                acc[1][0] += value
+            else:
+                acc[0][bucket] += int(value)
+        hists = self.inst.histograms
+        for series, (counts, total) in per.items():
+            seed = instruments.Seed(tuple(counts), total[0])
+            hists[series.name].record(0, dict(self.exposure.hist_labels(series)),
+                                      context=instruments.seed_context(seed))
 
-    def _upgrade(self, adds: _Adds, old: Request, new: Request, now: float) -> None:
-        """A request got larger: add the difference under the labels first used."""
-        labels = self._labels_of.get(new.key) or self._request_labels(new)
-        seen = self._pending.get(new.key)
-        gap = seen.gap if seen else None
-        self._count_tokens(adds, new, old, labels, gap)
-        self.live.note(new)
-        if seen is not None:
-            seen.req, seen.due = new, now + self.opts.settle_seconds
-        else:
-            adds.add("exporter_late_updates", 1)
-
-    def _typed_keys(self, labels: tuple[str, str, str]) -> dict[str, _Key]:
-        """The label tuple of each token type under (model, project, source), cached."""
-        keys = self._keys.get(labels)
-        if keys is None:
-            model, project, source = labels
-            keys = {name: (("model", model), ("project", project), ("source", source),
-                           ("type", name)) for name in TOKEN_FIELDS}
-            self._keys[labels] = keys
-        return keys
-
-    def _count_tokens(
-        self, adds: _Adds, req: Request, old: Request | None,
-        labels: tuple[str, str, str], gap: float | None,
-    ) -> None:
-        """Token, cost, gap, upload and KV counters for ``req`` minus ``old``."""
-        model = labels[0]
-        typed = self._typed_keys(labels)  # label tuples per token type, built once per set
-        for name in TOKEN_FIELDS:
-            adds.add_key("tokens", typed[name], _diff(req, old, name))
-        cost = self.pricing.cost(req)
-        if cost is None:
-            unpriced = sum(_diff(req, old, n) for n in TOKEN_FIELDS)
-            adds.add("unpriced_tokens", unpriced, model=model)
-        else:
-            before = self.pricing.cost(old) if old is not None else None
-            for name, usd in cost.items():
-                grown = exact(usd, USD_QUANTUM) - exact((before or {}).get(name, 0.0), USD_QUANTUM)
-                adds.add_key("cost_usd", typed[name], max(0.0, grown))
-        per_token = self.opts.upload_bytes_per_token
-        upload = exact(req.context * per_token, 1.0)
-        adds.add("upload_bytes", upload - (exact(old.context * per_token, 1.0) if old else 0.0))
-        computed = (req.input + req.cache_write) - ((old.input + old.cache_write) if old else 0)
-        for arch, per_token in self.opts.kv_bytes_per_token.items():
-            adds.add("kv_recomputed_bytes", computed * per_token, arch=arch)
-        if req.source is Source.MAIN:
-            bucket = gap_bucket(gap)
-            if old is None:
-                adds.add("requests_after_gap", 1, gap=bucket)
-            adds.add("prompt_tokens_after_gap", _diff(req, old, "input"), gap=bucket, type="input")
-            adds.add("prompt_tokens_after_gap", _diff(req, old, "cache_read"), gap=bucket,
-                     type="cache_read")
-            write = req.cache_write - (old.cache_write if old else 0)
-            adds.add("prompt_tokens_after_gap", write, gap=bucket, type="cache_write")
-
-    def _count_lines(
-        self, adds: _Adds, lines: Mapping[str, int], rejected: Mapping[str, int], nbytes: int
-    ) -> None:
-        """Exporter line, rejection and byte counters."""
+    def _count_exporter(self, lines: Mapping[str, int], rejected: Mapping[str, int],
+                        nbytes: int, late: int, *, zeros: bool = False) -> None:
+        """Exporter line, rejection, byte and late-update counters."""
+        counters = self.inst.counters
+        if zeros:  # every fixed-label series exists from the start
+            lines = {**dict.fromkeys(LINE_RESULTS, 0), **lines}
+            rejected = {**dict.fromkeys(REJECT_REASONS, 0), **rejected}
         for result, n in lines.items():
-            adds.add("exporter_lines", n, result=result)
+            counters["exporter_lines"].add(n, {"result": result})
         for reason, n in rejected.items():
-            adds.add("exporter_rejected_lines", n, reason=reason)
-        adds.add("exporter_bytes_read", nbytes)
-
-    def _record(self, req: Request, labels: tuple[str, str, str], gap: float | None) -> None:
-        """Enter one request into the histograms (once, final values)."""
-        model, _project, source = labels
-        hist = self.inst.histograms
-        context = req.context
-        hist["request_context_tokens"].record(context, {"model": model, "source": source})
-        hist["request_output_tokens"].record(req.output, {"model": model, "source": source})
-        if gap is not None:
-            hist["request_gap_seconds"].record(exact(gap, GAP_QUANTUM))
-        for arch, per_token in self.opts.kv_bytes_per_token.items():
-            hist["request_kv_cache_bytes"].record(context * per_token, {"arch": arch})
-        hist["request_upload_bytes"].record(exact(context * self.opts.upload_bytes_per_token, 1.0))
-
-    def _live_gap(self, req: Request) -> float | None:
-        """Gap before a newly seen main request, from its session's known times."""
-        if req.source is not Source.MAIN:
-            return None
-        times = self._main_times[req.session]
-        at = bisect.bisect_right(times, req.ts)  # after a tie: gap 0, as load() gives
-        times.insert(at, req.ts)
-        return None if at == 0 else gap_seconds(req.ts, times[at - 1])
+            counters["exporter_rejected_lines"].add(n, {"reason": reason})
+        counters["exporter_bytes_read"].add(nbytes, {})
+        counters["exporter_late_updates"].add(late, {})
 
     # ------------------------------------------------------------------ gauges
     def _gauge_sources(self) -> dict[str, instruments.Observe]:
@@ -280,65 +246,4 @@ class Projection:
             "exporter_ledger_requests": lambda: [(float(self._rows), {})],
             "exporter_build_info": lambda: [(1.0, {"version": opts.version})],
         }
-
-
-_Key = tuple[tuple[str, str], ...]
-
-
-class _Adds:
-    """Counter increments summed per label set, then added in one go."""
-
-    def __init__(self) -> None:
-        self._sums: dict[tuple[str, _Key], float] = defaultdict(float)
-
-    def add(self, name: str, value: float, **labels: str) -> None:
-        """Queue ``value`` for counter ``name`` with ``labels`` (negatives are dropped)."""
-        self.add_key(name, tuple(labels.items()), value)
-
-    def add_key(self, name: str, key: _Key, value: float) -> None:
-        """As ``add``, with the labels already as a tuple of pairs (the hot path)."""
-        if value > 0:
-            self._sums[(name, key)] += value
-        else:
-            self._sums.setdefault((name, key), 0.0)
-
-    def flush(self, counters: Mapping[str, Any]) -> None:
-        """Apply the queued increments (zeros too, so the series exist)."""
-        for (name, labels), value in self._sums.items():
-            counters[name].add(value, dict(labels))
-        self._sums.clear()
-
-
-def exact(value: float, quantum: float) -> float:
-    """``value`` rounded to a multiple of ``quantum`` (a power of two, or 1).
-
-    Sums of such multiples are exact in binary floating point (below 2**53
-    quanta), so a counter's total does not depend on the order of its
-    increments: a restart that adds the same requests in another order must
-    not come out a hair lower, which Prometheus would read as a reset.
-    """
-    return round(value / quantum) * quantum
-
-
-def _zero_series(adds: _Adds) -> None:
-    """Create every fixed-label series at 0 from the start.
-
-    Prometheus cannot see the first increase of a series that appears
-    mid-run, so the first cold restart or rejected line would be missed.
-    """
-    for bucket in GAP_BUCKETS:
-        adds.add("requests_after_gap", 0, gap=bucket)
-        for kind in PROMPT_TYPES:
-            adds.add("prompt_tokens_after_gap", 0, gap=bucket, type=kind)
-    for result in LINE_RESULTS:
-        adds.add("exporter_lines", 0, result=result)
-    for reason in REJECT_REASONS:
-        adds.add("exporter_rejected_lines", 0, reason=reason)
-    adds.add("exporter_late_updates", 0)
-
-
-def _diff(req: Request, old: Request | None, name: str) -> int:
-    """How much one token field grew (the whole value for a new request)."""
-    value: int = getattr(req, name)
-    return value - (getattr(old, name) if old is not None else 0)
 

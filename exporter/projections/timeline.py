@@ -1,13 +1,13 @@
-"""Timeline: the metrics projection replayed over the ledger's history, step by step.
+"""Timeline: the ledger's history counted step by step, by the rules ``serve`` counts with.
 
-The backfill must count every request exactly as ``serve`` does, so it does not
-count at all: it feeds the ledger's requests, one at a time and in the ledger's
-time order, to a real :class:`exporter.projections.metrics.Projection` whose counters and
-histograms have been swapped for *taps*. A tap receives the very ``add`` and
-``record`` calls the projection makes (labels, costs, gap buckets, values) and
-folds them into per-series values the same way the OpenTelemetry SDK does
-(sums in call order, explicit buckets with inclusive upper bounds). At each
-step boundary the series that changed are logged with their new values.
+The backfill must count every request exactly as ``serve`` does, so both use
+:mod:`exporter.projections.counting`: each request, in the ledger's time order
+and with the ledger's gap, grows its class's sums; the growth of the class's
+counter samples (:class:`~exporter.projections.counting.Exposure`) and the
+request's histogram observations are folded into per-series values the way
+the OpenTelemetry SDK folds them (sums, explicit buckets with inclusive upper
+bounds). At each step boundary the series that changed are logged with their
+new values.
 
 Step boundaries are the multiples of ``step`` seconds since the epoch: a request
 at time ``ts`` is counted at boundary index ``floor(ts / step) + 1``, so the
@@ -22,23 +22,27 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry
-
-from exporter.ledger import Applied
-from exporter.projections import instruments
-from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.counting import (
+    HIST_BOUNDS,
+    Exposure,
+    Labels,
+    Sums,
+    add_sums,
+    split,
+)
+from exporter.projections.labels import LabelPolicy
+from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
-from exporter.records import Request, Source
+from exporter.records import COUNT_SUMS, CountClass, Request
 
 COUNTER: Final = "counter"
 HISTOGRAM: Final = "histogram"
-_TIE_NUDGE: Final = 1e-5  # seconds; far below the transcripts' millisecond resolution
+_ZERO: Final[Sums] = (0,) * len(COUNT_SUMS)
 
-Labels = tuple[tuple[str, str], ...]
 SampleKey = tuple[str, Labels]
 
 
@@ -85,105 +89,88 @@ class Unit:
         return self.log[pos * width:(pos + 1) * width]
 
 
-class _CounterTap:
-    """Stands in for an OpenTelemetry counter: every ``add`` goes to the timeline."""
-
-    def __init__(self, timeline: Timeline, family: str) -> None:
-        self._timeline = timeline
-        self._family = family
-
-    def add(self, amount: float, attributes: Mapping[str, str] | None = None,
-            context: object = None) -> None:
-        """Count ``amount`` for the series ``attributes``."""
-        unit = self._timeline.unit(self._family, COUNTER, attributes)
-        unit.values[0] += amount
-        self._timeline.touch(unit)
-
-
-class _HistogramTap:
-    """Stands in for an OpenTelemetry histogram with explicit bucket bounds."""
-
-    def __init__(self, timeline: Timeline, family: str, bounds: tuple[float, ...]) -> None:
-        self._timeline = timeline
-        self._family = family
-        self._bounds = bounds
-
-    def record(self, amount: float, attributes: Mapping[str, str] | None = None,
-               context: object = None) -> None:
-        """Enter one value: cumulative buckets from its own (``value <= le``), count, sum."""
-        unit = self._timeline.unit(self._family, HISTOGRAM, attributes, self._bounds)
-        values = unit.values
-        n = len(self._bounds)
-        for j in range(bisect_left(self._bounds, amount), n + 1):
-            values[j] += 1
-        values[n + 1] += 1
-        values[n + 2] += amount
-        self._timeline.touch(unit)
-
-
 class Timeline:
-    """Counters and histograms of the projection, logged at every step boundary."""
+    """Counters and histograms of the catalogue, logged at every step boundary."""
 
     def __init__(self, pricing: Pricing, options: MetricsOptions, step: int) -> None:
-        """Prepare a projection with taps; nothing is counted until :meth:`run`."""
+        """Prepare the rules; nothing is counted until :meth:`run`."""
         if step < 1:
             raise ValueError("step must be at least one second")
         self.step = step
         self.units: dict[tuple[str, Labels], Unit] = {}
         self._dirty: list[Unit] = []
-        self._proj = Projection(pricing, options, CollectorRegistry(),
-                                clock=lambda: 0.0, monotonic=lambda: 0.0)
-        ns = options.namespace
-        counters = self._proj.inst.counters
-        for name in list(counters):
-            if not name.startswith("exporter_"):
-                counters[name] = _CounterTap(self, f"{ns}_{name}")
-            else:
-                counters[name] = _Drop()
-        hists = self._proj.inst.histograms
-        for name in list(hists):
-            bounds = tuple(float(int(b)) for b in instruments.BUCKETS[name])
-            hists[name] = _HistogramTap(self, f"{ns}_{name}", bounds)
+        self._ns = options.namespace
+        self._counting = options.counting(pricing)
+        self._exposure = Exposure(pricing, LabelPolicy(options.project_label),
+                                  options.kv_bytes_per_token, options.upload_bytes_per_token)
+        self._classes: dict[CountClass, Sums] = {}
 
     def index(self, ts: float) -> int:
         """The boundary index at which a request at ``ts`` is first counted."""
         return math.floor(ts / self.step) + 1
 
     def run(self, requests: Iterable[Request]) -> None:
-        """Count ``requests`` (in the ledger's time order) and log every boundary.
+        """Count ``requests`` (in the ledger's time order, with its gaps) and log every boundary.
 
         The series ``serve`` creates at zero on start-up are logged at the
         boundary before the first request.
         """
-        it = iter(requests)
-        first = next(it, None)
-        if first is None:
-            return
-        current = self.index(first.ts)
-        self._proj.load([], {}, {}, 0)  # the zero series, as at start-up
-        self._close(current - 1)
-        last_main: dict[str, tuple[float, int]] = {}
-        for req in _chain(first, it):
+        current: int | None = None
+        for req in requests:
             at = self.index(req.ts)
-            if at != current:
+            if current is None:
+                for name, labels in self._exposure.zero_samples():
+                    self._count(name, labels, 0)
+                self._close(at - 1)
+                current = at
+            elif at != current:
                 self._close(current)
                 current = at
-            self._proj.apply(Applied(new=[_untie(req, last_main)]))
-            self._proj.settle(force=True)
-        self._close(current)
+            self._add(req)
+        if current is not None:
+            self._close(current)
 
-    def unit(self, family: str, kind: str, attributes: Mapping[str, str] | None,
+    def _add(self, req: Request) -> None:
+        """Count one request: its class's sample growth and its histogram observations."""
+        sums = self._counting.sums(req)
+        for cls in split(self._counting.klass(req)):
+            if cls is None:
+                continue
+            old = self._classes.get(cls, _ZERO)
+            new = add_sums(old, sums)
+            self._classes[cls] = new
+            before = dict(self._exposure.samples(cls, old))
+            for (name, labels), value in self._exposure.samples(cls, new):
+                self._count(name, labels, value - before.get((name, labels), 0))
+        for series, bucket, value in self._counting.observations(req):
+            labels = self._exposure.hist_labels(series)
+            unit = self.unit(f"{self._ns}_{series.name}", HISTOGRAM, labels,
+                             tuple(float(int(b)) for b in HIST_BOUNDS[series.name]))
+            values = unit.values
+            n = len(unit.bounds)
+            for j in range(bucket, n + 1):  # cumulative: every bucket from its own upwards
+                values[j] += 1
+            values[n + 1] += 1
+            values[n + 2] += value
+            self.touch(unit)
+
+    def _count(self, name: str, labels: Labels, amount: float) -> None:
+        """Add to one counter series."""
+        unit = self.unit(f"{self._ns}_{name}", COUNTER, labels)
+        unit.values[0] += amount
+        self.touch(unit)
+
+    def unit(self, family: str, kind: str, labels: Labels,
              bounds: tuple[float, ...] = ()) -> Unit:
-        """The unit of ``family`` with ``attributes``, created at zero if new."""
-        labels = _sorted(tuple((k, str(v)) for k, v in (attributes or {}).items()))
-        key = (family, labels)
-        unit = self.units.get(key)
-        if unit is None:
+        """The unit of ``family`` with ``labels``, created at zero if new."""
+        key = (family, _sorted(labels))
+        found = self.units.get(key)
+        if found is None:
             width = 1 if kind == COUNTER else len(bounds) + 3
-            values: list[Any] = [0.0] if kind == COUNTER else [0] * width
-            unit = Unit(family, kind, labels, values, bounds)
-            self.units[key] = unit
-        return unit
+            values: list[Any] = [0] * width
+            found = Unit(family, kind, key[1], values, bounds)
+            self.units[key] = found
+        return found
 
     def touch(self, unit: Unit) -> None:
         """Mark ``unit`` as changed in the current step."""
@@ -200,8 +187,7 @@ class Timeline:
         return out
 
     def close(self) -> None:
-        """Release the projection."""
-        self._proj.shutdown()
+        """Nothing to release (kept for callers that close what they open)."""
 
     def _close(self, index: int) -> None:
         """Log the units that changed in the step ending at boundary ``index``."""
@@ -210,36 +196,6 @@ class Timeline:
             unit.steps.append(index)
             unit.log.extend(float(v) for v in unit.values)
         self._dirty.clear()
-
-
-class _Drop:
-    """A counter whose increments are ignored (the exporter's own counters)."""
-
-    def add(self, amount: float, attributes: Mapping[str, str] | None = None,
-            context: object = None) -> None:
-        """Ignore the increment."""
-
-
-def _chain(first: Request, rest: Iterable[Request]) -> Iterable[Request]:
-    """``first`` followed by ``rest``."""
-    yield first
-    yield from rest
-
-
-def _untie(req: Request, last_main: dict[str, tuple[float, int]]) -> Request:
-    """Shift a main request that shares its session's previous time by a few microseconds.
-
-    At start-up ``serve`` takes the gap before such a request as 0 (the previous
-    request in (ts, key) order); fed one at a time, the projection would look
-    past the tie. The shift, far below the millisecond resolution that gaps are
-    rounded to, makes both agree. Only the gap depends on a request's time.
-    """
-    if req.source is not Source.MAIN:
-        return req
-    prev = last_main.get(req.session)
-    ties = prev[1] + 1 if prev is not None and prev[0] == req.ts else 0
-    last_main[req.session] = (req.ts, ties)
-    return req._replace(ts=req.ts + ties * _TIE_NUDGE) if ties else req
 
 
 def _le(bound: float) -> str:

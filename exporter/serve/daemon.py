@@ -1,9 +1,10 @@
 """`serve`: the wiring of the long-running exporter (part of the command line layer).
 
-Start-up: ingest what is new, load every instrument from the whole ledger
-(counters start at their historical totals), open the HTTP endpoint, then
-follow the files until SIGTERM/SIGINT, when the current pass completes, the
-ledger is closed and the process exits 0.
+Start-up: ingest what is new, settle it, begin every instrument at the
+ledger's rollup totals for this daemon's roots (O(label sets x buckets), not
+O(history)), open the HTTP endpoint, then follow the files until
+SIGTERM/SIGINT, when the current pass completes, the ledger is closed and the
+process exits 0.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ class Daemon:
         self.stop_event = threading.Event()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pricing = Pricing.load(settings.pricing)
-        self.ledger = Ledger(settings.ledger_path)
+        self.options = metrics_options(settings)
+        self.ledger = Ledger(settings.ledger_path, rules=self.options.counting(self.pricing),
+                             settle_seconds=settings.settle_seconds, clock=clock)
         self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log,
                                batch_bytes=int(settings.batch_mb * 1024 * 1024))
         self._files = 0
+        self._pending = 0
         self._clock = clock
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
@@ -67,14 +71,15 @@ class Daemon:
         first = self.scanner.scan()
         self.scanner.workers = 1
         self._files = first.files
+        ledger = self.ledger
+        ledger.settle(force=True)  # what is on disk at start-up is final
         push, resource = _push(self.settings)
+        dirs = self.scanner.dirs
         self.projection = Projection(
-            self.pricing, metrics_options(self.settings), self.registry, clock=self._clock,
+            self.pricing, self.options, self.registry, roots=dirs, clock=self._clock,
             files_watched=lambda: self._files, readers=push, resource=resource,
         )
-        ledger = self.ledger
-        self.projection.load(ledger.requests(), ledger.counters("lines"),
-                             ledger.counters("rejected"), ledger.counters("bytes_read").get("", 0))
+        self.projection.load(ledger, view=ledger.scope(dirs))
         self.scanner.on_applied = self.projection.apply
         host, port = split_listen(self.settings.listen)
         auth = None
@@ -115,7 +120,7 @@ class Daemon:
             self.http.close()
             self.http = None
         if self.projection is not None:
-            self.projection.settle(force=True)
+            self.projection.apply(self.ledger.settle(force=True))
             self.projection.shutdown()  # a last OTLP push, if configured
         self.ledger.close()
         self.log.info("stopped")
@@ -128,7 +133,7 @@ class Daemon:
         return ok, {"ledger_ok": state.last_pass_ok, "watcher_alive": state.watcher_alive,
                     "poll": self.settings.poll, "passes": state.passes,
                     "error": state.last_error,
-                    "pending": self.projection.pending if self.projection else 0}
+                    "pending": self._pending}
 
     def install_signals(self) -> None:
         """SIGTERM and SIGINT end the follow loop (main thread only)."""
@@ -147,8 +152,14 @@ class Daemon:
             self.log.warning("basic_auth_without_tls", detail="the password crosses in clear")
 
     def _settle(self) -> int:
-        """Let the projection record requests that went quiet."""
-        return self.projection.settle() if self.projection is not None else 0
+        """Enter requests that went quiet into the histograms (ledger, then instruments)."""
+        if self.projection is None:
+            return 0
+        applied = self.ledger.settle()
+        if applied.hists:
+            self.projection.apply(applied)
+        self._pending = self.ledger.pending()  # read here, not by the HTTP thread mid-batch
+        return len(applied.hists)
 
     def _pass(self) -> None:
         """One follow pass."""

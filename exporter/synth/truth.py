@@ -63,6 +63,7 @@ def compute_truth(
     book: Book, kv_bytes_per_token: Mapping[str, int], upload_bytes_per_token: float
 ) -> dict[str, Any]:
     """The ``report --json`` figures for everything the book recorded."""
+    book.conversations()
     entries = sorted(book.entries.values(), key=lambda e: (e.ts_ms, e.req.key))
     contexts = sorted(e.req.context for e in entries)
     outputs = sorted(e.req.output for e in entries)
@@ -158,7 +159,6 @@ def _t(acc: Sequence[int]) -> dict[str, Any]:
 
 def _gap_figures(entries: Sequence[Entry]) -> dict[str, Any]:
     """Gap percentiles, the cache-expiry table and the active generation speed."""
-    last: dict[str, int] = {}
     gaps: list[int] = []
     count = dict.fromkeys(GAP_BUCKETS, 0)
     written = dict.fromkeys(GAP_BUCKETS, 0)
@@ -167,9 +167,7 @@ def _gap_figures(entries: Sequence[Entry]) -> dict[str, Any]:
     for e in entries:  # already in time order
         if e.source != 0:
             continue  # only the main chain has gaps
-        prev = last.get(e.session)
-        gap = None if prev is None else e.ts_ms - prev
-        last[e.session] = e.ts_ms
+        gap = e.gap_ms  # by conversation: Book.conversations
         b = bucket(gap)
         count[b] += 1
         written[b] += e.req.cache_write_5m + e.req.cache_write_1h

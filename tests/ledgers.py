@@ -1,0 +1,78 @@
+"""Ledgers built from requests, for projection tests: rollups made by the real ledger code."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from exporter.ledger import Ledger
+from exporter.projections.metrics import MetricsOptions
+from exporter.projections.pricing import Pricing
+from exporter.records import Appearance, Parsed, Request
+
+ROOT = "/transcripts/projects"
+Files = Mapping[str, tuple[str, str, list[str]]]  # path -> (root, session, keys)
+
+
+def ledger_of(
+    path: Path, requests: Iterable[Request], *, files: Files | None = None,
+    options: MetricsOptions | None = None, lines: Mapping[str, int] | None = None,
+    rejected: Mapping[str, int] | None = None, bytes_read: int = 0,
+    clock: Callable[[], float] | None = None, settle: bool = True,
+) -> Ledger:
+    """A ledger holding ``requests``, each in one file per session unless ``files`` says.
+
+    ``lines`` gives the usage, duplicate and other line counts; everything is
+    settled at once unless ``settle`` is off.
+    """
+    opts = options or MetricsOptions()
+    ledger = Ledger(path, rules=opts.counting(Pricing.load()), settle_seconds=opts.settle_seconds,
+                    clock=clock or time.time)
+    batch = list(requests)
+    parsed = Parsed()
+    for req in batch:
+        parsed.add(req)
+    counts = dict(lines or {})
+    parsed.counts.usage_lines = counts.get("usage", len(batch)) + counts.get("duplicate", 0)
+    parsed.counts.other = counts.get("other", 0)
+    parsed.counts.rejected = Counter(rejected or {})
+    ledger.apply(parsed, [], bytes_read, appearances(batch, files))
+    if settle:
+        ledger.settle(force=True)
+    return ledger
+
+
+def appearances(requests: Iterable[Request], files: Files | None = None) -> list[Appearance]:
+    """The provenance of ``requests``: ``files``, or one file per session under ROOT."""
+    if files is None:
+        by_session: dict[str, list[str]] = defaultdict(list)
+        for req in requests:
+            by_session[req.session].append(req.key)
+        files = {f"{ROOT}/p/{s}.jsonl": (ROOT, s, keys) for s, keys in by_session.items()}
+    return [Appearance(p, root, session, tuple(keys))
+            for p, (root, session, keys) in sorted(files.items())]
+
+
+def provenance(ledger: Ledger) -> dict[str, tuple[str, str, list[str]]]:
+    """Every file of a ledger: path -> (root, session, keys)."""
+    out: dict[str, tuple[str, str, list[str]]] = {}
+    rows = ledger.read(
+        "SELECT f.path, coalesce(ro.path, ''), f.session, r.key FROM appearances a "
+        "JOIN files f ON f.id = a.file JOIN requests r ON r.id = a.request "
+        "LEFT JOIN roots ro ON ro.id = f.root ORDER BY f.path, r.ts, r.key"
+    )
+    for path, root, session, key in rows:
+        out.setdefault(path, (root, session, []))[2].append(key)
+    return out
+
+
+def replica(source: Ledger, path: Path, keep: Callable[[Request], bool] = lambda r: True,
+            options: MetricsOptions | None = None) -> Ledger:
+    """A new ledger with the kept requests of ``source``, in the same files (same gaps)."""
+    kept = [r for r in source.requests() if keep(r)]
+    names = {r.key for r in kept}
+    files = {p: (root, s, [k for k in keys if k in names])
+             for p, (root, s, keys) in provenance(source).items()}
+    return ledger_of(path, kept, files={p: f for p, f in files.items() if f[2]}, options=options)
