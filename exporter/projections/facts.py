@@ -178,9 +178,13 @@ class Selection:
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
     context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
 
-    def where(self, *extra: str) -> tuple[str, list[object]]:
-        """The WHERE condition (and parameters) of this selection, plus ``extra`` terms."""
+    def where(self, *extra: str, extra_params: Sequence[object] = ()) -> tuple[str, list[object]]:
+        """The WHERE condition (and parameters) of this selection, plus ``extra`` terms.
+
+        ``extra_params`` are the parameters of the ``?`` in ``extra``.
+        """
         cond, params = self.range.sql()
+        params.extend(extra_params)
         parts = [cond, *extra, *self._filters(params)]
         return " AND ".join(p for p in parts if p != "1") or "1", params
 
@@ -202,10 +206,14 @@ class Selection:
 
     def rows(self, select: str, *extra: str, tail: str = "",
              params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        """Run ``SELECT select FROM relation WHERE … tail`` over this selection."""
-        cond, where_params = self.where(*extra)
+        """Run ``SELECT select FROM relation WHERE … tail`` over this selection.
+
+        ``params`` are the parameters of the ``?`` in ``extra`` (``select`` and
+        ``tail`` take none).
+        """
+        cond, where_params = self.where(*extra, extra_params=params)
         sql = f"SELECT {select} FROM {self.relation} AS r WHERE {cond} {tail}"
-        return self.read(sql, [*where_params, *params])
+        return self.read(sql, where_params)
 
     def bounds(self) -> tuple[float, float] | None:
         """Times of the first and last selected request, or None when there is none."""

@@ -270,6 +270,7 @@ class _Session:
 
     requests: int = 0
     output: int = 0
+    gaps: int = 0  # main requests with a gap before them
     first: float = math.inf
     last: float = -math.inf
 
@@ -283,6 +284,8 @@ def _sessions(found: Iterable[Fact]) -> dict[str, _Session]:
             s = out[f.attrs.session] = _Session()
         s.requests += f.usage.requests
         s.output += f.usage.output
+        if f.bucket > 0:
+            s.gaps += f.usage.requests
         s.first = min(s.first, f.first)
         s.last = max(s.last, f.last)
     return out
@@ -292,25 +295,36 @@ def _busiest_sessions(selection: Selection, sessions: Mapping[str, _Session],
                       limit: int) -> Iterable[SessionRow]:
     """The ``limit`` sessions with most requests (ties by id) and their median main gap."""
     top = sorted(sessions.items(), key=lambda item: (-item[1].requests, item[0]))[:limit]
-    medians = session_medians(selection, [name for name, _ in top])
+    medians = session_medians(selection, {name: s.gaps for name, s in top})
     for name, s in top:
         yield SessionRow(name, s.requests, (s.last - s.first) / 3600,
                          float(medians.get(name, 0.0)), s.output)
 
 
-def session_medians(selection: Selection, sessions: Sequence[str]) -> dict[str, float]:
-    """Each session's nearest-rank median gap between its main requests (absent: no gaps)."""
+def gap_counts(found: Iterable[Fact]) -> dict[str, int]:
+    """Each session's number of main requests that have a gap (from facts split by bucket)."""
+    out: dict[str, int] = {}
+    for f in found:
+        if f.bucket > 0:
+            out[f.attrs.session] = out.get(f.attrs.session, 0) + f.usage.requests
+    return out
+
+
+def session_medians(selection: Selection, counts: Mapping[str, int]) -> dict[str, float]:
+    """Each session's nearest-rank median gap between main requests, given its gap count.
+
+    One ``ORDER BY gap LIMIT 1 OFFSET k`` per session: the ledger's index on
+    (session, gap) makes it a short walk, and nothing is sorted in Python.
+    """
     out: dict[str, float] = {}
-    for i in range(0, len(sessions), 500):  # under SQLite's variable limit
-        part = sessions[i : i + 500]
-        marks = ",".join("?" * len(part))
-        cond, params = selection.where(_MAIN, "gap IS NOT NULL", f"session IN ({marks})")
-        sql = (
-            "SELECT session, gap FROM (SELECT session, gap, row_number() OVER "
-            "(PARTITION BY session ORDER BY gap) AS rank, count(*) OVER (PARTITION BY session) "
-            f"AS n FROM {selection.relation} WHERE {cond}) WHERE rank = (n * 50 + 99) / 100"
-        )
-        out.update(selection.read(sql, [*params, *part]))
+    for session, n in counts.items():
+        if n <= 0:
+            continue
+        rows = selection.rows("gap", _MAIN, "gap IS NOT NULL", "session = ?",
+                              tail=f"ORDER BY gap LIMIT 1 OFFSET {(n * 50 + 99) // 100 - 1}",
+                              params=(session,))
+        if rows:
+            out[session] = float(rows[0][0])
     return out
 
 

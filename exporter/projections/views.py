@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 from exporter import slots
 from exporter.projections import periods
 from exporter.projections.facts import ZERO, Fact, Facts, Prices, Selection, TimeKey, Usage
-from exporter.projections.figures import Covered, session_medians
+from exporter.projections.figures import Covered, gap_counts, session_medians
 from exporter.projections.periods import Zone, day_date
 
 VIEWS: Final = ("daily", "weekly", "monthly", "session", "project", "blocks")
@@ -241,8 +241,9 @@ def _period_label(name: str, day: int) -> str:
 
 def _sessions(facts: Facts, selection: Selection, breakdown: bool) -> list[Row]:
     """Rows per session: project, first and last request, median gap."""
-    accs = _fold(facts.collect(), lambda f: f.attrs.session)
-    medians = session_medians(selection, sorted(accs))
+    found = facts.collect(buckets=True)
+    accs = _fold(found, lambda f: f.attrs.session)
+    medians = session_medians(selection, gap_counts(found))
     return [acc.row(session, acc.first, acc.last, breakdown, project=acc.project[1],
                     sessions=1, gap_p50=medians.get(session))
             for session, acc in accs.items()]
