@@ -159,11 +159,8 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
     """The requests `report` covers: the roots' scope, the range and the filters."""
     tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
     columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
-    mask_of = getattr(ledger, "mask", None)  # the scope as a roots bitmask (ledger v2)
-    use_slots = "slots" in tables and "roots" in columns and mask_of is not None
-    mask = mask_of(list(dirs)) if use_slots and mask_of is not None else None
-    base = Selection(ledger.read, ledger.scope(list(dirs)), rng, slots=use_slots,
-                     slot_scope=None if mask is None else f"(roots & {int(mask)}) != 0",
+    base = Selection(ledger.read, ledger.scope(list(dirs)), rng, slots="slots" in tables,
+                     slot_scope=ledger.scope_filter(list(dirs)),
                      context="context" if "context" in columns else CONTEXT_SQL)
     try:
         projects = (resolve_projects(known_values(base, "project"), args.project)

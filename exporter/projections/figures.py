@@ -197,11 +197,10 @@ def summary(
     totals = sum(models.values(), ZERO)
     n = totals.requests
     ctx = selection.context
-    stats = selection.rows(f"max({ctx}), max(output)")[0]
     context = Spread(_kth(selection, ctx, p=50, n=n), _kth(selection, ctx, p=90, n=n),
-                     int(stats[0] or 0))
+                     int(selection.largest(f"max({ctx})") or 0))
     output = Spread(_kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n),
-                    int(stats[1] or 0))
+                    int(selection.largest("max(output)") or 0))
     buckets, speed = _gap_buckets(found)
     n_gaps = sum(b.requests for k, b in buckets.items() if k != "first")
     gap = ("gap", _MAIN, "gap IS NOT NULL")
