@@ -244,12 +244,27 @@ def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
     return result
 
 
-def open_ledger(settings: Settings, pricing: Pricing) -> Ledger:
-    """The ledger, keeping its rollups by the counting rules ``serve`` uses."""
+def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> Ledger:
+    """The ledger, keeping its rollups by the counting rules ``serve`` uses.
+
+    Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
+    nothing is ingested, serve does that (exporter.ledger.open_ledger).
+    """
+    from exporter.ledger import open_ledger as open_for
     from exporter.projections.counting import Counting
 
     rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)
-    return Ledger(settings.ledger_path, rules=rules, settle_seconds=settings.settle_seconds)
+    dirs = transcript_dirs(settings)
+    ledger = open_for(settings.ledger_path, role, [str(d) for d in dirs], rules=rules,
+                      settle_seconds=settings.settle_seconds)
+    if ledger.readonly and ledger.holder is not None:
+        followed = {os.path.abspath(r) for r in ledger.holder.roots}
+        unread = [str(d) for d in dirs if os.path.abspath(d) not in followed and d.is_dir()]
+        print(f"claude-code-exporter: serve (pid {ledger.holder.pid}) is following the "
+              f"transcripts; reporting from its ledger without reading them"
+              + (f" ({', '.join(unread)} not followed by it: not read)" if unread else ""),
+              file=sys.stderr)
+    return ledger
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
@@ -266,8 +281,8 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
     try:
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
         present = [d for d in dirs if d.is_dir()]
-        scan = ingest(ledger, settings, log, show_progress=req.output == "text",
-                      dirs=present, quiet=True)
+        scan = ScanResult(files=1) if ledger.readonly else ingest(
+            ledger, settings, log, show_progress=req.output == "text", dirs=present, quiet=True)
         sel = report_cli.selection(ledger, dirs, args, req.range)
         if report_cli.empty(sel) and not scan.files:
             print(report_cli.first_run_message(dirs, Path.home()),
@@ -328,10 +343,11 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     from exporter.serve.daemon import metrics_options
 
     pricing = Pricing.load(settings.pricing)
-    ledger = open_ledger(settings, pricing)
+    ledger = open_ledger(settings, pricing, "backfill")
     dirs = transcript_dirs(settings)
     try:
-        ingest(ledger, settings, log, show_progress=True)
+        if not ledger.readonly:
+            ingest(ledger, settings, log, show_progress=True)
         requests = ledger.requests(view=ledger.scope(dirs))
         serve = serve_samples(ledger, pricing, metrics_options(settings), dirs)
     finally:

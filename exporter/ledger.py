@@ -174,7 +174,7 @@ class Ledger:
     def __init__(
         self, path: Path, *, rules: Rules | None = None, settle_seconds: float = 60.0,
         clock: Callable[[], float] = time.time, lock: WriterLock | None = None,
-        readonly: bool = False,
+        readonly: bool = False, holder: Holder | None = None,
     ) -> None:
         """Open or create the ledger at ``path``; raise LedgerError if it is not ours.
 
@@ -182,9 +182,10 @@ class Ledger:
         they were made under other rules); without, a write marks them stale.
         A request enters the histograms ``settle_seconds`` after its last
         change. ``lock`` (held by the caller) is released by :meth:`close`.
-        ``readonly``: another process writes; this one only reads, as it is.
+        ``readonly``: another process (``holder``) writes; this one only reads.
         """
         self.path = path
+        self.holder = holder
         self.rules = rules
         self.settle_seconds = settle_seconds
         self.readonly = readonly
@@ -771,10 +772,15 @@ class Ledger:
             name = self._views.get(mask)
             if name is None:
                 name = f"scope_{len(self._views) + 1}"
-                # A TEMP view is this connection's own: creating it writes nothing shared.
-                self._db.execute("PRAGMA query_only = OFF") if not self.readonly else None
-                self._db.execute(
-                    f"CREATE TEMP VIEW {name} AS SELECT * FROM main.requests WHERE {condition}")
+                # A TEMP view is this connection's own: creating it writes nothing shared,
+                # so a reader (query_only) may create one too.
+                self._db.execute("PRAGMA query_only = OFF")
+                try:
+                    self._db.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM main.requests "
+                                     f"WHERE {condition}")
+                finally:
+                    if self.readonly:
+                        self._db.execute("PRAGMA query_only = ON")
                 self._views[mask] = name
             return name
 
@@ -982,6 +988,35 @@ class _Tx:
                 self._db.execute("ROLLBACK")
 
 
+def open_ledger(path: Path, role: str, roots: Sequence[str | Path] = (), *,
+                rules: Rules | None = None, settle_seconds: float = 60.0,
+                wait: float = 600.0, monotonic: Callable[[], float] = time.monotonic) -> Ledger:
+    """The ledger for one command: its writer, or a reader when ``serve`` writes it.
+
+    ``serve`` never shares: a second one gets LedgerBusyError naming the first.
+    ``report`` and ``backfill`` beside a running ``serve`` read its ledger as it
+    is (serve ingests within a pass, so nothing is missed, and one writer means
+    no two processes can read a file from the same checkpoint and count its
+    lines twice); beside another report they wait for it, up to ``wait`` seconds.
+    """
+    deadline = monotonic() + (0.0 if role == "serve" else wait)
+    while True:
+        try:
+            lock = WriterLock.acquire(path, role, roots)
+            break
+        except LedgerBusyError as busy:
+            if busy.holder is not None and busy.holder.role == "serve" and role != "serve":
+                return Ledger(path, rules=rules, readonly=True, holder=busy.holder)
+            if monotonic() >= deadline:
+                raise
+            time.sleep(0.1)  # bounded by ``wait``: another report finishing its pass
+    try:
+        return Ledger(path, rules=rules, settle_seconds=settle_seconds, lock=lock)
+    except LedgerError:
+        lock.release(remove=True)  # a refused file gets no lock file beside it
+        raise
+
+
 # ------------------------------------------------------------------ one writer
 @dataclass(frozen=True, slots=True)
 class Holder:
@@ -1027,7 +1062,7 @@ class WriterLock:
             created = not path.exists()
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise LedgerError(f"cannot lock ledger {ledger}: {exc.strerror or exc}") from exc
+            raise LedgerError(f"cannot open ledger {ledger}: {exc.strerror or exc}") from exc
         deadline = monotonic() + wait
         while True:
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,3 +232,37 @@ def test_v1_ledger_is_migrated_in_place_losing_nothing(tmp_path: Path) -> None:
     ledger.close()
     again = Ledger(path)  # opening a v2 ledger again migrates nothing
     assert again.read("PRAGMA user_version") == [(2,)] and again.count() == t["requests"]
+
+
+def test_a_migrated_ledger_exposes_the_totals_of_a_fresh_ingest(tmp_path: Path) -> None:
+    """A serve on a migrated v1 ledger shows every counter a fresh v2 ingest of its tree does."""
+    import shutil
+
+    from prometheus_client import CollectorRegistry
+
+    from exporter.ingest.scan import Scanner
+    from exporter.projections.backfill import exposed
+    from exporter.projections.metrics import MetricsOptions, Projection
+    from exporter.projections.pricing import Pricing
+    from exporter.synth import GenOptions, generate
+
+    rules = MetricsOptions().counting(Pricing.load())
+    shutil.copy(V1_FIXTURE, tmp_path / "v1.db")
+    migrated = Ledger(tmp_path / "v1.db", rules=rules)
+    tree = tmp_path / "tree"  # the tree the fixture was made from (same generator, same seed)
+    generate(tree, GenOptions(seed=11, sessions=3, requests_per_session=40))
+    fresh = Ledger(tmp_path / "v2.db", rules=rules)
+    Scanner(fresh, [tree / "projects"], workers=1).scan()
+    fresh.settle(force=True)
+
+    def counters(ledger: Ledger) -> dict[Any, float]:
+        registry = CollectorRegistry()
+        proj = Projection(Pricing.load(), MetricsOptions(), registry, roots=[tree / "projects"])
+        proj.load(ledger)
+        out = exposed(registry, "claude_code")
+        proj.shutdown()
+        # v1 timed a resumed session's first new request as "first": only gaps may differ
+        return {k: v for k, v in out.items() if "gap" not in k[0]}
+
+    got, want = counters(migrated), counters(fresh)
+    assert got == want and len(got) > 50

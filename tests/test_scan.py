@@ -127,16 +127,19 @@ def test_unreadable_file_is_reported_not_fatal(tmp_path: Path) -> None:
 
 
 def test_missing_root_is_a_log_line_not_a_crash(tmp_path: Path) -> None:
-    """A transcript root that does not exist is reported and the pass completes."""
-    seen: list[str] = []
+    """An absent root is said once, at DEBUG (not every pass), and the passes complete."""
+    seen: list[tuple[str, str]] = []
 
     class Log:
         def warning(self, event: str, **kw: str) -> None:
-            seen.append(event)
+            seen.append(("warning", event))
+
+        def debug(self, event: str, **kw: str) -> None:
+            seen.append(("debug", event))
 
     scan = Scanner(Ledger(tmp_path / "l.db"), [tmp_path / "nope"], log=Log())
-    assert scan.scan().files == 0
-    assert seen == ["transcript_root_missing"]
+    assert scan.scan().files == 0 and scan.scan().files == 0
+    assert seen == [("debug", "transcript_root_missing")]
 
 
 def test_progress_reports_bytes(real_tree: Path, tmp_path: Path) -> None:

@@ -214,7 +214,8 @@ def test_transcript_content_never_becomes_a_path(world: dict[str, Any]) -> None:
     found = [n for d in ("/tmp", ROOT, Path.cwd(), "/") for n in os.listdir(d) if ESCAPE in n]
     found += [str(p) for p in base.rglob("*") if ESCAPE in p.name]
     assert not found, found
-    allowed = {"ledger.sqlite3", "ledger.sqlite3-wal", "ledger.sqlite3-shm"}
+    allowed = {"ledger.sqlite3", "ledger.sqlite3-wal", "ledger.sqlite3-shm",
+               "ledger.sqlite3.lock"}  # the one-writer lock
     assert set(os.listdir(base / "state")) <= allowed
 
 

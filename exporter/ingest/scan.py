@@ -117,6 +117,7 @@ class Scanner:
         self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
         self.on_applied = on_applied
         self.log = log if log is not None else structlog.get_logger()
+        self._absent: set[str] = set()  # absent roots already logged
 
     def root_of(self, path: str) -> str:
         """The transcript directory ``path`` was found under (the deepest that holds it)."""
@@ -215,5 +216,14 @@ class Scanner:
             self.on_applied(applied)
 
     def _problem(self, event: str, path: str, detail: str) -> None:
-        """Log a file-system problem once per pass; it never stops ingestion."""
+        """Log a file-system problem once per pass; it never stops ingestion.
+
+        An absent root is normal (a default root the user never made, a tree
+        not created yet): said once per path, at DEBUG.
+        """
+        if event == "transcript_root_missing":
+            if path not in self._absent:
+                self._absent.add(path)
+                self.log.debug(event, path=path, detail=detail)
+            return
         self.log.warning(event, path=path, detail=detail)

@@ -23,7 +23,7 @@ from exporter import __version__
 from exporter.config import ConfigError, Settings, split_listen
 from exporter.ingest.follow import Follower
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger import Ledger, LedgerError, WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve.http import BasicAuth, HttpServer, make_app
@@ -48,8 +48,14 @@ class Daemon:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pricing = Pricing.load(settings.pricing)
         self.options = metrics_options(settings)
-        self.ledger = Ledger(settings.ledger_path, rules=self.options.counting(self.pricing),
-                             settle_seconds=settings.settle_seconds, clock=clock)
+        # One serve per state dir: a second one exits naming the first (LedgerBusyError).
+        lock = WriterLock.acquire(settings.ledger_path, "serve", [str(d) for d in dirs])
+        try:
+            self.ledger = Ledger(settings.ledger_path, rules=self.options.counting(self.pricing),
+                                 settle_seconds=settings.settle_seconds, clock=clock, lock=lock)
+        except LedgerError:
+            lock.release(remove=True)  # a refused file gets no lock file beside it
+            raise
         self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log,
                                batch_bytes=int(settings.batch_mb * 1024 * 1024))
         self._files = 0
