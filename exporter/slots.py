@@ -12,6 +12,9 @@ Slots are recomputed from the ``requests`` rows, never adjusted by deltas:
 idempotent and cannot drift. The ledger calls it with the slots of every request
 it inserted, changed (old and new time), re-gapped or gave a new root.
 
+The same sums per UTC day (``slot_days``, from the slots) answer everything that
+needs no finer time: a whole-history summary, the session and project views.
+
 Why these dimensions:
 - 300 s divides a minute-aligned window of 5 minutes (``m0``..``m4`` count the
   requests in each calendar minute, for the busiest minute) and 10-minute windows
@@ -32,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 SLOT_SECONDS: Final = 300
+SLOTS_PER_DAY: Final = 86_400 // SLOT_SECONDS
 LONG_CONTEXT_TOKENS: Final = 200_000
 MERGE_SLOTS: Final = 48  # refresh touched slots less than 4 hours apart in one statement
 CONTEXT: Final = "(r.input + r.cache_read + r.cache_write_5m + r.cache_write_1h)"
@@ -66,6 +70,16 @@ SCHEMA: Final = (
     m0 INTEGER NOT NULL, m1 INTEGER NOT NULL, m2 INTEGER NOT NULL, m3 INTEGER NOT NULL,
     m4 INTEGER NOT NULL,
     PRIMARY KEY (slot, key, roots, bucket)) WITHOUT ROWID""",
+    # The same sums per UTC day, from the slots: a report without a time range (or
+    # by UTC day) groups a few thousand day rows a year instead of 100k slot rows.
+    """CREATE TABLE IF NOT EXISTS slot_days (
+    day INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (day, key, roots, bucket)) WITHOUT ROWID""",
 )
 
 _IN_RANGE: Final = (
@@ -122,12 +136,25 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
+    _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
+
+def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Sum the UTC days ``lo`` to ``hi`` again from their slots."""
+    db.execute("DELETE FROM slot_days WHERE day BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        f"INSERT INTO slot_days SELECT slot / {SLOTS_PER_DAY}, key, roots, bucket, sid, "
+        "sum(n), sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+        "sum(cache_write_1h), sum(web_search), sum(gap_ms), min(first), max(last) FROM slots "
+        "WHERE slot BETWEEN ? AND ? GROUP BY 1, 2, 3, 4",
+        (lo * SLOTS_PER_DAY, (hi + 1) * SLOTS_PER_DAY - 1))
 
 
 def rebuild(db: sqlite3.Connection) -> None:
     """Recompute every slot (after a migration; inside the caller's transaction)."""
     lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
     db.execute("DELETE FROM slots")
+    db.execute("DELETE FROM slot_days")
     if lo is not None:
         refresh_range(db, slot_of(lo), slot_of(hi))
 

@@ -71,4 +71,4 @@ def select(source: Ledger | sqlite3.Connection, rng: Range | None = None,
     rng = rng or Range(None, None, UTC_ZONE)
     if isinstance(source, Ledger):
         return Selection(source.read, source.scope(None), rng, **filters)
-    return Selection(reader(source), "requests", rng, slots=True, **filters)
+    return Selection(reader(source), "requests", rng, slots=True, days=True, **filters)

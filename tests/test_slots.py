@@ -139,3 +139,17 @@ def test_runs_merge_near_slots_only() -> None:
     """Touched slots close together are refreshed as one range; far ones separately."""
     assert list(slots._runs([5, 1, 2, 40, 200])) == [(1, 40), (200, 200)]
     assert list(slots._runs([])) == []
+
+
+def test_days_are_the_sums_of_their_slots() -> None:
+    """Each UTC day row equals the sums of that day's slot rows, after rebuilds and refreshes."""
+    data = rows(2000, 6)
+    db = ledger(data)
+    slots.rebuild(db)
+    slots.refresh(db, [slots.slot_of(data[0][1]), slots.slot_of(data[-1][1])])
+    sums = ("sum(n), sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+            "sum(cache_write_1h), sum(web_search), sum(gap_ms), min(first), max(last)")
+    from_slots = db.execute(f"SELECT slot / 288, key, roots, bucket, sid, {sums} FROM slots "
+                            "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4").fetchall()
+    days = db.execute("SELECT * FROM slot_days ORDER BY 1, 2, 3, 4").fetchall()
+    assert days == from_slots and len({d[0] for d in days}) >= 2

@@ -166,6 +166,7 @@ class TimeKey:
     aligned: bool = True  # False: the key changes inside slots; use the requests only
     slot_time: str = f"slot * {_SLOT}"
     mixed: tuple[int, ...] = ()
+    day_aligned: bool = False  # True: the key never changes inside a UTC day
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +180,7 @@ class Selection:
     models: tuple[str, ...] = ()  # exact model ids
     sources: tuple[Source, ...] = ()
     slots: bool = False  # the ledger keeps usage slots (exporter.slots)
+    days: bool = False  # … and their sums per UTC day
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
     context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
 
@@ -209,14 +211,14 @@ class Selection:
         return bool(self.projects or self.models or self.sources)
 
     def rows(self, select: str, *extra: str, tail: str = "",
-             params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        """Run ``SELECT select FROM relation WHERE … tail`` over this selection.
+             params: Sequence[object] = (), join: str = "") -> list[tuple[Any, ...]]:
+        """Run ``SELECT select FROM [join] relation AS r WHERE … tail`` over this selection.
 
-        ``params`` are the parameters of the ``?`` in ``extra`` (``select`` and
-        ``tail`` take none).
+        ``params`` are the parameters of the ``?`` in ``extra`` (``select``,
+        ``tail`` and ``join`` take none); ``join`` ends in ``JOIN``.
         """
         cond, where_params = self.where(*extra, extra_params=params)
-        sql = f"SELECT {select} FROM {self.relation} AS r WHERE {cond} {tail}"
+        sql = f"SELECT {select} FROM {join} {self.relation} AS r WHERE {cond} {tail}"
         return self.read(sql, where_params)
 
     def bounds(self) -> tuple[float, float] | None:
@@ -258,6 +260,11 @@ class Prices:
         """Whether slot sums can be priced: the slots' long-context split and 5-minute dates."""
         return set(self.thresholds) <= {slots.LONG_CONTEXT_TOKENS} and all(
             s % _SLOT == 0 for s in self.starts)
+
+    @property
+    def fits_days(self) -> bool:
+        """Whether day sums can be priced: every price date is a UTC midnight."""
+        return all(s % 86_400 == 0 for s in self.starts)
 
     def long_sql(self) -> str:
         """SQL for a request's long-context level: how many thresholds its prompt exceeds."""
@@ -306,6 +313,20 @@ class Prices:
 
 
 _SOURCES: Final = tuple(Source)
+_DAY_SLOTS: Final = slots.SLOTS_PER_DAY
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A table of sums: its name, its time unit's column, and SQL for a unit's start."""
+
+    name: str
+    unit: str
+    start: str
+
+
+_SLOTS: Final = _Table("slots", "slot", f"slot * {_SLOT}")
+_DAYS: Final = _Table("slot_days", "day", "day * 86400")
 
 
 class Facts:
@@ -332,13 +353,35 @@ class Facts:
             lo, hi = interior
             mixed = [m for m in (key.mixed if key else ())
                      if (lo is None or m >= lo) and (hi is None or m < hi)]
-            listed = f"(SELECT value FROM json_each('{json.dumps(mixed)}'))"
-            out = self._from_slots(key, buckets, interior,
-                                   f"slot NOT IN {listed}" if mixed else "")
-            if mixed:
-                edges = [*edges, (f"CAST(ts / {_SLOT} AS INTEGER) IN {listed}",)]
+            if mixed:  # slots a key splits: from the requests, one index range per slot
+                listed = f"json_each('{json.dumps(mixed)}')"
+                out = self._from_table(_SLOTS, key, buckets, interior,
+                                       f"slot NOT IN (SELECT value FROM {listed})")
+                out.extend(self._from_requests(
+                    key, buckets, (f"CAST(r.ts / {_SLOT} AS INTEGER) = j.value",),
+                    join=f"{listed} AS j JOIN", on=True))
+            else:
+                for table, part in self._levels(interior, key):
+                    out.extend(self._from_table(table, key, buckets, part))
         for edge in edges:
             out.extend(self._from_requests(key, buckets, edge))
+        return out
+
+    def _levels(self, interior: tuple[int | None, int | None],
+                key: TimeKey | None) -> list[tuple[_Table, tuple[int | None, int | None]]]:
+        """Whole UTC days from the day sums, the rest of the whole slots from the slot sums."""
+        lo, hi = interior
+        if not (self.sel.days and self.prices.fits_days and (key is None or key.day_aligned)):
+            return [(_SLOTS, interior)]
+        d_lo = None if lo is None else -(-lo // _DAY_SLOTS)
+        d_hi = None if hi is None else hi // _DAY_SLOTS
+        if d_lo is not None and d_hi is not None and d_lo >= d_hi:
+            return [(_SLOTS, interior)]
+        out: list[tuple[_Table, tuple[int | None, int | None]]] = [(_DAYS, (d_lo, d_hi))]
+        if lo is not None and d_lo is not None and lo < d_lo * _DAY_SLOTS:
+            out.append((_SLOTS, (lo, d_lo * _DAY_SLOTS)))
+        if hi is not None and d_hi is not None and d_hi * _DAY_SLOTS < hi:
+            out.append((_SLOTS, (d_hi * _DAY_SLOTS, hi)))
         return out
 
     def _split(self) -> tuple[tuple[int | None, int | None] | None, list[tuple[str, ...]]]:
@@ -355,49 +398,56 @@ class Facts:
             edges.append((f"CAST(ts / {_SLOT} AS INTEGER) >= {hi}",))
         return (lo, hi), edges
 
-    def slot_where(self, interior: tuple[int | None, int | None]) -> tuple[str, list[object]]:
-        """The WHERE condition on ``slots`` for whole slots ``[lo, hi)`` of this selection."""
+    def slot_where(self, interior: tuple[int | None, int | None],
+                   table: _Table | None = None) -> tuple[str, list[object]]:
+        """The WHERE condition on a sums table for its units ``[lo, hi)`` of this selection."""
+        unit = (table or _SLOTS).unit
         lo, hi = interior
         parts: list[str] = []
         params: list[object] = []
         if lo is not None:
-            parts.append(f"slot >= {int(lo)}")
+            parts.append(f"{unit} >= {int(lo)}")
         if hi is not None:
-            parts.append(f"slot < {int(hi)}")
+            parts.append(f"{unit} < {int(hi)}")
         if self.sel.slot_scope:
             parts.append(f"({self.sel.slot_scope})")
         if self.sel.filtered:
-            conds: list[str] = []
             filters = Selection(self.sel.read, "", Range(None, None, self.sel.range.zone),
                                 self.sel.projects, self.sel.models, self.sel.sources)
             conds = filters._filters(params)
-            parts.append(f"key IN (SELECT id FROM slot_keys WHERE {' AND '.join(conds)})")
+            parts.append(f"s.key IN (SELECT id FROM slot_keys WHERE {' AND '.join(conds)})")
         return " AND ".join(parts) or "1", params
 
-    def _from_slots(self, key: TimeKey | None, buckets: bool,
-                    interior: tuple[int | None, int | None], extra: str = "") -> list[Fact]:
-        """Facts of whole slots, from the slot sums."""
-        at = f"slot * {_SLOT}"
-        cond, params = self.slot_where(interior)
+    def _from_table(self, table: _Table, key: TimeKey | None, buckets: bool,
+                    part: tuple[int | None, int | None], extra: str = "") -> list[Fact]:
+        """Facts of whole slots or days, from their sums."""
+        cond, params = self.slot_where(part, table)
         if extra:
             cond = f"{cond} AND {extra}"
-        sql = (f"SELECT {key.sql(key.slot_time) if key else 'NULL'}, key, "
-               f"{'bucket' if buckets else NO_BUCKET}, {self.prices.period_sql(at)}, "
-               f"min(first), max(last), sum(n), {_SUMS}, sum(gap_ms) FROM slots WHERE {cond} "
-               "GROUP BY 1, 2, 3, 4")
+        when = table.start if key is None or table is _DAYS else key.slot_time
+        group = key.sql(when) if key else "NULL"
+        sql = (f"SELECT {group}, s.key, {'bucket' if buckets else NO_BUCKET}, "
+               f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {_SUMS}, "
+               f"sum(gap_ms) FROM {table.name} AS s WHERE {cond} GROUP BY 1, 2, 3, 4")
         keys = self.keys()
         return [self._fact(row[0], keys[row[1]], row[2:]) for row in self.sel.read(sql, params)]
 
-    def _from_requests(self, key: TimeKey | None, buckets: bool,
-                       extra: Sequence[str]) -> list[Fact]:
-        """Facts from the requests (partial slots, or everything)."""
+    def _from_requests(self, key: TimeKey | None, buckets: bool, extra: Sequence[str],
+                       join: str = "", on: bool = False) -> list[Fact]:
+        """Facts from the requests (partial slots, or everything).
+
+        ``join``/``on``: join a table of slot numbers ``j`` and seek each slot's rows.
+        """
+        if on:
+            extra = (*extra, f"r.ts >= j.value * {_SLOT} - 1",
+                     f"r.ts < (j.value + 1) * {_SLOT} + 1")
         bucket = slots.BUCKET if buckets else str(NO_BUCKET)
         rows = self.sel.rows(
             f"{key.sql('ts') if key else 'NULL'}, session, project, model, source, "
             f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
             f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {_SUMS}, "
             f"sum({slots.GAP_MS})",
-            *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
+            *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))), join=join)
         return [self._fact(r[0], Attrs(r[1], r[2], r[3], _SOURCES[r[4]], r[5], r[6], r[7],
                                        int(r[8])), r[9:]) for r in rows]
 
@@ -430,7 +480,7 @@ class Facts:
         interior, edges = self._split()
         best = max((self._busiest_raw("count(*)", 60, e) for e in edges), default=0)
         if interior is not None:
-            cond, params = self.slot_where(interior)
+            cond, params = self.slot_where(interior, _SLOTS)
             minutes = ", ".join(f"sum(m{i})" for i in range(_SLOT // 60))
             rows = self.sel.read(f"SELECT max({minutes}) FROM slots WHERE {cond} GROUP BY slot "
                                  "ORDER BY 1 DESC LIMIT 1", params)

@@ -215,7 +215,8 @@ def _periods(name: str, facts: Facts, zone: Zone, bounds: tuple[float, float] | 
     def day(t: str) -> str:
         return f"CAST(({t} + {periods.offset_sql(segments, t)}) / {periods.DAY} AS INTEGER)"
 
-    found = facts.collect(TimeKey(day, aligned))
+    utc = len(segments) == 1 and segments[0][1] % periods.DAY == 0  # days are UTC days
+    found = facts.collect(TimeKey(day, aligned, day_aligned=utc))
     start_of: Callable[[int], int] = {
         "daily": lambda d: d, "weekly": periods.week_start, "monthly": periods.month_start,
     }[name]
