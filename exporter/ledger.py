@@ -23,7 +23,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -109,10 +109,18 @@ _SCHEMA: Final = (
     *slots.SCHEMA,
 )
 _V1_TABLES: Final = frozenset({"requests", "files", "counters"})
+# Indexes for readers only (the report's percentiles and per-session figures): a pass
+# that brings more rows than the ledger holds drops them and builds them once after.
+_READER_INDEXES: Final = tuple(st for st in _SCHEMA if st.startswith("CREATE INDEX")
+                               and any(n in st for n in ("requests_session_ts",
+                                                         "requests_context",
+                                                         "requests_output", "requests_gap",
+                                                         "requests_session_gap")))
 _FIELDS: Final = Request._fields  # requests columns after ``id``, in Request order
 _COLUMNS: Final = ", ".join(_FIELDS)
 _SOURCES: Final = tuple(Source)
 _TIME_ORDER: Final = attrgetter("ts", "key")
+_GAP: Final = Request._fields.index("gap")  # fields before it: what a line can change
 
 CountRow = tuple[int, CountClass, float, float, tuple[int, ...]]
 """A counter rollup row or increment: roots bitmask, class, first and last request time, sums."""
@@ -224,6 +232,15 @@ class Ledger:
         if version < SCHEMA_VERSION:
             with self._transaction():
                 self._create_or_migrate()
+        elif any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
+                                  "name = ?", (_index_name(st),)).fetchone() is None
+                 for st in _READER_INDEXES):
+            with self._transaction():  # a bulk pass was cut short: build what it dropped
+                for statement in _READER_INDEXES:
+                    self._db.execute(statement)
+        # From now on the file changes: the clean-close stamp no longer describes it.
+        with contextlib.suppress(FileNotFoundError):
+            _clean_marker(self.path).unlink()
         if self.rules is not None and self._meta("rollups") != self.rules.fingerprint:
             with self._transaction():
                 self._rebuild_rollups(self.rules)
@@ -247,9 +264,13 @@ class Ledger:
                 f"{self.path} is an SQLite file of another program (application_id {app_id});"
                 " refusing to touch it: point --state-dir elsewhere"
             )
-        check = db.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise LedgerError(f"ledger {self.path} is corrupt ({check}); it was left untouched")
+        # quick_check reads every page (O(history)); skipped when the file is exactly as
+        # this program left it at a clean close, or a live writer checked it.
+        if not self._known_clean():
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise LedgerError(
+                    f"ledger {self.path} is corrupt ({check}); it was left untouched")
         version: int = 1 if half_made else db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise LedgerError(
@@ -257,6 +278,19 @@ class Ledger:
                 f"{SCHEMA_VERSION}; upgrade claude-code-exporter"
             )
         return version
+
+    def _known_clean(self) -> bool:
+        """True if the file is unchanged since a clean close, or a running writer holds it."""
+        if self.readonly and self.holder is not None:
+            return True  # the writer checked it when it opened it, and is using it since
+        try:
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.exists() and wal.stat().st_size:
+                return False
+            stamp = json.loads(_clean_marker(self.path).read_text("utf-8"))
+        except (OSError, ValueError):
+            return False
+        return bool(stamp == _stamp(self.path))
 
     def _tables(self) -> frozenset[str]:
         """Names of the tables in the file."""
@@ -282,12 +316,49 @@ class Ledger:
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
-        """Close the database (and give up the writer lock, if this ledger holds one)."""
+        """Close the database (and give up the writer lock, if this ledger holds one).
+
+        A writer that closes the last connection (SQLite then folds the WAL in)
+        stamps the file, so the next open can skip reading every page.
+        """
         with self._lock:
             self._db.close()
+            if not self.readonly:
+                with contextlib.suppress(OSError):
+                    wal = self.path.with_name(self.path.name + "-wal")
+                    if not wal.exists():
+                        marker = _clean_marker(self.path)
+                        part = marker.with_name(marker.name + ".part")
+                        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                                     0o600)
+                        with os.fdopen(fd, "w", encoding="utf-8") as out:
+                            json.dump(_stamp(self.path), out)
+                        part.replace(marker)
         if self._writer is not None:
             self._writer.release()
             self._writer = None
+
+    @contextlib.contextmanager
+    def bulk(self, expected_rows: int) -> Iterator[None]:
+        """Around a pass expected to add ``expected_rows``: build reader indexes once after.
+
+        When the new rows outnumber those held, the reader-only indexes are
+        dropped first and built once after (sorting N rows beats N random
+        inserts into five B-trees). A pass cut short leaves them to the next
+        open, which builds them.
+        """
+        if self.readonly or expected_rows <= max(self.count(), 10_000):
+            yield
+            return
+        with self._transaction():
+            for statement in _READER_INDEXES:
+                self._db.execute(f"DROP INDEX IF EXISTS {_index_name(statement)}")
+        try:
+            yield
+        finally:
+            with self._transaction():
+                for statement in _READER_INDEXES:
+                    self._db.execute(statement)
 
     # --------------------------------------------------------- checkpoints
     def checkpoints(self) -> dict[str, Checkpoint]:
@@ -307,12 +378,18 @@ class Ledger:
         self, parsed: Parsed, checkpoints: Sequence[Checkpoint], bytes_read: int,
         appearances: Sequence[Appearance] = (),
     ) -> Applied:
-        """Merge one parsed batch, its provenance, checkpoints and line counts atomically."""
+        """Merge one parsed batch, its provenance, checkpoints and line counts atomically.
+
+        Everything a row depends on (merge, roots, gap, owner) is computed
+        first, then each row is written once: a row inserted and then updated
+        three times would cost four passes over seven indexes.
+        """
         with self._transaction():
-            batch = self._merge_rows(parsed)
+            batch = self._merge(parsed)
             self._provenance(appearances, batch)
-            self._regap(batch)
+            self._chains(batch)
             self._owners(batch)
+            self._write_rows(batch)
             if self.rules is not None:
                 self._roll(self.rules, batch)
                 self._settle_due(self.rules, batch, force=False)
@@ -328,8 +405,8 @@ class Ledger:
             )
             counts = parsed.counts
             batch.lines = {
-                LineResult.USAGE: len(batch.new),
-                LineResult.DUPLICATE: counts.usage_lines - len(batch.new),
+                LineResult.USAGE: len(batch.new_ids),
+                LineResult.DUPLICATE: counts.usage_lines - len(batch.new_ids),
                 LineResult.OTHER: counts.other,
                 LineResult.REJECTED: sum(counts.rejected.values()),
             }
@@ -338,25 +415,20 @@ class Ledger:
             self._count_lines(batch)
         return batch.applied()
 
-    def _merge_rows(self, parsed: Parsed) -> _Batch:
-        """Insert new requests and upgrade known ones; remember every id."""
-        db = self._db
+    def _merge(self, parsed: Parsed) -> _Batch:
+        """Merge the batch's requests with the stored rows, in memory; assign new ids."""
         old = self._rows(list(parsed.requests))
         out = _Batch()
-        next_id = int(db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0]) + 1
-        inserts: list[tuple[Any, ...]] = []
-        updates: list[tuple[Any, ...]] = []
+        next_id = int(self._db.execute("SELECT coalesce(max(id), 0) FROM requests")
+                      .fetchone()[0]) + 1
         for key, req in parsed.requests.items():
             prev = old.get(key)
             if prev is None:
-                merged = req._replace(gap=None)
-                out.ids[key] = next_id
-                out.rows[next_id] = merged
-                out.masks[next_id] = 0
-                inserts.append((next_id, *merged, merged.context))
-                out.new.append(merged)
-                out.slot_times.add(merged.ts)
-                next_id += 1
+                rid, next_id = next_id, next_id + 1
+                out.ids[key] = rid
+                out.rows[rid] = req._replace(gap=None)
+                out.masks[rid] = 0
+                out.new_ids.append(rid)
                 continue
             rid, known, mask = prev
             out.ids[key] = rid
@@ -364,51 +436,36 @@ class Ledger:
             out.masks[rid] = out.before[rid] = mask
             merged = merge(known, req)._replace(gap=known.gap, session=known.session)
             out.rows[rid] = merged
-            if merged != known:
-                out.upgraded.append((known, merged))
-                updates.append((*merged[1:], merged.context, rid))
-                out.slot_times.update((known.ts, merged.ts))
-                if (merged.ts, merged.source) != (known.ts, known.source):
-                    out.moved.add(rid)  # its place in the conversation changed
-        db.executemany(
-            f"INSERT INTO requests (id, {_COLUMNS}, context) "
-            f"VALUES ({','.join('?' * (len(_FIELDS) + 2))})",
-            inserts,
-        )
-        db.executemany(
-            f"UPDATE requests SET {', '.join(f'{c} = ?' for c in _FIELDS[1:])}, context = ? "
-            "WHERE id = ?",
-            updates,
-        )
+            if merged != known and (merged.ts, merged.source) != (known.ts, known.source):
+                out.moved.add(rid)  # its place in the conversation changed
         return out
 
     def _provenance(self, appearances: Sequence[Appearance], batch: _Batch) -> None:
-        """Record where the batch's requests appeared: files, roots bits, sessions' last times."""
+        """Files, roots bits and sessions' last times of the batch's appearances (in memory)."""
         db = self._db
         for app in appearances:
             bit = self._root_bit(app.root, batch)
-            db.execute(
-                "INSERT INTO files (path, root, session) "
-                "VALUES (?, (SELECT id FROM roots WHERE path = ?), ?) "
-                "ON CONFLICT (path) DO UPDATE SET session = min(session, excluded.session)",
-                (app.path, app.root, app.session),
-            )
-            fid = int(db.execute("SELECT id FROM files WHERE path = ?", (app.path,)).fetchone()[0])
+            known = db.execute("SELECT id, session FROM files WHERE path = ?",
+                               (app.path,)).fetchone()
+            if known is None:
+                fid = int(db.execute(
+                    "INSERT INTO files (path, root, session) VALUES "
+                    "(?, (SELECT id FROM roots WHERE path = ?), ?) RETURNING id",
+                    (app.path, app.root, app.session)).fetchone()[0])
+                batch.fresh_files.add(fid)
+            else:
+                fid = int(known[0])
+                if app.session < known[1]:
+                    db.execute("UPDATE files SET session = ? WHERE id = ?", (app.session, fid))
+            batch.file_session[fid] = min(app.session, known[1]) if known else app.session
             ids = [batch.ids[k] for k in app.keys if k in batch.ids]
-            before = db.total_changes
-            db.executemany("INSERT OR IGNORE INTO appearances (request, file) VALUES (?, ?)",
-                           [(rid, fid) for rid in ids])
-            if db.total_changes != before:
-                batch.files.add(fid)
             for rid in ids:
                 batch.masks[rid] |= bit
+                batch.seen.setdefault(rid, set()).add(fid)
             if ids:
+                batch.files.add(fid)
                 latest = max(batch.rows[rid].ts for rid in ids)
                 batch.sessions[app.session] = max(batch.sessions.get(app.session, latest), latest)
-        changed = [(mask, rid) for rid, mask in batch.masks.items()
-                   if mask != batch.before.get(rid, 0)]
-        db.executemany("UPDATE requests SET roots = ? WHERE id = ?", changed)
-        batch.slot_times.update(batch.rows[rid].ts for _, rid in changed)
         for session, last in batch.sessions.items():
             before = db.total_changes
             db.execute("INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) DO UPDATE "
@@ -416,9 +473,10 @@ class Ledger:
                        (session, last))
             if db.total_changes != before:
                 batch.grown.add(session)
-        for rid in batch.moved:
+        for part in _chunks(sorted(batch.moved)):  # a moved row re-chains every file holding it
+            marks = ",".join("?" * len(part))
             batch.files.update(r[0] for r in db.execute(
-                "SELECT file FROM appearances WHERE request = ?", (rid,)))
+                f"SELECT file FROM appearances WHERE request IN ({marks})", part))
 
     def _root_bit(self, root: str, batch: _Batch) -> int:
         """The bit of a transcript root in ``requests.roots`` (created on first use)."""
@@ -429,49 +487,81 @@ class Ledger:
         batch.roots[root] = bit
         return bit
 
-    def _regap(self, batch: _Batch) -> None:
-        """Recompute the chains of the files the batch touched, then the gaps that moved.
+    def _chains(self, batch: _Batch) -> None:
+        """Each touched file's main chain, the appearances' predecessors, and the gaps.
 
         The gap of a main request is the time since the latest earlier main
         request, (ts, key) order, of any file holding it: a function of the
         appearances alone, so file, scan and id order cannot change it.
         """
         db = self._db
-        dirty: set[int] = set(batch.moved)
         legacy = db.execute("SELECT id FROM files WHERE path = ?", (LEGACY_FILE,)).fetchone()
         # The legacy pseudo-file is no conversation: its predecessors were fixed at migration.
         files = batch.files - {legacy[0] if legacy else -1}
-        for fid in sorted(files):
-            rows = db.execute(
-                "SELECT a.request, a.prev, r.source, r.ts FROM appearances a "
-                "JOIN requests r ON r.id = a.request WHERE a.file = ? ORDER BY r.ts, r.key",
-                (fid,),
-            ).fetchall()
-            last: float | None = None
-            changes: list[tuple[float | None, int, int]] = []
-            for rid, prev, source, ts in rows:
-                want = None
-                if source == Source.MAIN:
-                    want, last = last, ts
-                if want != prev:
-                    changes.append((want, rid, fid))
-                    dirty.add(rid)
-            db.executemany("UPDATE appearances SET prev = ? WHERE request = ? AND file = ?",
-                           changes)
-        gaps: list[tuple[float | None, int]] = []
-        for part in _chunks(sorted(dirty)):
+        members: dict[int, dict[int, tuple[float, str, int, float | None]]] = {}
+        old = sorted(files - batch.fresh_files)  # a file made by this batch has no stored rows
+        for part in _chunks(old):
             marks = ",".join("?" * len(part))
-            for rid, ts, source, old, prev in db.execute(
-                f"SELECT r.id, r.ts, r.source, r.gap, max(a.prev) FROM requests r "
-                f"LEFT JOIN appearances a ON a.request = r.id WHERE r.id IN ({marks}) "
-                "GROUP BY r.id", part,
+            for fid, rid, prev, ts, key, source in db.execute(
+                "SELECT a.file, a.request, a.prev, r.ts, r.key, r.source FROM appearances a "
+                f"JOIN requests r ON r.id = a.request WHERE a.file IN ({marks})", part,
             ):
-                gap = gap_seconds(ts, prev) if source == Source.MAIN and prev is not None else None
-                if gap != old:
-                    gaps.append((gap, rid))
-                    batch.slot_times.add(ts)
-        db.executemany("UPDATE requests SET gap = ? WHERE id = ?", gaps)
-        batch.refresh({rid: gap for gap, rid in gaps}, "gap")
+                members.setdefault(fid, {})[rid] = (ts, key, source, prev)
+        for rid, fids in batch.seen.items():
+            for fid in fids:
+                chain = members.setdefault(fid, {})
+                if rid not in chain:
+                    chain[rid] = (0.0, "", 0, None)
+                    batch.new_appearances.append((rid, fid))
+        changed: set[int] = set(batch.moved) | set(batch.new_ids)
+        rows = batch.rows
+        for fid in files:
+            chain = members.get(fid, {})
+            order = []
+            for rid, stored in chain.items():
+                row = rows.get(rid)
+                # The batch's values win over the stored ones.
+                ts, key, source = (row.ts, row.key, int(row.source)) if row else stored[:3]
+                prev = stored[3]
+                if source == Source.MAIN:
+                    order.append((ts, key, rid, prev))
+                elif prev is not None:
+                    batch.prevs[(rid, fid)] = None
+                    changed.add(rid)
+            order.sort()
+            last: float | None = None
+            for ts, _key, rid, prev in order:
+                if last != prev:
+                    batch.prevs[(rid, fid)] = last
+                    changed.add(rid)
+                last = ts
+        self._gaps(batch, changed)
+
+    def _gaps(self, batch: _Batch, rids: set[int]) -> None:
+        """The gaps of requests whose chains moved: from the max predecessor over their files."""
+        prevs: dict[int, list[float | None]] = {}
+        for (rid, _fid), prev in batch.prevs.items():
+            prevs.setdefault(rid, []).append(prev)
+        stored = [rid for rid in rids if rid in batch.known or rid not in batch.rows]
+        for part in _chunks(sorted(stored)):  # their other files' predecessors, as stored
+            marks = ",".join("?" * len(part))
+            for rid, fid, prev in self._db.execute(
+                f"SELECT request, file, prev FROM appearances WHERE request IN ({marks})", part
+            ):
+                if (rid, fid) not in batch.prevs:
+                    prevs.setdefault(rid, []).append(prev)
+        missing = [rid for rid in rids if rid not in batch.rows]
+        for rid, row in self._rows_by_id(missing).items():
+            batch.rows[rid] = row
+            batch.known[rid] = row
+            batch.masks.setdefault(rid, batch.before.setdefault(rid, self._mask_of(rid)))
+        for rid in rids:
+            row = batch.rows[rid]
+            found = [p for p in prevs.get(rid, ()) if p is not None]
+            gap = (gap_seconds(row.ts, max(found))
+                   if row.source is Source.MAIN and found else None)
+            if gap != row.gap:
+                batch.rows[rid] = row._replace(gap=gap)
 
     def _owners(self, batch: _Batch) -> None:
         """Give each request held by several sessions its original conversation's id.
@@ -482,33 +572,86 @@ class Ledger:
         times only, so it is the same in any file, scan or id order.
         """
         db = self._db
-        candidates = set(batch.ids.values())
+        sessions: dict[int, set[str]] = {}
+        for rid, fids in batch.seen.items():
+            sessions[rid] = {batch.file_session[f] for f in fids}
+        shared: set[int] = {rid for rid in batch.known}  # they may have other, stored files
         for session in batch.grown:  # a session grew: its shared requests may change hands
-            candidates.update(r[0] for r in db.execute(
+            shared.update(r[0] for r in db.execute(
                 "SELECT a.request FROM files f JOIN appearances a ON a.file = f.id "
                 "WHERE f.session = ? AND EXISTS (SELECT 1 FROM appearances b "
                 "JOIN files g ON g.id = b.file WHERE b.request = a.request "
                 "AND g.session != f.session AND g.path != ?)", (session, LEGACY_FILE)))
-        owners: list[tuple[str, int]] = []
-        for part in _chunks(sorted(candidates)):
+        for part in _chunks(sorted(shared)):
             marks = ",".join("?" * len(part))
-            best: dict[int, tuple[float, str]] = {}
-            current: dict[int, tuple[str, float]] = {}
-            for rid, now, ts, session, last in db.execute(
-                "SELECT r.id, r.session, r.ts, f.session, s.last_ts FROM requests r "
-                "JOIN appearances a ON a.request = r.id JOIN files f ON f.id = a.file "
-                "JOIN sessions s ON s.session = f.session "
-                f"WHERE r.id IN ({marks}) AND f.path != ?", (*part, LEGACY_FILE),
+            for rid, session in db.execute(
+                "SELECT a.request, f.session FROM appearances a JOIN files f ON f.id = a.file "
+                f"WHERE a.request IN ({marks}) AND f.path != ?", (*part, LEGACY_FILE),
             ):
-                current[rid] = (now, ts)
-                if rid not in best or (last, session) < best[rid]:
-                    best[rid] = (last, session)
-            for rid, (_, session) in best.items():
-                if session != current[rid][0]:
-                    owners.append((session, rid))
-                    batch.slot_times.add(current[rid][1])
-        db.executemany("UPDATE requests SET session = ? WHERE id = ?", owners)
-        batch.refresh({rid: session for session, rid in owners}, "session")
+                sessions.setdefault(rid, set()).add(session)
+        several = {rid: s for rid, s in sessions.items() if len(s) > 1}
+        names = sorted({s for ss in several.values() for s in ss})
+        last: dict[str, float] = {}
+        for part in _chunks(names):
+            marks = ",".join("?" * len(part))
+            last.update(db.execute(
+                f"SELECT session, last_ts FROM sessions WHERE session IN ({marks})", part))
+        missing = [rid for rid in several if rid not in batch.rows]
+        for rid, row in self._rows_by_id(missing).items():
+            batch.rows[rid] = batch.known[rid] = row
+            batch.masks.setdefault(rid, batch.before.setdefault(rid, self._mask_of(rid)))
+        for rid, ss in sessions.items():
+            owner = (min(ss, key=lambda s: (last.get(s, 0.0), s)) if len(ss) > 1
+                     else next(iter(ss)))
+            row = batch.rows[rid]
+            if owner != row.session:
+                batch.rows[rid] = row._replace(session=owner)
+
+    def _write_rows(self, batch: _Batch) -> None:
+        """Write every new and changed row once, and the new or moved appearances."""
+        db = self._db
+        inserts = []
+        for rid in batch.new_ids:
+            row = batch.rows[rid]
+            inserts.append((rid, *row, row.context, batch.masks[rid]))
+            batch.slot_times.add(row.ts)
+        updates = []
+        for rid, known in batch.known.items():
+            row = batch.rows[rid]
+            mask = batch.masks[rid]
+            if row != known or mask != batch.before[rid]:
+                updates.append((*row[1:], row.context, mask, rid))
+                batch.slot_times.update((known.ts, row.ts))
+                batch.changed[rid] = known
+        db.executemany(
+            f"INSERT INTO requests (id, {_COLUMNS}, context, roots) "
+            f"VALUES ({','.join('?' * (len(_FIELDS) + 3))})", inserts)
+        db.executemany(
+            f"UPDATE requests SET {', '.join(f'{c} = ?' for c in _FIELDS[1:])}, context = ?, "
+            "roots = ? WHERE id = ?", updates)
+        fresh = set(batch.new_appearances)
+        db.executemany("INSERT OR IGNORE INTO appearances (request, file, prev) VALUES (?, ?, ?)",
+                       [(rid, fid, batch.prevs.get((rid, fid))) for rid, fid in fresh])
+        db.executemany("UPDATE appearances SET prev = ? WHERE request = ? AND file = ?",
+                       [(prev, rid, fid) for (rid, fid), prev in batch.prevs.items()
+                        if (rid, fid) not in fresh])
+        batch.new = [batch.rows[rid] for rid in batch.new_ids]
+        batch.upgraded = [(known, batch.rows[rid]) for rid, known in batch.changed.items()
+                          if batch.rows[rid][:_GAP] != known[:_GAP]]
+
+    def _rows_by_id(self, ids: Sequence[int]) -> dict[int, Request]:
+        """Stored rows by id (requests the batch did not carry but whose gap or owner moved)."""
+        out: dict[int, Request] = {}
+        for part in _chunks(sorted(ids)):
+            marks = ",".join("?" * len(part))
+            out.update((r[0], _request(r[1:])) for r in self._db.execute(
+                f"SELECT id, {_COLUMNS} FROM requests WHERE id IN ({marks})", part))
+        return out
+
+    def _mask_of(self, rid: int) -> int:
+        """The stored roots bitmask of one request."""
+        row = self._db.execute("SELECT roots FROM requests WHERE id = ?", (rid,)).fetchone()
+        return int(row[0]) if row else 0
 
     # ---------------------------------------------------------------- rollups
     def _roll(self, rules: Rules, batch: _Batch) -> None:
@@ -821,7 +964,7 @@ class Ledger:
 
 @dataclass(slots=True)
 class _Batch:
-    """What the ledger tracks while it applies one batch; :meth:`applied` is the result."""
+    """What the ledger works out while it applies one batch; :meth:`applied` is the result."""
 
     new: list[Request] = field(default_factory=list)
     upgraded: list[tuple[Request, Request]] = field(default_factory=list)
@@ -833,30 +976,22 @@ class _Batch:
     late: int = 0
     roots: dict[str, int] = field(default_factory=dict)
     ids: dict[str, int] = field(default_factory=dict)
-    rows: dict[int, Request] = field(default_factory=dict)  # each batch row as merged
+    new_ids: list[int] = field(default_factory=list)
+    rows: dict[int, Request] = field(default_factory=dict)  # every touched row, as it will be
     known: dict[int, Request] = field(default_factory=dict)  # stored rows before the batch
+    changed: dict[int, Request] = field(default_factory=dict)  # rows rewritten (old values)
     before: dict[int, int] = field(default_factory=dict)  # stored roots bitmasks
     masks: dict[int, int] = field(default_factory=dict)  # roots bitmasks after the batch
     moved: set[int] = field(default_factory=set)  # time or source changed
+    seen: dict[int, set[int]] = field(default_factory=dict)  # files each row appeared in now
     files: set[int] = field(default_factory=set)  # whose chains must be recomputed
+    fresh_files: set[int] = field(default_factory=set)  # files this batch created
+    file_session: dict[int, str] = field(default_factory=dict)
+    new_appearances: list[tuple[int, int]] = field(default_factory=list)
+    prevs: dict[tuple[int, int], float | None] = field(default_factory=dict)  # to write
     sessions: dict[str, float] = field(default_factory=dict)  # latest ts seen per session
     grown: set[str] = field(default_factory=set)  # sessions whose last time moved
     slot_times: set[float] = field(default_factory=set)  # times whose usage slots changed
-
-    def refresh(self, values: Mapping[int, Any], name: str) -> None:
-        """Give the batch's requests a field the ledger just computed (gap, session)."""
-        if not values:
-            return
-        ids = self.ids
-
-        def fresh(req: Request) -> Request:
-            rid = ids[req.key]
-            return req._replace(**{name: values[rid]}) if rid in values else req
-
-        self.new = [fresh(r) for r in self.new]
-        self.upgraded = [(old, fresh(new)) for old, new in self.upgraded]
-        self.rows = {rid: (r._replace(**{name: values[rid]}) if rid in values else r)
-                     for rid, r in self.rows.items()}
 
     def applied(self) -> Applied:
         """The public result."""
@@ -914,6 +1049,22 @@ def _v1_provenance(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO sessions SELECT session, max(ts) FROM requests GROUP BY session")
 
 
+def _index_name(statement: str) -> str:
+    """The name in a ``CREATE INDEX IF NOT EXISTS name ON …`` statement."""
+    return statement.split()[5]
+
+
+def _clean_marker(path: Path) -> Path:
+    """Where a clean close records the ledger file's identity."""
+    return path.with_name(path.name + ".clean")
+
+
+def _stamp(path: Path) -> dict[str, int]:
+    """The identity of a file: inode, size, modification time (ns)."""
+    st = path.stat()
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 def _tighten(path: Path) -> None:
     """Make an existing state directory 0700 and the ledger's files 0600 (ours only).
 
@@ -925,7 +1076,8 @@ def _tighten(path: Path) -> None:
         st = path.parent.stat()
         if st.st_uid == uid and not st.st_mode & stat.S_ISVTX and st.st_mode & 0o077:
             os.chmod(path.parent, stat.S_IMODE(st.st_mode) & 0o700)
-    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}.lock"):
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm", f"{path.name}.lock",
+                 f"{path.name}.clean"):
         with contextlib.suppress(OSError):
             st = (path.parent / name).stat()
             if st.st_uid == uid and st.st_mode & 0o077:

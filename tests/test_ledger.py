@@ -266,3 +266,21 @@ def test_a_migrated_ledger_exposes_the_totals_of_a_fresh_ingest(tmp_path: Path) 
 
     got, want = counters(migrated), counters(fresh)
     assert got == want and len(got) > 50
+
+
+def test_a_clean_close_is_trusted_only_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    """The clean-close stamp spares the full check, but a file changed since is checked."""
+    path = tmp_path / "l.db"
+    ledger = Ledger(path)
+    ledger.apply(parse_lines(jsonl(*(assistant(f"m{i}") for i in range(300)))), [], 0)
+    marker = path.with_name(path.name + ".clean")
+    assert not marker.exists()  # an open ledger is no clean file
+    ledger.close()
+    assert marker.exists()
+    Ledger(path).close()  # unchanged: opens (and stamps again)
+    data = bytearray(path.read_bytes())
+    for at in range(4096 * 2, len(data) - 64, 4096):
+        data[at + 8 : at + 200] = b"\xab" * 192
+    path.write_bytes(bytes(data))  # same size, other bytes, newer mtime
+    with pytest.raises(LedgerError, match="malformed|corrupt"):
+        Ledger(path)

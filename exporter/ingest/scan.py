@@ -29,6 +29,7 @@ from exporter.records import Appearance, Checkpoint, Parsed
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
+BYTES_PER_REQUEST: Final = 5_000  # transcript bytes per new request, roughly (a month's mean)
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(bytes_done, bytes_total)`` while a pass runs."""
@@ -143,18 +144,19 @@ class Scanner:
         work, total = self._plan(paths, result)
         done = 0
         pending: _Batch | None = None
-        for batch in self._run(work, total):
-            # Workers hand in small groups (load balance); the ledger takes them in
-            # larger transactions: each commit has a fixed cost, and all are atomic.
-            pending = batch if pending is None else pending.absorb(batch)
-            if pending.bytes_read >= self.batch_bytes:
+        with self.ledger.bulk(total // BYTES_PER_REQUEST):
+            for batch in self._run(work, total):
+                # Workers hand in small groups (load balance); the ledger takes them in
+                # larger transactions: each commit has a fixed cost, and all are atomic.
+                pending = batch if pending is None else pending.absorb(batch)
+                if pending.bytes_read >= self.batch_bytes:
+                    self._commit(pending, result)
+                    pending = None
+                done += batch.bytes_read
+                if progress:
+                    progress(min(done, total), total)
+            if pending is not None:
                 self._commit(pending, result)
-                pending = None
-            done += batch.bytes_read
-            if progress:
-                progress(min(done, total), total)
-        if pending is not None:
-            self._commit(pending, result)
         result.seconds = time.perf_counter() - started
         return result
 
