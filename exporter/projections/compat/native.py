@@ -11,8 +11,14 @@ Their labels, as Claude Code writes them:
 - ``model``: the model id;
 - ``query_source``: ``main``, ``subagent`` or ``auxiliary`` (our sources
   ``main``, ``subagent`` and ``compaction``: a compaction is one of Claude
-  Code's auxiliary queries);
-- ``speed``: ``fast`` for fast-mode requests, absent otherwise.
+  Code's auxiliary queries).
+
+Claude Code's other per-request attributes are not in transcripts, except
+``speed`` (``fast`` on fast-mode requests, absent otherwise), which is left
+out on purpose: a label present on some series of a family and absent on
+others shows as ``speed=""`` on every other series of a scrape, and no
+dashboard built on these families reads it (fast-mode requests are in the
+totals at their fast-mode price).
 
 The samples are derived from the catalogue's own samples of the same class
 (:meth:`Exposure.samples`): tokens by type regrouped, cost summed over the
@@ -48,8 +54,6 @@ QUERY_SOURCE: Final[Mapping[str, str]] = {
 }
 """The catalogue's ``source`` value -> Claude Code's ``query_source`` value."""
 
-FAST: Final = "fast"
-
 
 class Native:
     """The native counter samples of a class, from the catalogue's samples of it."""
@@ -67,10 +71,10 @@ class Native:
         priced = False
         for (name, labels), value in self.exposure.samples(cls, sums):
             if name == "tokens":
-                key = self._labels(labels, cls.speed, TOKEN_TYPE[dict(labels)["type"]])
+                key = self._labels(labels, TOKEN_TYPE[dict(labels)["type"]])
                 tokens[key] = tokens.get(key, 0) + value
             elif name == "cost_usd":
-                key = self._labels(labels, cls.speed)
+                key = self._labels(labels)
                 cost[key] = cost.get(key, 0) + value
                 priced = True
         out: list[tuple[SampleKey, float]] = [((TOKEN_USAGE, k), v) for k, v in tokens.items()]
@@ -79,13 +83,8 @@ class Native:
         return out
 
     @staticmethod
-    def _labels(catalogue: Labels, speed: str, token_type: str | None = None) -> Labels:
+    def _labels(catalogue: Labels, token_type: str | None = None) -> Labels:
         """Native labels from a catalogue sample's labels (project dropped, source renamed)."""
         found = dict(catalogue)
-        out: list[tuple[str, str]] = [("model", found["model"]),
-                                      ("query_source", QUERY_SOURCE[found["source"]])]
-        if speed.lower() == FAST:  # as the price table reads it
-            out.append(("speed", FAST))
-        if token_type is not None:
-            out.append(("type", token_type))
-        return tuple(out)
+        base = (("model", found["model"]), ("query_source", QUERY_SOURCE[found["source"]]))
+        return base if token_type is None else (*base, ("type", token_type))
