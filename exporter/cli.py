@@ -250,7 +250,7 @@ def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> L
     Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
     nothing is ingested, serve does that (exporter.ledger.open_ledger).
     """
-    from exporter.ledger import open_ledger as open_for
+    from exporter.ledger_lock import open_ledger as open_for
     from exporter.projections.counting import Counting
 
     rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)

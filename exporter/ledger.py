@@ -16,7 +16,6 @@ One process writes a ledger at a time (:class:`WriterLock`); others may read.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -27,9 +26,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from exporter import slots
+from exporter.ledger_schema import (
+    LEGACY_FILE,
+    MAX_ROOT_BITS,
+    READER_INDEXES,
+    SCHEMA,
+    V1_TABLES,
+    index_name,
+    migrate_v1,
+    v1_provenance,
+)
 from exporter.records import (
     ALL_ROOTS,
     COUNT_SUMS,
@@ -45,77 +54,12 @@ from exporter.records import (
     merge,
 )
 
+if TYPE_CHECKING:  # the lock module builds on this one
+    from exporter.ledger_lock import Holder, WriterLock
+
 APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
 SCHEMA_VERSION: Final = 2
 _IN_CHUNK: Final = 500  # keys per "IN (…)" lookup, under SQLite's variable limit
-LEGACY_FILE: Final = ""  # the file of v1 requests, whose provenance was never recorded
-MAX_ROOT_BITS: Final = 62  # roots beyond the 62nd share the last bit (their scopes overlap)
-
-# One statement per item: they run inside one transaction with the header pragmas,
-# so a kill at any point leaves either no schema or all of it (executescript would
-# commit first). IF NOT EXISTS: a second process creating the same fresh ledger
-# at the same moment finds the work done instead of failing.
-_REQUESTS: Final = """CREATE TABLE IF NOT EXISTS requests (
-    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, ts REAL NOT NULL, model TEXT NOT NULL,
-    session TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
-    input INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
-    cache_write_5m INTEGER NOT NULL, cache_write_1h INTEGER NOT NULL,
-    service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
-    recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
-    context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0)"""
-_SCHEMA: Final = (
-    _REQUESTS,
-    "CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts)",
-    "CREATE INDEX IF NOT EXISTS requests_session_ts ON requests (session, ts)",
-    # Covering indexes for exact percentiles by an index walk (docs/figures.md).
-    "CREATE INDEX IF NOT EXISTS requests_context ON requests (context, ts)",
-    "CREATE INDEX IF NOT EXISTS requests_output ON requests (output, ts)",
-    "CREATE INDEX IF NOT EXISTS requests_gap ON requests (gap, ts) "
-    "WHERE source = 0 AND gap IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS requests_session_gap ON requests (session, gap) "
-    "WHERE gap IS NOT NULL",
-    """CREATE TABLE IF NOT EXISTS checkpoints (
-    path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, size INTEGER, offset INTEGER,
-    fp_len INTEGER, fingerprint TEXT, mtime_ns INTEGER)""",
-    "CREATE TABLE IF NOT EXISTS roots (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE)",
-    """CREATE TABLE IF NOT EXISTS files (
-    id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, root INTEGER, session TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS files_session ON files (session)",
-    """CREATE TABLE IF NOT EXISTS sessions (
-    session TEXT PRIMARY KEY, last_ts REAL NOT NULL) WITHOUT ROWID""",
-    # prev: ts of the latest earlier main request of the same file (None: none, or not main)
-    """CREATE TABLE IF NOT EXISTS appearances (
-    request INTEGER NOT NULL, file INTEGER NOT NULL, prev REAL,
-    PRIMARY KEY (request, file)) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS appearances_file ON appearances (file)",
-    """CREATE TABLE IF NOT EXISTS counters (
-    name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY (name, label))""",
-    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    # Counter rollups: the sums of every request per raw class and roots bitmask.
-    f"""CREATE TABLE IF NOT EXISTS rollup_counts (
-    roots INTEGER NOT NULL, model TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
-    geo TEXT NOT NULL, tier TEXT NOT NULL, speed TEXT NOT NULL, long INTEGER NOT NULL,
-    period INTEGER NOT NULL, gap TEXT NOT NULL, first_ts REAL NOT NULL, last_ts REAL NOT NULL,
-    {", ".join(f"{c} INTEGER NOT NULL" for c in COUNT_SUMS)},
-    PRIMARY KEY (roots, {", ".join(CountClass._fields)})) WITHOUT ROWID""",
-    # Histogram rollups of settled requests: a count per bucket; bucket -1 holds the sum.
-    """CREATE TABLE IF NOT EXISTS rollup_hist (
-    roots INTEGER NOT NULL, name TEXT NOT NULL, model TEXT NOT NULL, source INTEGER NOT NULL,
-    arch TEXT NOT NULL, bucket INTEGER NOT NULL, value NOT NULL,
-    PRIMARY KEY (roots, name, model, source, arch, bucket)) WITHOUT ROWID""",
-    # Requests counted but not yet in the histograms (their lines may still grow).
-    "CREATE TABLE IF NOT EXISTS unsettled (request INTEGER PRIMARY KEY, due REAL NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS unsettled_due ON unsettled (due)",
-    *slots.SCHEMA,
-)
-_V1_TABLES: Final = frozenset({"requests", "files", "counters"})
-# Indexes for readers only (the report's percentiles and per-session figures): a pass
-# that brings more rows than the ledger holds drops them and builds them once after.
-_READER_INDEXES: Final = tuple(st for st in _SCHEMA if st.startswith("CREATE INDEX")
-                               and any(n in st for n in ("requests_session_ts",
-                                                         "requests_context",
-                                                         "requests_output", "requests_gap",
-                                                         "requests_session_gap")))
 _FIELDS: Final = Request._fields  # requests columns after ``id``, in Request order
 _COLUMNS: Final = ", ".join(_FIELDS)
 _SOURCES: Final = tuple(Source)
@@ -233,10 +177,10 @@ class Ledger:
             with self._transaction():
                 self._create_or_migrate()
         elif any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
-                                  "name = ?", (_index_name(st),)).fetchone() is None
-                 for st in _READER_INDEXES):
+                                  "name = ?", (index_name(st),)).fetchone() is None
+                 for st in READER_INDEXES):
             with self._transaction():  # a bulk pass was cut short: build what it dropped
-                for statement in _READER_INDEXES:
+                for statement in READER_INDEXES:
                     self._db.execute(statement)
         # From now on the file changes: the clean-close stamp no longer describes it.
         with contextlib.suppress(FileNotFoundError):
@@ -258,7 +202,7 @@ class Ledger:
         tables = self._tables()
         # A v1 build killed between its schema commit and the header pragmas left
         # its tables without our id: recognise them as ours, not as a stranger's.
-        half_made = app_id == 0 and tables == _V1_TABLES
+        half_made = app_id == 0 and tables == V1_TABLES
         if tables and app_id != APPLICATION_ID and not half_made:
             raise LedgerError(
                 f"{self.path} is an SQLite file of another program (application_id {app_id});"
@@ -304,13 +248,13 @@ class Ledger:
         if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
             return
         tables = self._tables()
-        v1 = tables >= _V1_TABLES and "checkpoints" not in tables
+        v1 = tables >= V1_TABLES and "checkpoints" not in tables
         if v1:
-            _migrate_v1(db)
-        for statement in _SCHEMA:
+            migrate_v1(db)
+        for statement in SCHEMA:
             db.execute(statement)
         if v1:
-            _v1_provenance(db)
+            v1_provenance(db)
             slots.rebuild(db)
         db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -351,13 +295,13 @@ class Ledger:
             yield
             return
         with self._transaction():
-            for statement in _READER_INDEXES:
-                self._db.execute(f"DROP INDEX IF EXISTS {_index_name(statement)}")
+            for statement in READER_INDEXES:
+                self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
         try:
             yield
         finally:
             with self._transaction():
-                for statement in _READER_INDEXES:
+                for statement in READER_INDEXES:
                     self._db.execute(statement)
 
     # --------------------------------------------------------- checkpoints
@@ -1007,53 +951,6 @@ def _observe(rules: Rules, mask: int, req: Request,
         acc[(mask, series, -1)] = acc.get((mask, series, -1), 0) + value
 
 
-def _migrate_v1(db: sqlite3.Connection) -> None:
-    """Bring v1 tables to v2 in place (inside the caller's transaction), losing nothing.
-
-    v1 never recorded where a request was read: its requests get every roots
-    bit (they are in every scope) and one appearance in a pseudo-file
-    (:data:`LEGACY_FILE`), whose predecessors are v1's per-session gaps.
-    """
-    db.execute("ALTER TABLE files RENAME TO checkpoints")
-    db.execute("ALTER TABLE requests RENAME TO requests_v1")
-    db.execute(_REQUESTS)
-    v1 = ("key, ts, model, session, project, source, input, output, cache_read, "
-          "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, recorded_cost_usd")
-    # Time order gives ids the order new rows get: appends to the id B-tree.
-    db.execute(
-        f"INSERT INTO requests ({v1}, context, roots) SELECT {v1}, "
-        f"input + cache_read + cache_write_5m + cache_write_1h, {ALL_ROOTS} "
-        "FROM requests_v1 ORDER BY ts, key")
-    db.execute("DROP TABLE requests_v1")
-
-
-def _v1_provenance(db: sqlite3.Connection) -> None:
-    """After the v2 schema exists: the legacy file, appearances, gaps and sessions of v1 rows."""
-    db.execute("INSERT INTO files (path, root, session) VALUES (?, NULL, '')", (LEGACY_FILE,))
-    db.execute(
-        "INSERT INTO appearances (request, file, prev) SELECT id, "
-        "(SELECT id FROM files WHERE path = ?), NULL FROM requests", (LEGACY_FILE,)
-    )
-    # v1's gaps: each main request after its session's previous one, (ts, key) order.
-    db.execute(
-        "UPDATE appearances SET prev = p.prev FROM (SELECT id, lag(ts) OVER "
-        "(PARTITION BY session ORDER BY ts, key) AS prev FROM requests WHERE source = 0) AS p "
-        "WHERE appearances.request = p.id"
-    )
-    rows = db.execute(
-        "SELECT r.id, r.ts, a.prev FROM requests r JOIN appearances a ON a.request = r.id "
-        "WHERE a.prev IS NOT NULL"
-    ).fetchall()
-    db.executemany("UPDATE requests SET gap = ? WHERE id = ?",
-                   [(gap_seconds(ts, prev), rid) for rid, ts, prev in rows])
-    db.execute("INSERT INTO sessions SELECT session, max(ts) FROM requests GROUP BY session")
-
-
-def _index_name(statement: str) -> str:
-    """The name in a ``CREATE INDEX IF NOT EXISTS name ON …`` statement."""
-    return statement.split()[5]
-
-
 def _clean_marker(path: Path) -> Path:
     """Where a clean close records the ledger file's identity."""
     return path.with_name(path.name + ".clean")
@@ -1138,115 +1035,3 @@ class _Tx:
         if self._db.in_transaction:
             with contextlib.suppress(sqlite3.Error):  # the failure reported is the one that matters
                 self._db.execute("ROLLBACK")
-
-
-def open_ledger(path: Path, role: str, roots: Sequence[str | Path] = (), *,
-                rules: Rules | None = None, settle_seconds: float = 60.0,
-                wait: float = 600.0, monotonic: Callable[[], float] = time.monotonic) -> Ledger:
-    """The ledger for one command: its writer, or a reader when ``serve`` writes it.
-
-    ``serve`` never shares: a second one gets LedgerBusyError naming the first.
-    ``report`` and ``backfill`` beside a running ``serve`` read its ledger as it
-    is (serve ingests within a pass, so nothing is missed, and one writer means
-    no two processes can read a file from the same checkpoint and count its
-    lines twice); beside another report they wait for it, up to ``wait`` seconds.
-    """
-    deadline = monotonic() + (0.0 if role == "serve" else wait)
-    while True:
-        try:
-            lock = WriterLock.acquire(path, role, roots)
-            break
-        except LedgerBusyError as busy:
-            if busy.holder is not None and busy.holder.role == "serve" and role != "serve":
-                return Ledger(path, rules=rules, readonly=True, holder=busy.holder)
-            if monotonic() >= deadline:
-                raise
-            time.sleep(0.1)  # bounded by ``wait``: another report finishing its pass
-    try:
-        return Ledger(path, rules=rules, settle_seconds=settle_seconds, lock=lock)
-    except LedgerError:
-        lock.release(remove=True)  # a refused file gets no lock file beside it
-        raise
-
-
-# ------------------------------------------------------------------ one writer
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """The process that holds a ledger's writer lock, as it described itself."""
-
-    pid: int
-    role: str  # serve, report, backfill
-    roots: tuple[str, ...] = ()
-
-
-class LedgerBusyError(LedgerError):
-    """Another process writes this ledger."""
-
-    def __init__(self, path: Path, holder: Holder | None) -> None:
-        """Name the holder in the message when it is known."""
-        self.holder = holder
-        who = f"{holder.role} (pid {holder.pid})" if holder else "another process"
-        super().__init__(f"{who} already writes the ledger {path}; one writer per state dir")
-
-
-class WriterLock:
-    """One writer per ledger: a POSIX record lock on ``<ledger>.lock``.
-
-    POSIX (fcntl) locks belong to a process: the kernel drops them when it dies,
-    even by kill -9, and a forked child (the parser workers) does not inherit
-    them, so an orphaned worker can never keep the ledger locked. The file
-    says who holds it, for the refusal message.
-    """
-
-    def __init__(self, fd: int, path: Path, created: bool) -> None:
-        """Wrap a locked descriptor (use :meth:`acquire`)."""
-        self._fd: int | None = fd
-        self.path = path
-        self._created = created
-
-    @classmethod
-    def acquire(cls, ledger: Path, role: str, roots: Sequence[str | Path] = (), *,
-                wait: float = 0.0, monotonic: Callable[[], float] = time.monotonic) -> WriterLock:
-        """Take the lock, waiting up to ``wait`` seconds; LedgerBusyError names the holder."""
-        path = ledger.with_name(ledger.name + ".lock")
-        try:
-            ledger.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            created = not path.exists()
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise LedgerError(f"cannot open ledger {ledger}: {exc.strerror or exc}") from exc
-        deadline = monotonic() + wait
-        while True:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if monotonic() >= deadline:
-                    holder = cls.holder(ledger)
-                    os.close(fd)  # holds no lock of ours: closing releases nothing
-                    raise LedgerBusyError(ledger, holder) from None
-                time.sleep(0.1)  # bounded by ``wait``: another writer finishing its pass
-        note = json.dumps({"pid": os.getpid(), "role": role,
-                           "roots": [os.fspath(r) for r in roots]})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, note.encode(), 0)
-        return cls(fd, path, created)
-
-    @staticmethod
-    def holder(ledger: Path) -> Holder | None:
-        """Who holds the lock of ``ledger`` now, as its lock file says (None: unknown)."""
-        try:
-            data = json.loads(ledger.with_name(ledger.name + ".lock").read_text("utf-8"))
-            return Holder(int(data["pid"]), str(data["role"]), tuple(data.get("roots", ())))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def release(self, *, remove: bool = False) -> None:
-        """Give the lock up; ``remove`` also deletes a lock file this lock created."""
-        if self._fd is None:
-            return
-        if remove and self._created:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-        os.close(self._fd)  # closing drops the process's record lock
-        self._fd = None

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from exporter.ledger import Ledger, LedgerBusyError, WriterLock, open_ledger
+from exporter.ledger import Ledger
+from exporter.ledger_lock import LedgerBusyError, WriterLock, open_ledger
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.daemon_proc import Daemon, poll, total

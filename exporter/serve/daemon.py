@@ -23,7 +23,8 @@ from exporter import __version__
 from exporter.config import ConfigError, Settings, split_listen
 from exporter.ingest.follow import Follower
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger, LedgerError, WriterLock
+from exporter.ledger import Ledger, LedgerError
+from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve.http import BasicAuth, HttpServer, make_app

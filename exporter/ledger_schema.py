@@ -1,0 +1,126 @@
+"""The ledger's schema (v2) and the in-place migration from v1.
+
+One statement per item: the ledger runs them inside one transaction with the
+header pragmas, so a kill at any point leaves either no schema or all of it
+(executescript would commit first). IF NOT EXISTS: a second process creating
+the same fresh ledger at the same moment finds the work done instead of failing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from exporter import slots
+from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, gap_seconds
+
+LEGACY_FILE: Final = ""  # the file of v1 requests, whose provenance was never recorded
+MAX_ROOT_BITS: Final = 62  # roots beyond the 62nd share the last bit (their scopes overlap)
+
+REQUESTS: Final = """CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, ts REAL NOT NULL, model TEXT NOT NULL,
+    session TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
+    input INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
+    cache_write_5m INTEGER NOT NULL, cache_write_1h INTEGER NOT NULL,
+    service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
+    recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
+    context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0)"""
+SCHEMA: Final = (
+    REQUESTS,
+    "CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts)",
+    "CREATE INDEX IF NOT EXISTS requests_session_ts ON requests (session, ts)",
+    # Covering indexes for exact percentiles by an index walk (docs/figures.md).
+    "CREATE INDEX IF NOT EXISTS requests_context ON requests (context, ts)",
+    "CREATE INDEX IF NOT EXISTS requests_output ON requests (output, ts)",
+    "CREATE INDEX IF NOT EXISTS requests_gap ON requests (gap, ts) "
+    "WHERE source = 0 AND gap IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS requests_session_gap ON requests (session, gap) "
+    "WHERE gap IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+    path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, size INTEGER, offset INTEGER,
+    fp_len INTEGER, fingerprint TEXT, mtime_ns INTEGER)""",
+    "CREATE TABLE IF NOT EXISTS roots (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE)",
+    """CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, root INTEGER, session TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS files_session ON files (session)",
+    """CREATE TABLE IF NOT EXISTS sessions (
+    session TEXT PRIMARY KEY, last_ts REAL NOT NULL) WITHOUT ROWID""",
+    # prev: ts of the latest earlier main request of the same file (None: none, or not main)
+    """CREATE TABLE IF NOT EXISTS appearances (
+    request INTEGER NOT NULL, file INTEGER NOT NULL, prev REAL,
+    PRIMARY KEY (request, file)) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS appearances_file ON appearances (file)",
+    """CREATE TABLE IF NOT EXISTS counters (
+    name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY (name, label))""",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # Counter rollups: the sums of every request per raw class and roots bitmask.
+    f"""CREATE TABLE IF NOT EXISTS rollup_counts (
+    roots INTEGER NOT NULL, model TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
+    geo TEXT NOT NULL, tier TEXT NOT NULL, speed TEXT NOT NULL, long INTEGER NOT NULL,
+    period INTEGER NOT NULL, gap TEXT NOT NULL, first_ts REAL NOT NULL, last_ts REAL NOT NULL,
+    {", ".join(f"{c} INTEGER NOT NULL" for c in COUNT_SUMS)},
+    PRIMARY KEY (roots, {", ".join(CountClass._fields)})) WITHOUT ROWID""",
+    # Histogram rollups of settled requests: a count per bucket; bucket -1 holds the sum.
+    """CREATE TABLE IF NOT EXISTS rollup_hist (
+    roots INTEGER NOT NULL, name TEXT NOT NULL, model TEXT NOT NULL, source INTEGER NOT NULL,
+    arch TEXT NOT NULL, bucket INTEGER NOT NULL, value NOT NULL,
+    PRIMARY KEY (roots, name, model, source, arch, bucket)) WITHOUT ROWID""",
+    # Requests counted but not yet in the histograms (their lines may still grow).
+    "CREATE TABLE IF NOT EXISTS unsettled (request INTEGER PRIMARY KEY, due REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS unsettled_due ON unsettled (due)",
+    *slots.SCHEMA,
+)
+V1_TABLES: Final = frozenset({"requests", "files", "counters"})
+# Indexes for readers only (the report's percentiles and per-session figures): a pass
+# that brings more rows than the ledger holds drops them and builds them once after.
+READER_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX")
+                               and any(n in st for n in ("requests_session_ts",
+                                                         "requests_context",
+                                                         "requests_output", "requests_gap",
+                                                         "requests_session_gap")))
+
+def migrate_v1(db: sqlite3.Connection) -> None:
+    """Bring v1 tables to v2 in place (inside the caller's transaction), losing nothing.
+
+    v1 never recorded where a request was read: its requests get every roots
+    bit (they are in every scope) and one appearance in a pseudo-file
+    (:data:`LEGACY_FILE`), whose predecessors are v1's per-session gaps.
+    """
+    db.execute("ALTER TABLE files RENAME TO checkpoints")
+    db.execute("ALTER TABLE requests RENAME TO requests_v1")
+    db.execute(REQUESTS)
+    v1 = ("key, ts, model, session, project, source, input, output, cache_read, "
+          "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, recorded_cost_usd")
+    # Time order gives ids the order new rows get: appends to the id B-tree.
+    db.execute(
+        f"INSERT INTO requests ({v1}, context, roots) SELECT {v1}, "
+        f"input + cache_read + cache_write_5m + cache_write_1h, {ALL_ROOTS} "
+        "FROM requests_v1 ORDER BY ts, key")
+    db.execute("DROP TABLE requests_v1")
+
+
+def v1_provenance(db: sqlite3.Connection) -> None:
+    """After the v2 schema exists: the legacy file, appearances, gaps and sessions of v1 rows."""
+    db.execute("INSERT INTO files (path, root, session) VALUES (?, NULL, '')", (LEGACY_FILE,))
+    db.execute(
+        "INSERT INTO appearances (request, file, prev) SELECT id, "
+        "(SELECT id FROM files WHERE path = ?), NULL FROM requests", (LEGACY_FILE,)
+    )
+    # v1's gaps: each main request after its session's previous one, (ts, key) order.
+    db.execute(
+        "UPDATE appearances SET prev = p.prev FROM (SELECT id, lag(ts) OVER "
+        "(PARTITION BY session ORDER BY ts, key) AS prev FROM requests WHERE source = 0) AS p "
+        "WHERE appearances.request = p.id"
+    )
+    rows = db.execute(
+        "SELECT r.id, r.ts, a.prev FROM requests r JOIN appearances a ON a.request = r.id "
+        "WHERE a.prev IS NOT NULL"
+    ).fetchall()
+    db.executemany("UPDATE requests SET gap = ? WHERE id = ?",
+                   [(gap_seconds(ts, prev), rid) for rid, ts, prev in rows])
+    db.execute("INSERT INTO sessions SELECT session, max(ts) FROM requests GROUP BY session")
+
+
+def index_name(statement: str) -> str:
+    """The name in a ``CREATE INDEX IF NOT EXISTS name ON …`` statement."""
+    return statement.split()[5]
