@@ -1,10 +1,13 @@
 """Warm `report` views against the summary on a generated heavy month, alternating runs.
 
-Usage: python3 -m bench.report_views [--mb 300] [--repeat 5]
+Usage: python3 -m bench.report_views [--mb 300] [--repeat 5] [--year 12]
 
 Prints a Markdown table for docs/benchmarks.md: each command run as a process
 (wall, CPU, peak RSS; runs alternate so machine noise hits all alike), and the
 figures alone in-process (the SQL and folding, without start-up and ingest).
+``--year N`` then repeats it on the month's ledger with its requests copied N
+times, a month apart (new keys and sessions, slots rebuilt): the report's side
+of a year of history without generating a year (bench.year does that whole).
 """
 
 from __future__ import annotations
@@ -77,36 +80,80 @@ def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
     return {v: statistics.median(t) for v, t in out.items()}
 
 
+def replicate(ledger: Path, times: int) -> int:
+    """Copy the ledger's requests ``times`` times, a month apart; rebuild the slots."""
+    import sqlite3
+
+    from exporter import slots
+
+    db = sqlite3.connect(ledger, isolation_level=None)
+    try:
+        cols = [r[1] for r in db.execute("PRAGMA table_info(requests)")]
+        rest = ", ".join(c for c in cols if c not in ("id", "key", "ts", "session"))
+        top = int(db.execute("SELECT max(id) FROM requests").fetchone()[0])
+        db.execute("BEGIN")
+        for m in range(1, times):
+            db.execute(
+                f"INSERT INTO requests (id, key, ts, session, {rest}) SELECT id + {m * top}, "
+                f"key || '~{m}', ts + {m * 31 * 86400}, session || '~{m}', {rest} "
+                f"FROM requests WHERE id <= {top}")
+        slots.rebuild(db)
+        db.execute("COMMIT")
+        return int(db.execute("SELECT count(*) FROM requests").fetchone()[0])
+    finally:
+        db.close()
+
+
+def measure_views(tree: Path, state: Path, repeat: int) -> tuple[dict[str, Run], dict[str, float]]:
+    """Alternating warm runs of every view as processes, then the figures alone."""
+    base = ("report", "--json", "--data-dir", str(tree), "--state-dir", str(state))
+    runs: dict[str, list[Run]] = {v: [] for v in VIEWS}
+    for _ in range(repeat):
+        for view in VIEWS:  # alternating: every view sees the same noise
+            runs[view].append(run_alone(exporter_cmd(*base, *((view,) if view else ()))))
+    return {v: _median(r) for v, r in runs.items()}, in_process(tree, state, repeat)
+
+
+def table(title: str, runs: dict[str, Run], figures_only: dict[str, float]) -> None:
+    """One Markdown table of the runs."""
+    summary = runs[""]
+    print(f"{title}\n")
+    print("| command | wall s | CPU s | peak RSS MB | figures alone s | wall vs summary |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for view in VIEWS:
+        r = runs[view]
+        name = f"report {view} --json" if view else "report --json (summary)"
+        print(f"| {name} | {r.wall:.2f} | {r.cpu:.2f} | {r.rss_mb:.0f} | "
+              f"{figures_only[view]:.3f} | {r.wall / summary.wall:.2f}× |")
+    print()
+
+
 def main() -> None:
     """Generate (once), ingest once, then alternate warm runs of every view."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--year", type=int, default=0, help="also on the ledger copied N times")
     args = ap.parse_args()
     tree = month_tree(args.mb)
     size, files = tree_size(tree)
     state = Path(tempfile.mkdtemp(prefix="bench-views-"))
     try:
-        base = ("report", "--json", "--data-dir", str(tree), "--state-dir", str(state))
-        cold = measure(exporter_cmd(*base))
-        runs: dict[str, list[Run]] = {v: [] for v in VIEWS}
-        for _ in range(args.repeat):
-            for view in VIEWS:  # alternating: every view sees the same noise
-                runs[view].append(run_alone(exporter_cmd(*base, *((view,) if view else ()))))
-        figures_only = in_process(tree, state, args.repeat)
+        cold = measure(exporter_cmd("report", "--json", "--data-dir", str(tree), "--state-dir",
+                                    str(state)))
+        month = measure_views(tree, state, args.repeat)
+        year = None
+        if args.year > 1:
+            requests = replicate(state / "ledger.sqlite3", args.year)
+            year = (requests, measure_views(tree, state, args.repeat))
     finally:
         shutil.rmtree(state)
-    summary = _median(runs[""])
     print(f"Machine: {machine()}")
     print(f"Tree: {size / 1e6:.0f} MB in {files} files (seed 42); cold ingest {cold.wall:.2f} s;"
           f" median of {args.repeat} alternating warm runs\n")
-    print("| command | wall s | CPU s | peak RSS MB | figures alone s | wall vs summary |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for view in VIEWS:
-        r = _median(runs[view])
-        name = f"report {view} --json" if view else "report --json (summary)"
-        print(f"| {name} | {r.wall:.2f} | {r.cpu:.2f} | {r.rss_mb:.0f} | "
-              f"{figures_only[view]:.3f} | {r.wall / summary.wall:.2f}× |")
+    table("One heavy month:", *month)
+    if year is not None:
+        table(f"Its requests copied {args.year}× a month apart ({year[0]:,} requests):", *year[1])
 
 
 if __name__ == "__main__":

@@ -5,15 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-
 
 @contextmanager
 def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
@@ -21,6 +12,16 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     if not enabled:
         yield None
         return
+    # Imported here: `report --json` and pipes never draw a bar and skip rich's import.
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
     # On stderr, like the logs: stdout carries the report (and may be a pipe).
     with Progress("reading transcripts", *columns, transient=True,

@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from exporter.projections.facts import Usage
 from exporter.projections.figures import Covered, SessionRow, Spread, Summary
 from exporter.projections.periods import Zone
+
+if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
+    from rich.console import Console
+    from rich.table import Table
 
 WIDE_CONSOLE = 110  # columns needed for the cost tables' per-token-type columns
 LINK_GBPS = (100, 400, 800)  # reference link speeds for the KV transfer-time table
@@ -90,6 +90,9 @@ def new_table(title: str, *columns: str) -> Table:
     On a narrow console (80 columns when piped) figures must stay whole, so only
     the first column (names, e.g. long model ids) folds onto a second line.
     """
+    from rich import box  # noqa: PLC0415 - see the TYPE_CHECKING import
+    from rich.table import Table  # noqa: PLC0415
+
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
     table.add_column(columns[0], overflow="fold")
     for name in columns[1:]:

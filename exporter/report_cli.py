@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from exporter import report, report_views
+from exporter import report
 from exporter.config import Settings
 from exporter.ledger import Ledger
 from exporter.projections import figures, views
@@ -195,6 +195,8 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
     options = views.Options(order=args.order, limit=args.limit, breakdown=args.breakdown,
                             block_rule=args.block_rule, now=now)
     view = views.build(req.view, sel, prices, options)
+    from exporter import report_views  # noqa: PLC0415 - rich, for tables only
+
     if req.output == "json":
         sys.stdout.write(report.to_json(report_views.view_json(view)) + "\n")
     elif req.output == "csv":

@@ -319,7 +319,8 @@ def session_medians(selection: Selection, counts: Mapping[str, int]) -> dict[str
     for session, n in counts.items():
         if n <= 0:
             continue
-        rows = selection.rows("gap", _MAIN, "gap IS NOT NULL", "session = ?",
+        # Only main requests have gaps: the (session, gap) index answers alone.
+        rows = selection.rows("gap", "gap IS NOT NULL", "session = ?",
                               tail=f"ORDER BY gap LIMIT 1 OFFSET {(n * 50 + 99) // 100 - 1}",
                               params=(session,))
         if rows:
