@@ -160,7 +160,7 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
     tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
     columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
     base = Selection(ledger.read, ledger.scope(list(dirs)), rng, slots="slots" in tables,
-                     days="slot_days" in tables,
+                     days={"slot_days", "slot_day_peaks"} <= tables,
                      slot_scope=ledger.scope_filter(list(dirs)),
                      context="context" if "context" in columns else CONTEXT_SQL)
     try:

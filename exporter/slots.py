@@ -80,6 +80,10 @@ SCHEMA: Final = (
     cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
     gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
     PRIMARY KEY (day, key, roots, bucket)) WITHOUT ROWID""",
+    # Per UTC day, over every request: the most in one calendar minute and the most
+    # sessions in one aligned 10-minute window (both windows lie inside a day).
+    """CREATE TABLE IF NOT EXISTS slot_day_peaks (
+    day INTEGER PRIMARY KEY, minute INTEGER NOT NULL, sessions INTEGER NOT NULL)""",
 )
 
 _IN_RANGE: Final = (
@@ -148,6 +152,16 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
         "sum(cache_write_1h), sum(web_search), sum(gap_ms), min(first), max(last) FROM slots "
         "WHERE slot BETWEEN ? AND ? GROUP BY 1, 2, 3, 4",
         (lo * SLOTS_PER_DAY, (hi + 1) * SLOTS_PER_DAY - 1))
+    db.execute("DELETE FROM slot_day_peaks WHERE day BETWEEN ? AND ?", (lo, hi))
+    minutes = ", ".join(f"sum(m{i})" for i in range(SLOT_SECONDS // 60))
+    span = (lo * SLOTS_PER_DAY, (hi + 1) * SLOTS_PER_DAY - 1)
+    db.execute(
+        "INSERT INTO slot_day_peaks SELECT d, max(busy), max(sessions) FROM ("
+        f"SELECT slot / {SLOTS_PER_DAY} AS d, max({minutes}) AS busy, 0 AS sessions "
+        "FROM slots WHERE slot BETWEEN ? AND ? GROUP BY slot "
+        f"UNION ALL SELECT w / {SLOTS_PER_DAY // 2}, 0, count(DISTINCT sid) FROM "
+        "(SELECT slot / 2 AS w, sid FROM slots WHERE slot BETWEEN ? AND ?) GROUP BY w"
+        ") GROUP BY d", (*span, *span))
 
 
 def rebuild(db: sqlite3.Connection) -> None:
@@ -155,6 +169,7 @@ def rebuild(db: sqlite3.Connection) -> None:
     lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
     db.execute("DELETE FROM slots")
     db.execute("DELETE FROM slot_days")
+    db.execute("DELETE FROM slot_day_peaks")
     if lo is not None:
         refresh_range(db, slot_of(lo), slot_of(hi))
 

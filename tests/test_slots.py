@@ -153,3 +153,22 @@ def test_days_are_the_sums_of_their_slots() -> None:
                             "GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4").fetchall()
     days = db.execute("SELECT * FROM slot_days ORDER BY 1, 2, 3, 4").fetchall()
     assert days == from_slots and len({d[0] for d in days}) >= 2
+
+
+def test_day_peaks_are_each_days_busiest_minute_and_ten_minutes() -> None:
+    """Each day's stored peaks equal the busiest minute and 10-minute window of its requests."""
+    data = rows(3000, 8)
+    db = ledger(data)
+    slots.rebuild(db)
+    minutes: dict[int, int] = defaultdict(int)
+    windows: dict[int, set[str]] = defaultdict(set)
+    for row in data:
+        minutes[int(row[1] // 60)] += 1
+        windows[int(row[1] // 600)].add(row[3])
+    want: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for minute, n in minutes.items():
+        want[minute // 1440][0] = max(want[minute // 1440][0], n)
+    for window, sessions in windows.items():
+        want[window // 144][1] = max(want[window // 144][1], len(sessions))
+    got = {d: [m, s] for d, m, s in db.execute("SELECT * FROM slot_day_peaks")}
+    assert got == dict(want)

@@ -21,6 +21,7 @@ from exporter.projections.figures import (
     session_gaps,
     summary,
 )
+from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from tests import report_ledgers
@@ -349,6 +350,13 @@ def test_slots_and_requests_give_the_same_figures(pricing: Pricing, tmp_path: Pa
         return summary(sel, prices, kv_bytes_per_token=KV, upload_bytes_per_token=4.0,
                        lines=LINES, rejected=REJECTED).to_json()
 
-    from_slots = run(report_ledgers.select(report_ledgers.slotted(requests)))
+    slotted = report_ledgers.slotted(requests)
+    t0 = requests[0].ts
+    selections = [({}, None), ({}, Range(t0 + 3_000.5, t0 + 40_000.25, UTC_ZONE)),
+                  ({"sources": (Source.MAIN,), "models": (SONNET,)}, None),
+                  ({"models": (HAIKU,)}, Range(t0 + 900.0, None, UTC_ZONE))]
     with report_ledgers.real(requests, tmp_path) as ledger:
-        assert run(report_ledgers.select(ledger)) == from_slots
+        for filters, rng in selections:
+            a = run(report_ledgers.select(slotted, rng, **filters))
+            b = run(report_ledgers.select(ledger, rng, **filters))
+            assert a == b, (filters, rng)

@@ -479,11 +479,14 @@ class Facts:
             return self._busiest_raw("count(*)", 60, ())
         interior, edges = self._split()
         best = max((self._busiest_raw("count(*)", 60, e) for e in edges), default=0)
-        if interior is not None:
-            cond, params = self.slot_where(interior, _SLOTS)
-            minutes = ", ".join(f"sum(m{i})" for i in range(_SLOT // 60))
-            rows = self.sel.read(f"SELECT max({minutes}) FROM slots WHERE {cond} GROUP BY slot "
-                                 "ORDER BY 1 DESC LIMIT 1", params)
+        minutes = ", ".join(f"sum(m{i})" for i in range(_SLOT // 60))
+        for table, part in self._peak_levels(interior):
+            if table is _DAYS:
+                best = max(best, self._day_peak("minute", part))
+                continue
+            cond, params = self.slot_where(part, _SLOTS)
+            rows = self.sel.read(f"SELECT max({minutes}) FROM slots AS s WHERE {cond} "
+                                 "GROUP BY slot ORDER BY 1 DESC LIMIT 1", params)
             best = max(best, int(rows[0][0]) if rows else 0)
         return best
 
@@ -492,20 +495,43 @@ class Facts:
         if not self.slotted:
             return self._busiest_raw("count(DISTINCT session)", 600, ())
         interior, edges = self._split()
+        best = 0
         parts: list[str] = []
         params: list[object] = []
-        if interior is not None:
-            cond, p = self.slot_where(interior)
-            parts.append(f"SELECT slot / 2 AS w, sid FROM slots WHERE {cond}")
+        for table, part in self._peak_levels(interior):
+            if table is _DAYS:  # whole days: no window reaches outside them
+                best = max(best, self._day_peak("sessions", part))
+                continue
+            cond, p = self.slot_where(part)
+            parts.append(f"SELECT slot / 2 AS w, sid FROM slots AS s WHERE {cond}")
             params += p
         for edge in edges:
             cond, p = self.sel.where(*edge)
             parts.append(f"SELECT CAST(r.ts / 600 AS INTEGER), s.id FROM {self.sel.relation} "
                          f"AS r JOIN slot_sessions s ON s.session = r.session WHERE {cond}")
             params += p
-        rows = self.sel.read(f"SELECT count(DISTINCT sid) FROM ({' UNION ALL '.join(parts)}) "
-                             "GROUP BY w ORDER BY 1 DESC LIMIT 1", params)
-        return int(rows[0][0]) if rows else 0
+        if parts:
+            rows = self.sel.read(f"SELECT count(DISTINCT sid) FROM ({' UNION ALL '.join(parts)}) "
+                                 "GROUP BY w ORDER BY 1 DESC LIMIT 1", params)
+            best = max(best, int(rows[0][0]) if rows else 0)
+        return best
+
+    def _peak_levels(self, interior: tuple[int | None, int | None] | None
+                     ) -> list[tuple[_Table, tuple[int | None, int | None]]]:
+        """Like :meth:`_levels`, days only where their stored peaks answer (every request)."""
+        if interior is None:
+            return []
+        if self.sel.slot_scope is not None or self.sel.filtered:
+            return [(_SLOTS, interior)]
+        return self._levels(interior, None)
+
+    def _day_peak(self, column: str, part: tuple[int | None, int | None]) -> int:
+        """The largest stored day peak over whole days ``[lo, hi)``."""
+        lo, hi = part
+        cond = " AND ".join([*([f"day >= {int(lo)}"] if lo is not None else []),
+                             *([f"day < {int(hi)}"] if hi is not None else [])]) or "1"
+        rows = self.sel.read(f"SELECT max({column}) FROM slot_day_peaks WHERE {cond}", [])
+        return int(rows[0][0] or 0) if rows else 0
 
     def _busiest_raw(self, measure: str, width: int, extra: Sequence[str]) -> int:
         """The largest ``measure`` over aligned ``width``-second windows, from the requests."""
