@@ -234,14 +234,15 @@ def summary(
 def _kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
     """The nearest-rank ``p``-th percentile of ``expr`` over ``n`` selected rows (0 if none).
 
-    ``ORDER BY … LIMIT 1 OFFSET k`` walks the ledger's index on ``expr`` where
-    there is one; exact, and no row reaches Python.
+    ``ORDER BY … LIMIT 1 OFFSET k`` walks the ledger's index on ``expr``, from
+    the nearer end (p90 is the 10 % from the top); exact, and no row reaches Python.
     """
     if n <= 0:
         return 0
     rank = min(max(-(-p * n // 100), 1), n)  # ceil(p * n / 100), exact in integers
+    order, offset = ("", rank - 1) if rank <= n - rank else (" DESC", n - rank)
     rows = selection.rows(expr, f"{expr} IS NOT NULL", *extra,
-                          tail=f"ORDER BY 1 LIMIT 1 OFFSET {rank - 1}")
+                          tail=f"ORDER BY 1{order} LIMIT 1 OFFSET {offset}")
     return rows[0][0] if rows else 0
 
 
