@@ -686,6 +686,10 @@ class Ledger:
         batch = _Batch()
         if self.rules is None or self.readonly:
             return batch.applied()
+        due = "" if force else " WHERE due <= ?"
+        params = () if force else (self._clock(),)
+        if not self.read(f"SELECT 1 FROM unsettled{due} LIMIT 1", params):
+            return batch.applied()  # nothing due: no write transaction (this runs every second)
         with self._transaction():
             self._settle_due(self.rules, batch, force=force)
         return batch.applied()

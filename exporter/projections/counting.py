@@ -223,6 +223,11 @@ class Exposure:
         else:
             cost = rates.cost(*(n[t] for t in TOKEN_FIELDS))
             out.extend((("cost_usd", typed[t]), exact(cost[t], USD_QUANTUM)) for t in TOKEN_FIELDS)
+            # Web searches are billed per search once the price table has the rate.
+            per_search: float | None = getattr(rates, "web_search_usd", None)
+            if per_search is not None:
+                out.append((("cost_usd", (*typed[""], ("type", "web_search"))),
+                            exact(n["web_search"] * per_search, USD_QUANTUM)))
         context = n["input"] + n["cache_read"] + n["cache_write_5m"] + n["cache_write_1h"]
         out.append((("upload_bytes", ()), upload_bytes(context, self.upload)))
         computed = n["input"] + n["cache_write_5m"] + n["cache_write_1h"]

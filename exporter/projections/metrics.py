@@ -134,7 +134,10 @@ class Projection:
                     rejected=ledger.counters("rejected"),
                     bytes_read=ledger.counters("bytes_read").get("", 0),
                     late=ledger.counters("late_updates").get("", 0))
-        for req in ledger.requests(since=self._clock() - TTL_1H, view=view):
+        now = self._clock()
+        # The live window only (bounded on both sides: a clock running behind the
+        # transcripts must not turn start-up into a replay of "future" history).
+        for req in ledger.requests(since=now - TTL_1H, until=now + TTL_1H, view=view):
             self.live.note(req)
 
     def _start(self, counts: Iterable[CountRow], hists: Iterable[HistRow], *,
