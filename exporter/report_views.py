@@ -96,6 +96,7 @@ LEAD: Final[dict[str, tuple[Column, ...]]] = {
         Column("session", lambda v, r: r.label[:8]),
         Column("project", lambda v, r: _basename(r.project), 2),
         Column("first request", lambda v, r: when(r.first, _zone(v))),
+        Column("last request", lambda v, r: when(r.last, _zone(v)), 3),
         Column("duration", lambda v, r: duration(max(r.last - r.first, 0.0))),
         Column("gap p50", lambda v, r: "—" if r.gap_p50 is None else duration(r.gap_p50), 2),
     ),
