@@ -332,10 +332,15 @@ _DAYS: Final = _Table("slot_days", "day", "day * 86400")
 class Facts:
     """The selection's facts, from the slots where they can answer, else from requests."""
 
-    def __init__(self, selection: Selection, prices: Prices) -> None:
-        """Facts of ``selection``, priced with ``prices``."""
+    def __init__(self, selection: Selection, prices: Prices, *, by_class: bool = False) -> None:
+        """Facts of ``selection``, priced with ``prices``.
+
+        ``by_class``: facts per price class only (their session and project are
+        blank): fewer rows for views that need neither.
+        """
         self.sel = selection
         self.prices = prices
+        self.by_class = by_class
         self._keys: dict[int, Attrs] | None = None
 
     @property
@@ -429,8 +434,21 @@ class Facts:
         sql = (f"SELECT {group}, s.key, {'bucket' if buckets else NO_BUCKET}, "
                f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {_SUMS}, "
                f"sum(gap_ms) FROM {table.name} AS s WHERE {cond} GROUP BY 1, 2, 3, 4")
+        if self.by_class:
+            return self._by_class(sql, params)
         keys = self.keys()
         return [self._fact(row[0], keys[row[1]], row[2:]) for row in self.sel.read(sql, params)]
+
+    def _by_class(self, sql: str, params: list[object]) -> list[Fact]:
+        """Fold the key rows of ``sql`` into price classes in SQL (few rows, text keys)."""
+        names = ("g", "key", "b", "p", "f", "l", "n", "i", "o", "cr", "w5", "w1", "ws", "gm")
+        sums = ", ".join(f"sum(x.{c})" for c in names[6:])
+        outer = (f"WITH x({', '.join(names)}) AS MATERIALIZED ({sql}) "
+                 "SELECT x.g, k.model, k.source, k.service_tier, k.inference_geo, k.speed, "
+                 f"k.long, x.b, x.p, min(x.f), max(x.l), {sums} FROM x "
+                 "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
+        return [self._fact(r[0], Attrs("", "", r[1], _SOURCES[r[2]], r[3], r[4], r[5], r[6]),
+                           r[7:]) for r in self.sel.read(outer, params)]
 
     def _from_requests(self, key: TimeKey | None, buckets: bool, extra: Sequence[str],
                        join: str = "", on: bool = False) -> list[Fact]:
@@ -442,8 +460,9 @@ class Facts:
             extra = (*extra, f"r.ts >= j.value * {_SLOT} - 1",
                      f"r.ts < (j.value + 1) * {_SLOT} + 1")
         bucket = slots.BUCKET if buckets else str(NO_BUCKET)
+        who = "'', ''" if self.by_class else "session, project"
         rows = self.sel.rows(
-            f"{key.sql('ts') if key else 'NULL'}, session, project, model, source, "
+            f"{key.sql('ts') if key else 'NULL'}, {who}, model, source, "
             f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
             f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {_SUMS}, "
             f"sum({slots.GAP_MS})",

@@ -126,7 +126,7 @@ class Options:
 
 def build(name: str, selection: Selection, prices: Prices, options: Options) -> View:
     """Build one of :data:`VIEWS` over the selection."""
-    facts = Facts(selection, prices)
+    facts = Facts(selection, prices, by_class=name not in ("session", "project"))
     bounds = selection.bounds()
     covered = Covered(selection.range, *(bounds or (None, None)))
     active = None
