@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -162,8 +163,12 @@ def _add_backfill(parser: Parser, sub: Any) -> None:
     bf = parser.add_command(sub, "backfill", help="ingest, then write the ledger's history as "
                             "OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`")
     _common(bf)
-    bf.add_argument("--output", "-o", type=Path, required=True, metavar="FILE",
-                    help="the OpenMetrics file to write (required)")
+    where = bf.add_mutually_exclusive_group(required=True)
+    where.add_argument("--output", "-o", type=Path, metavar="FILE",
+                       help="the OpenMetrics file to write (this or --blocks is required)")
+    where.add_argument("--blocks", type=Path, metavar="DIR",
+                       help="run promtool (on PATH) to write TSDB blocks into DIR, one block "
+                            "at a time (no big file)")
     bf.add_argument("--step", type=_duration, default=60,
                     help="resolution: one boundary every STEP (default 1m)")
     bf.add_argument("--anchor", type=_duration, default=3600,
@@ -342,6 +347,10 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     )
     from exporter.serve.daemon import metrics_options
 
+    if args.blocks is not None and shutil.which("promtool") is None:
+        print("claude-code-exporter: --blocks needs promtool on PATH (Debian: apt-get install "
+              "prometheus); or write a file with --output", file=sys.stderr)
+        return EXIT_CONFIG
     pricing = Pricing.load(settings.pricing)
     ledger = open_ledger(settings, pricing, "backfill")
     dirs = transcript_dirs(settings)
@@ -359,6 +368,9 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
         until=args.until.timestamp() if args.until else None,
         labels={k: v for k, v in labels.items() if v},
     )
+    if args.blocks is not None:
+        return _backfill_blocks(args, requests, pricing=pricing,
+                                metrics=metrics_options(settings), opts=opts, serve=serve)
     partial = args.output.with_name(args.output.name + ".partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
@@ -377,6 +389,27 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     print(f"wrote {args.output}: {stats.samples} samples of {stats.series} series, {span}\n"
           f"next: promtool tsdb create-blocks-from openmetrics --max-block-duration=744h "
           f"{args.output} BLOCKS_DIR  (docs/backfill.md)")
+    return 0
+
+
+def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricing, metrics: Any,
+                     opts: Any, serve: Any) -> int:
+    """``backfill --blocks DIR``: promtool turns the history into blocks, chunk by chunk."""
+    from exporter.projections.backfill import BackfillError, write_blocks
+
+    promtool = shutil.which("promtool") or "promtool"  # checked before ingesting
+    try:
+        with progress_bar(sys.stderr.isatty(), "writing blocks", "steps") as progress:
+            stats = write_blocks(requests, pricing, metrics, args.blocks, opts,
+                                 promtool=promtool, serve=serve, workdir=args.blocks.parent,
+                                 progress=progress)
+    except BackfillError as exc:
+        print(f"claude-code-exporter: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    span = ("no samples" if stats.first is None else
+            f"{_utc(stats.first)} .. {_utc(stats.last or stats.first)}")
+    print(f"wrote blocks into {args.blocks}: {stats.samples} samples of {stats.series} series, "
+          f"{span}\nnext: move them into Prometheus's data directory (docs/backfill.md)")
     return 0
 
 

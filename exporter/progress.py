@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 @contextmanager
-def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """Yield a ``progress(done, total)`` callback drawing a byte bar, or None when disabled."""
+def progress_bar(enabled: bool, label: str = "reading transcripts",
+                 unit: str = "bytes") -> Iterator[Callable[[int, int], None] | None]:
+    """Yield a ``progress(done, total)`` callback drawing a bar, or None when disabled.
+
+    ``unit``: "bytes" (sizes and speed) or "steps" (done/total counts, e.g. blocks).
+    """
     if not enabled:
         yield None
         return
@@ -17,14 +22,17 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
         DownloadColumn,
+        MofNCompleteColumn,
         Progress,
         TimeRemainingColumn,
         TransferSpeedColumn,
     )
 
-    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    columns: tuple[Any, ...] = (
+        (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+        if unit == "bytes" else (BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()))
     # On stderr, like the logs: stdout carries the report (and may be a pipe).
-    with Progress("reading transcripts", *columns, transient=True,
+    with Progress(label, *columns, transient=True,
                   console=Console(stderr=True)) as bar:
         task = bar.add_task("scan", total=None)
 

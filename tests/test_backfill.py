@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from exporter.projections.backfill import (
     BackfillOptions,
     emission,
     serve_samples,
+    write_blocks,
     write_history,
 )
 from exporter.projections.metrics import MetricsOptions
@@ -117,6 +119,21 @@ def at(points: dict[tuple[str, str], list[tuple[int, float]]], ts: int) -> dict[
     return out
 
 
+def in_force(points: dict[tuple[str, str], list[tuple[int, float]]], ts: int) -> dict[Any, float]:
+    """The value of every series at ``ts``: its latest point at or before ``ts`` (a step function).
+
+    A series is written only where it changes (and near changes), so between
+    two points it holds the earlier one's value.
+    """
+    out = {}
+    for (name, labels), series in points.items():
+        before = [v for t, v in series if t <= ts]
+        if before:
+            lab = {k: v2 for k, v2 in labels_of(labels).items() if k not in TARGET}
+            out[(name, tuple(sorted(lab.items())))] = before[-1]
+    return out
+
+
 def test_layout_is_openmetrics_for_promtool(small: list[Request]) -> None:
     """One TYPE per family, _total counter samples, increasing timestamps, monotone values."""
     types, points = parse(history(small))
@@ -144,7 +161,7 @@ def test_end_values_equal_what_serve_exposes_at_startup(small: list[Request],
 def test_every_anchor_equals_a_projection_of_the_requests_before_it(
     small: list[Request], small_ledger: Ledger, tmp_path: Path,
 ) -> None:
-    """At each full hour, every series equals serve's projection of the requests before it."""
+    """At each full hour, every series in force equals serve's projection of earlier requests."""
     _, points = parse(history(small))
     hours = sorted({t for series in points.values() for t, _ in series if t % 3600 == 0})
     assert len(hours) > 5
@@ -154,7 +171,7 @@ def test_every_anchor_equals_a_projection_of_the_requests_before_it(
 
         before = replica(small_ledger, tmp_path / f"{hour}.db", keep=earlier)
         want = startup(before) if before.count() else {}
-        got = at(points, hour)
+        got = in_force(points, hour)
         assert {k: got[k] for k in want if k in got} == want
         assert set(want) <= set(got)
 
@@ -285,3 +302,175 @@ def test_prometheus_on_the_blocks_gives_the_ledger_figures_of_a_day(tmp_path: Pa
         assert count == want["requests"]
         total = value('sum(claude_code_requests_total{job="claude-code"})', "1791244800")
         assert total == truth["totals"]["requests"]
+
+
+def test_anchors_are_held_near_changes_and_flat_series_get_two_points() -> None:
+    """Emission with a hold: anchors only within the hold of a change; a flat series: both ends."""
+    unit = Unit("f", COUNTER, (), [0.0])
+    for step, value in ((100, 1.0), (101, 1.0), (400, 2.0)):  # 101 logs no change
+        unit.steps.append(step)
+        unit.log.append(value)
+    assert list(emission(unit, None, 1000, 60, 90)) == [
+        99, 100, 101, 120, 180, 360, 399, 400, 401, 420, 480, 1000]
+    flat = Unit("g", COUNTER, (), [0.0])
+    flat.steps.append(50)
+    flat.log.append(0.0)
+    assert list(emission(flat, None, 1000, 60, 90)) == [49, 1000]
+
+
+RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules"
+DASHBOARDS = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
+#: Grafana's variables as a dashboard with its default range (24 h) and "All" selected sends them.
+VARIABLES = {"__rate_interval": "1m", "__range": "1d", "job": ".*", "instance": ".*",
+             "user": ".*", "project": ".*", "model": ".*", "arch": ".*"}
+RECORDED = re.compile(r"(claude_code:[a-z0-9_:]+)(\{[^}]*\})?")
+
+
+def recording_rules() -> dict[str, str]:
+    """Every shipped recording rule: recorded name -> expression."""
+    import yaml  # only this test reads the rule files
+
+    out: dict[str, str] = {}
+    for path in sorted(RULES.glob("*.yml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                if "record" in rule:
+                    out[rule["record"]] = " ".join(rule["expr"].split())
+    return out
+
+
+def inline(expr: str, rules: dict[str, str]) -> str:
+    """``expr`` with every recorded series replaced by its rule (blocks hold no recorded series)."""
+    for _ in range(4):  # rules read other rules' series, at most a few levels deep
+        expr = RECORDED.sub(lambda m: f"({rules[m.group(1)]})" if m.group(1) in rules
+                            else m.group(0), expr)
+    return expr
+
+
+def dashboard_queries() -> list[str]:
+    """Every panel query of the shipped dashboards, variables substituted."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("expr"), str) and node["expr"]:
+                found.append(node["expr"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        walk(json.loads(path.read_text()))
+    out = []
+    for text in found:
+        expr = text
+        for name, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):
+            expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
+        out.append(expr)
+    return sorted(set(out))
+
+
+def answer(prom: PromServer, expr: str, ts: float) -> dict[str, float]:
+    """The non-zero, non-NaN values of ``expr`` at ``ts`` by label set ("no data" = {})."""
+    data = prom.api("query", {"query": expr, "time": f"{ts:.3f}"})
+    rows: list[tuple[dict[str, str], str]]
+    if data["resultType"] == "scalar":
+        rows = [({}, data["result"][1])]
+    else:
+        rows = [(r["metric"], r["value"][1]) for r in data["result"]]
+    out = {}
+    for metric, text in rows:
+        value = float(text)
+        if value and not math.isnan(value):
+            out[json.dumps(metric, sort_keys=True)] = value
+    return out
+
+
+@pytest.mark.slow
+def test_dashboards_and_rules_answer_alike_over_held_and_dense_blocks(tmp_path: Path) -> None:
+    """Every dashboard query and recording rule answers as over the dense file, 20x bigger.
+
+    Two short bursts of use seven weeks apart, then two quiet months: the
+    activity covers under a tenth of the span. Both files go through
+    ``write_blocks`` (the real promtool) into two real Prometheus servers.
+    """
+    promtool = require_binary("promtool")
+    trees = []
+    for i, start in enumerate((datetime(2026, 3, 2, 9, tzinfo=UTC),
+                               datetime(2026, 4, 20, 9, tzinfo=UTC))):
+        generate(tmp_path / f"t{i}", GenOptions(seed=31 + i, sessions=1, start=start))
+        trees.append(tmp_path / f"t{i}")
+    pricing = Pricing.load()
+    ledger = Ledger(tmp_path / "ledger.sqlite3", rules=MetricsOptions().counting(pricing))
+    Scanner(ledger, projects_dirs(trees), workers=1).scan()
+    ledger.settle(force=True)
+    requests = ledger.requests()
+    serve = startup(ledger)
+    ledger.close()
+    until = datetime(2026, 6, 20, tzinfo=UTC).timestamp()
+    active_hours = len({int(r.ts // 3600) for r in requests})
+    assert active_hours * 3600 < (until - requests[0].ts) / 10
+
+    def written(hold: int | None) -> tuple[int, Path]:
+        opts = BackfillOptions(until=until, hold=hold, labels=TARGET)
+        out = io.StringIO()
+        write_history(requests, pricing, MetricsOptions(), out, opts, now=until, serve=serve)
+        blocks = tmp_path / f"blocks-{hold}"
+        write_blocks(requests, pricing, MetricsOptions(), blocks, opts, promtool=promtool,
+                     now=until, serve=serve, workdir=tmp_path)
+        return len(out.getvalue()), blocks
+
+    held_size, held = written(BackfillOptions().hold)
+    dense_size, dense = written(None)
+    assert dense_size >= 20 * held_size, (dense_size, held_size)
+
+    rules = recording_rules()
+    queries = [*dashboard_queries(), *rules.values()]
+    assert len(rules) >= 10 and len(queries) > 50
+    queries = [inline(q, rules) for q in queries]
+    first, last = requests[0].ts, requests[-1].ts
+    burst2 = next(r.ts for r in requests if r.ts > first + 20 * DAY)
+    times = [first + 600, first + 3 * 3600 + 37, burst2 + 2 * 3600, last + 90, last + 20 * 3600,
+             first + 20 * DAY]  # the last one: seven days into the quiet stretch
+    config = prometheus_config([])
+    retention = ["--storage.tsdb.retention.time=100y"]
+    compared = 0
+    with PromServer(config, tmp_path / "p1", storage=held, extra_args=retention) as a, \
+            PromServer(config, tmp_path / "p2", storage=dense, extra_args=retention) as b:
+        for ts in times:
+            for expr in queries:
+                want = answer(b, expr, ts)
+                got = answer(a, expr, ts)
+                assert got.keys() == want.keys(), (expr, ts, got, want)
+                for key, value in want.items():
+                    assert got[key] == pytest.approx(value, rel=1e-12), (expr, ts, key)
+                compared += len(want)
+        quiet = answer(b, "sum(increase(claude_code_requests_total[1d]))", times[-1])
+        assert quiet == {} and answer(a, "sum(claude_code_requests_total)", times[-1]) == {}
+    assert compared > 200
+
+
+def test_cli_blocks_runs_promtool_and_leaves_no_text(tmp_path: Path) -> None:
+    """`backfill --blocks DIR` makes TSDB blocks with promtool and leaves no OpenMetrics file."""
+    require_binary("promtool")
+    generate(tmp_path / "tree", GenOptions(seed=2, sessions=2))
+    blocks = tmp_path / "blocks"
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tmp_path / "tree"),
+         "--state-dir", str(tmp_path / "state"), "--blocks", str(blocks), "--until",
+         "2026-11-03", "--log-level", "error"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"wrote blocks into {blocks}" in done.stdout
+    metas = [json.loads(m.read_text()) for m in blocks.glob("*/meta.json")]
+    assert len(metas) >= 2  # October and the quiet weeks up to November 3rd: two 486 h blocks
+    assert all(m["maxTime"] - m["minTime"] <= 486 * 3600 * 1000 for m in metas)
+    assert sum(m["stats"]["numSamples"] for m in metas) > 1000
+    assert not list(tmp_path.glob("backfill-*")) and not list(tmp_path.rglob("*.om"))
+    both = subprocess.run([sys.executable, "-m", "exporter.cli", "backfill", "-o", "x.om",
+                           "--blocks", str(blocks)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert both.returncode == 2

@@ -8,24 +8,39 @@ the ledger's rollups would expose).
 Counters and histograms are written; gauges and the exporter's own counters
 are not (see docs/backfill.md).
 
-Which samples are written (``step`` is the resolution, ``anchor`` a multiple):
+Which samples are written (``step`` is the resolution, ``anchor`` a multiple,
+``hold`` the longest window queries must see exactly):
 
-- at each boundary where a metric changed, the boundary before it (the old
-  value, so ``increase()`` sees the first increment after a quiet spell) and
-  the boundary after it (a flat segment, so ``rate()`` falls back to zero);
-- every metric at every multiple of ``anchor`` (UTC), at the first boundary
-  written (``since``) and at the last one (``until``): ``increase()`` over a
-  window whose both ends fall on anchors is then exact; ``anchor == step``
-  writes every metric at every step (a dense file, as a scrape would give).
+- at each boundary where a metric's values changed, the boundary before it
+  (the old value, so ``increase()`` sees the first increment after a quiet
+  spell) and the boundary after it (a flat segment, so ``rate()`` falls back
+  to zero);
+- the metric at every multiple of ``anchor`` (UTC) within ``hold`` of one of
+  its changes: a window of at most ``hold`` that holds a change sees exactly
+  the samples a file with anchors everywhere would give it, so the shipped
+  dashboards and rules (windows up to a day) answer as over a dense file;
+- every metric at its birth (0, the boundary before its first change), at the
+  first boundary written (``since``) and at the last one (``until``): a metric
+  that never changed has only those samples.
+
+``hold=None`` writes every anchor of every metric (the dense variant; with
+``anchor == step``, every metric at every step, as a scrape would give).
+Cost is then proportional to calendar time x series; with a ``hold`` it is
+proportional to activity (see docs/backfill.md).
 
 A histogram's buckets, count and sum are always written together.
+:func:`write_blocks` writes the history in block-sized time chunks and turns
+each into TSDB blocks with promtool, so no file larger than one block's
+samples ever exists.
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
 from pathlib import Path
@@ -41,6 +56,10 @@ from exporter.projections.timeline import SampleKey, Timeline, Unit
 from exporter.records import Request
 
 DEFAULT_LABELS: Final = {"job": "claude-code"}
+DEFAULT_HOLD: Final = 86_400  # the longest fixed window of the shipped rules and dashboards
+# One promtool block per chunk: 2 h x 3**5, the largest block size below a month (promtool
+# rounds --max-block-duration down to 2 h x 3**n; 744h would give this one too).
+BLOCK_SECONDS: Final = 486 * 3600
 
 
 class BackfillError(Exception):
@@ -52,10 +71,11 @@ class BackfillOptions:
     """What to write: resolution, anchors, time range and target labels."""
 
     step: int = 60  # seconds between boundaries
-    anchor: int = 3600  # every metric at each multiple of this (a multiple of step)
+    anchor: int = 3600  # anchors at each multiple of this (a multiple of step)
     since: float | None = None  # first boundary written: the first one >= since
     until: float | None = None  # requests with ts < the last boundary <= until; None: now
     labels: Mapping[str, str] = field(default_factory=dict)  # target labels on every series
+    hold: int | None = DEFAULT_HOLD  # anchors within this of a change (None: everywhere)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +88,45 @@ class BackfillStats:
     samples: int
     first: int | None  # timestamp of the first sample (seconds)
     last: int | None
+    chunks: int = 1  # files written (one per promtool block with write_blocks)
+
+
+@dataclass(slots=True)
+class _Replay:
+    """A counted history, ready to write."""
+
+    timeline: Timeline
+    requests: int
+    start: int | None  # first boundary index written (None: each unit's birth)
+    end: int  # last boundary index written
+
+
+def _replay(requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions,
+            opts: BackfillOptions, *, now: float | None,
+            serve: Mapping[SampleKey, float] | None) -> _Replay:
+    """Count ``requests`` up to ``until`` and check the end against ``serve``."""
+    _check(opts)
+    step = opts.step
+    until = opts.until if opts.until is not None else (now if now is not None else time.time())
+    end = math.floor(until / step)
+    kept = [r for r in requests if r.ts < end * step]
+    start = math.ceil(opts.since / step) if opts.since is not None else None
+    timeline = Timeline(pricing, metrics, step)
+    timeline.run(kept)
+    if serve is not None and len(kept) == len(requests):
+        _verify(timeline.final(), serve)
+    return _Replay(timeline, len(kept), start, end)
+
+
+def _stats(replay: _Replay, written: tuple[int | None, int | None, int],
+           chunks: int = 1) -> BackfillStats:
+    """What a replay wrote."""
+    units = replay.timeline.units.values()
+    first, last, samples = written
+    step = replay.timeline.step
+    return BackfillStats(replay.requests, len(units), sum(u.width for u in units), samples,
+                         None if first is None else first * step,
+                         None if last is None else last * step, chunks)
 
 
 def write_history(
@@ -81,35 +140,83 @@ def write_history(
     (:func:`serve_samples`); when the history reaches the newest request, its
     end must equal them, or nothing is written.
     """
-    _check(opts)
-    step = opts.step
-    until = opts.until if opts.until is not None else (now if now is not None else time.time())
-    end = math.floor(until / step)
-    kept = [r for r in requests if r.ts < end * step]
-    start = math.ceil(opts.since / step) if opts.since is not None else None
-    timeline = Timeline(pricing, metrics, step)
-    try:
-        timeline.run(kept)
-        if serve is not None and len(kept) == len(requests):
-            _verify(timeline.final(), serve)
-        written = _write(timeline.units.values(), out, opts, start=start, end=end,
-                         namespace=metrics.namespace)
-    finally:
-        timeline.close()
-    requests = kept
+    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
+    written = _write(replay.timeline.units.values(), out, opts, start=replay.start,
+                     end=replay.end, namespace=metrics.namespace)
     out.write("# EOF\n")
-    metrics_n = len(timeline.units)
-    series = sum(u.width for u in timeline.units.values())
-    first, last, samples = written
-    return BackfillStats(len(requests), metrics_n, series, samples,
-                         None if first is None else first * step,
-                         None if last is None else last * step)
+    return _stats(replay, written)
 
 
-def emission(unit: Unit, start: int | None, end: int, every: int) -> Iterable[int]:
+def write_blocks(
+    requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, blocks: Path,
+    opts: BackfillOptions, *, promtool: str, now: float | None = None,
+    serve: Mapping[SampleKey, float] | None = None, workdir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> BackfillStats:
+    """Turn the history into TSDB blocks in ``blocks`` with ``promtool``, one block at a time.
+
+    The history is cut at multiples of :data:`BLOCK_SECONDS` (promtool aligns
+    its blocks to them, so each chunk makes one block); each chunk is written
+    to a temporary file in ``workdir``, handed to promtool and deleted, so
+    the disk holds at most one block's text at a time. (promtool maps its input
+    into memory, so a pipe cannot feed it.) ``progress(done, total)`` is
+    called after each chunk.
+    """
+    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
+    units = list(replay.timeline.units.values())
+    windows = list(_windows(units, replay, opts, BLOCK_SECONDS))
+    blocks.mkdir(parents=True, exist_ok=True)
+    first: int | None = None
+    last: int | None = None
+    samples = 0
+    with tempfile.TemporaryDirectory(prefix="backfill-", dir=workdir) as tmp:
+        chunk = Path(tmp) / "chunk.om"
+        for done, (lo, hi) in enumerate(windows, start=1):
+            with chunk.open("w", encoding="utf-8") as out:
+                a, b, n = _write(units, out, opts, start=replay.start, end=replay.end,
+                                 namespace=metrics.namespace, window=(lo, hi))
+                out.write("# EOF\n")
+            if n and a is not None and b is not None:
+                _promtool(promtool, chunk, blocks)
+                first = a if first is None else first
+                last = b
+                samples += n
+            chunk.unlink()
+            if progress is not None:
+                progress(done, len(windows))
+    return _stats(replay, (first, last, samples), len(windows))
+
+
+def _windows(units: Sequence[Unit], replay: _Replay, opts: BackfillOptions,
+             block: int) -> Iterator[tuple[int, int]]:
+    """Boundary-index ranges [lo, hi) of the blocks that hold samples, in time order."""
+    step = opts.step
+    births = [u.steps[0] - 1 for u in units if u.steps]
+    if not births:
+        return
+    lo_index = min(births) if replay.start is None else max(replay.start, min(births))
+    first_block = lo_index * step // block
+    last_block = replay.end * step // block
+    for k in range(first_block, last_block + 1):
+        yield -(-k * block // step), -(-(k + 1) * block // step)
+
+
+def _promtool(promtool: str, chunk: Path, blocks: Path) -> None:
+    """Run promtool on one chunk; its error becomes a BackfillError."""
+    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet",
+            f"--max-block-duration={BLOCK_SECONDS // 3600}h", str(chunk), str(blocks)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise BackfillError(f"promtool failed ({done.returncode}): {' / '.join(message)}")
+
+
+def emission(unit: Unit, start: int | None, end: int, every: int,
+             hold: int | None = None) -> Iterable[int]:
     """Boundary indexes at which ``unit`` is written, ascending, within [start, end].
 
-    ``every`` is the anchor interval in steps. A unit is born the boundary
+    ``every`` is the anchor interval and ``hold`` the anchor reach around a
+    change, in steps (None: anchors everywhere). A unit is born the boundary
     before its first change (where it is written at 0).
     """
     lo = unit.steps[0] - 1
@@ -117,11 +224,40 @@ def emission(unit: Unit, start: int | None, end: int, every: int) -> Iterable[in
         lo = max(lo, start)
     if lo > end:
         return []
-    if every == 1:
+    if every == 1 and hold is None:
         return range(lo, end + 1)
-    first_anchor = -(-lo // every) * every
-    around = [_shifted(unit.steps, d, lo, end) for d in (-1, 0, 1)]
-    return _unique(merge([lo], *around, range(first_anchor, end + 1, every), [end]))
+    changes = list(_changes(unit))
+    around = [_shifted(changes, d, lo, end) for d in (-1, 0, 1)]
+    if hold is None:
+        anchors: Iterable[int] = range(-(-lo // every) * every, end + 1, every)
+    else:
+        anchors = _held(changes, every, hold, lo, end)
+    return _unique(merge([lo], *around, anchors, [end]))
+
+
+def _changes(unit: Unit) -> Iterator[int]:
+    """The logged boundaries where the unit's values differ from the ones before."""
+    width = unit.width
+    log = unit.log
+    prev: Sequence[float] = [0.0] * width
+    for pos, index in enumerate(unit.steps):
+        now = log[pos * width:(pos + 1) * width]
+        if list(now) != list(prev):
+            yield index
+        prev = now
+
+
+def _held(changes: Iterable[int], every: int, hold: int, lo: int, end: int) -> Iterator[int]:
+    """Multiples of ``every`` within ``hold`` of a change and within [lo, end], ascending."""
+    nxt = lo
+    for change in changes:
+        at = max(change - hold, nxt)
+        at = -(-at // every) * every
+        stop = min(change + hold, end)
+        while at <= stop:
+            yield at
+            at += every
+        nxt = max(nxt, at)
 
 
 def _shifted(steps: Iterable[int], by: int, lo: int, end: int) -> Iterable[int]:
@@ -130,9 +266,15 @@ def _shifted(steps: Iterable[int], by: int, lo: int, end: int) -> Iterable[int]:
 
 
 def _write(units: Iterable[Unit], out: IO[str], opts: BackfillOptions, *, start: int | None,
-           end: int, namespace: str) -> tuple[int | None, int | None, int]:
-    """Write every family's header and samples; return (first, last, samples)."""
+           end: int, namespace: str, window: tuple[int, int] | None = None,
+           ) -> tuple[int | None, int | None, int]:
+    """Write every family's header and samples; return (first, last, samples).
+
+    ``window``: only boundary indexes in [lo, hi), and only families with a
+    sample there.
+    """
     every = opts.anchor // opts.step
+    hold = None if opts.hold is None else opts.hold // opts.step
     target = tuple(sorted(opts.labels.items()))
     families: dict[str, list[Unit]] = {}
     for unit in units:
@@ -142,22 +284,31 @@ def _write(units: Iterable[Unit], out: IO[str], opts: BackfillOptions, *, start:
     count = 0
     for family in sorted(families):
         group = sorted(families[family], key=lambda u: u.labels)
-        out.write(f"# HELP {family} {_escape_help(_help(family, namespace))}\n")
-        out.write(f"# TYPE {family} {group[0].kind}\n")
+        header = (f"# HELP {family} {_escape_help(_help(family, namespace))}\n"
+                  f"# TYPE {family} {group[0].kind}\n")
+        if window is None:
+            out.write(header)
+            header = ""
         for unit in group:
             clash = {k for k, _ in unit.labels} & {k for k, _ in target}
             if clash:
                 raise BackfillError(f"target label(s) {sorted(clash)} clash with {family}'s")
             prefixes = [_series(name, (*labels, *target)) for name, labels in unit.samples()]
             lines: list[str] = []
-            for index in emission(unit, start, end, every):
+            indexes = emission(unit, start, end, every, hold)
+            if window is not None:
+                indexes = [i for i in indexes if window[0] <= i < window[1]]
+            for index in indexes:
                 ts = str(index * opts.step)
                 for prefix, value in zip(prefixes, unit.at(index), strict=True):
                     lines.append(f"{prefix} {_number(value)} {ts}\n")
                 first = index if first is None else min(first, index)
                 last = index if last is None else max(last, index)
-            count += len(lines)
-            out.write("".join(lines))
+            if lines:
+                out.write(header)
+                header = ""
+                count += len(lines)
+                out.write("".join(lines))
     return first, last, count
 
 
@@ -228,6 +379,8 @@ def _check(opts: BackfillOptions) -> None:
         raise BackfillError("--anchor must be a multiple of --step")
     if opts.since is not None and opts.until is not None and opts.since >= opts.until:
         raise BackfillError("--since must be before --until")
+    if opts.hold is not None and opts.hold < 0:
+        raise BackfillError("--hold must not be negative")
 
 
 def _unique(indexes: Iterable[int]) -> Iterable[int]:
@@ -270,5 +423,5 @@ def _number(value: float) -> str:
     return repr(value)
 
 
-__all__ = ["BackfillError", "BackfillOptions", "BackfillStats", "emission",
-           "exposed", "serve_samples", "write_history"]
+__all__ = ["BLOCK_SECONDS", "DEFAULT_HOLD", "BackfillError", "BackfillOptions", "BackfillStats",
+           "emission", "exposed", "serve_samples", "write_blocks", "write_history"]
