@@ -235,14 +235,23 @@ def _kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
     """The nearest-rank ``p``-th percentile of ``expr`` over ``n`` selected rows (0 if none).
 
     ``ORDER BY … LIMIT 1 OFFSET k`` walks the ledger's index on ``expr``, from
-    the nearer end (p90 is the 10 % from the top); exact, and no row reaches Python.
+    the nearer end (p90 is the 10 % from the top); exact, and no row reaches
+    Python. A time range holding a small part of the history (under 1/32:
+    measured crossover on a year, a covering walk passes ~10M entries a second,
+    a sort costs a row lookup each) is sorted instead (``+expr`` keeps SQLite
+    off the index): a walk would pass every request outside the range.
     """
     if n <= 0:
         return 0
     rank = min(max(-(-p * n // 100), 1), n)  # ceil(p * n / 100), exact in integers
     order, offset = ("", rank - 1) if rank <= n - rank else (" DESC", n - rank)
+    key = "1"
+    if selection.range.since is not None or selection.range.until is not None:
+        every = selection.read("SELECT max(rowid) FROM requests", [])[0][0] or 0
+        if n * 32 < every:
+            key = f"+{expr}"
     rows = selection.rows(expr, f"{expr} IS NOT NULL", *extra,
-                          tail=f"ORDER BY 1{order} LIMIT 1 OFFSET {offset}")
+                          tail=f"ORDER BY {key}{order} LIMIT 1 OFFSET {offset}")
     return rows[0][0] if rows else 0
 
 
