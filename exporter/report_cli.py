@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from exporter import report
+from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
 from exporter.projections import figures, views
@@ -159,8 +160,12 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
     """The requests `report` covers: the roots' scope, the range and the filters."""
     tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
     columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
+    stored = (ledger.read("SELECT value FROM slot_meta WHERE name = 'thresholds'", [])
+              if "slot_meta" in tables else [])
     base = Selection(ledger.read, ledger.scope(list(dirs)), rng, slots="slots" in tables,
                      days={"slot_days", "slot_day_peaks"} <= tables,
+                     slot_thresholds=(tuple(json.loads(stored[0][0])) if stored
+                                      else slots.DEFAULT_THRESHOLDS),
                      slot_scope=ledger.scope_filter(list(dirs)),
                      context="context" if "context" in columns else CONTEXT_SQL)
     try:

@@ -20,8 +20,10 @@ Why these dimensions:
   requests in each calendar minute, for the busiest minute) and 10-minute windows
   (two slots), and every UTC offset in use is a multiple of 15 minutes, so local
   days and the prices' change dates (UTC midnights) start on slot bounds.
-- ``long`` is context above :data:`LONG_CONTEXT_TOKENS` (the long-context price
-  tier of every family that has one); ``bucket`` the cache-expiry bucket of a main
+- ``long`` is the prompt's long-context level: how many of the price table's
+  long-context thresholds its context exceeds (the ledger passes them; they
+  are stored in ``slot_meta``, and a change rebuilds the slots). ``bucket`` the
+  cache-expiry bucket of a main
   request (docs/figures.md), with 120 s split out for the generation speed.
 
 This module imports nothing of the project: the ledger uses it, projections read
@@ -30,13 +32,15 @@ its tables.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 SLOT_SECONDS: Final = 300
 SLOTS_PER_DAY: Final = 86_400 // SLOT_SECONDS
-LONG_CONTEXT_TOKENS: Final = 200_000
+LONG_CONTEXT_TOKENS: Final = 200_000  # the thresholds before any are given: every tier in use
+DEFAULT_THRESHOLDS: Final = (LONG_CONTEXT_TOKENS,)
 MERGE_SLOTS: Final = 48  # refresh touched slots less than 4 hours apart in one statement
 CONTEXT: Final = "(r.input + r.cache_read + r.cache_write_5m + r.cache_write_1h)"
 # -1 not main; main: 0 first of its conversation, 1 gap <= 120 s, 2 <= 300 s, 3 <= 1 h, 4 > 1 h.
@@ -84,6 +88,7 @@ SCHEMA: Final = (
     # sessions in one aligned 10-minute window (both windows lie inside a day).
     """CREATE TABLE IF NOT EXISTS slot_day_peaks (
     day INTEGER PRIMARY KEY, minute INTEGER NOT NULL, sessions INTEGER NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS slot_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 
 _IN_RANGE: Final = (
@@ -94,9 +99,37 @@ _JOIN_KEY: Final = (
     "JOIN slot_sessions s ON s.session = r.session "
     "JOIN slot_keys k ON k.sid = s.id AND k.project = r.project AND k.model = r.model "
     "AND k.source = r.source AND k.service_tier = r.service_tier "
-    "AND k.inference_geo = r.inference_geo AND k.speed = r.speed "
-    f"AND k.long = ({CONTEXT} > {LONG_CONTEXT_TOKENS})"
+    "AND k.inference_geo = r.inference_geo AND k.speed = r.speed AND k.long = {level}"
 )
+
+
+def level_sql(thresholds: Sequence[int], context: str = CONTEXT) -> str:
+    """SQL for the long-context level: how many of ``thresholds`` the context exceeds."""
+    if not thresholds:
+        return "0"
+    return "(" + " + ".join(f"({context} > {int(t)})" for t in thresholds) + ")"
+
+
+def stored_thresholds(db: sqlite3.Connection) -> tuple[int, ...]:
+    """The long-context thresholds the slots were summed with."""
+    try:
+        row = db.execute("SELECT value FROM slot_meta WHERE name = 'thresholds'").fetchone()
+    except sqlite3.OperationalError:  # a ledger from before slot_meta: the first default
+        row = None
+    return DEFAULT_THRESHOLDS if row is None else tuple(json.loads(row[0]))
+
+
+def use_thresholds(db: sqlite3.Connection, wanted: Sequence[int]) -> bool:
+    """Sum the slots by ``wanted`` (sorted) from now on; rebuild them if they change.
+
+    Inside the caller's transaction; returns whether a rebuild happened.
+    """
+    target = tuple(sorted({int(t) for t in wanted}))
+    if target == stored_thresholds(db):
+        return False
+    db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('thresholds', ?)", (json.dumps(target),))
+    rebuild(db)
+    return True
 
 
 def slot_of(ts: float) -> int:
@@ -123,6 +156,7 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
 
 def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
     """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`."""
+    level = level_sql(stored_thresholds(db))
     db.execute("DELETE FROM slots WHERE slot BETWEEN ? AND ?", (lo, hi))
     # Slack of a second around the range: the exact test is the CAST, as in slot_of.
     params = (lo * SLOT_SECONDS - 1.0, (hi + 1) * SLOT_SECONDS + 1.0, lo, hi)
@@ -132,13 +166,13 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
     db.execute(
         f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
         f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
-        f"r.inference_geo, r.speed, {CONTEXT} > {LONG_CONTEXT_TOKENS} FROM requests r "
+        f"r.inference_geo, r.speed, {level} FROM requests r "
         f"JOIN slot_sessions s ON s.session = r.session WHERE {_IN_RANGE}", params)
     db.execute(
         "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
         f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
         f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
-        f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY} "
+        f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
     _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
 

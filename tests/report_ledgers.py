@@ -45,8 +45,12 @@ def real(requests: Sequence[Request], tmp: Path) -> Iterator[Ledger]:
         ledger.close()
 
 
-def slotted(requests: Sequence[Request]) -> sqlite3.Connection:
-    """An in-memory ``requests`` table (gaps per session) with its usage slots."""
+def slotted(requests: Sequence[Request],
+            thresholds: Sequence[int] | None = None) -> sqlite3.Connection:
+    """An in-memory ``requests`` table (gaps per session) with its usage slots.
+
+    ``thresholds``: the long-context split of the slots (default: the slots' own).
+    """
     db = sqlite3.connect(":memory:")
     db.execute(f"CREATE TABLE requests ({_COLUMNS}, roots INTEGER NOT NULL DEFAULT 1)")
     db.execute("CREATE INDEX requests_ts ON requests (ts)")
@@ -55,6 +59,8 @@ def slotted(requests: Sequence[Request]) -> sqlite3.Connection:
                    [(*r[:-1], gaps.get(r.key)) for r in requests])
     slots.create(db)
     slots.rebuild(db)
+    if thresholds is not None:
+        slots.use_thresholds(db, thresholds)
     return db
 
 
@@ -71,4 +77,5 @@ def select(source: Ledger | sqlite3.Connection, rng: Range | None = None,
     rng = rng or Range(None, None, UTC_ZONE)
     if isinstance(source, Ledger):
         return Selection(source.read, source.scope(None), rng, **filters)
-    return Selection(reader(source), "requests", rng, slots=True, days=True, **filters)
+    return Selection(reader(source), "requests", rng, slots=True, days=True,
+                     slot_thresholds=slots.stored_thresholds(source), **filters)

@@ -58,12 +58,14 @@ def bucket(source: int, gap: float | None) -> int:
     return 1 if gap <= 120 else 2 if gap <= 300 else 3 if gap <= 3600 else 4
 
 
-def expected(data: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[Any]]:
+def expected(data: list[tuple[Any, ...]],
+             thresholds: tuple[int, ...] = slots.DEFAULT_THRESHOLDS,
+             ) -> dict[tuple[Any, ...], list[Any]]:
     """Slot sums computed request by request in Python."""
     out: dict[tuple[Any, ...], list[Any]] = defaultdict(lambda: [0] * 9 + [0.0, 0.0] + [0] * 5)
     for (_, ts, model, session, project, source, inp, outp, read, w5, w1, tier, geo, speed,
          search, gap, roots) in data:
-        long = inp + read + w5 + w1 > slots.LONG_CONTEXT_TOKENS
+        long = sum(inp + read + w5 + w1 > t for t in thresholds)
         key = (int(ts // 300), session, project, model, source, tier, geo, speed, long, roots,
                bucket(source, gap))
         acc = out[key]
@@ -86,7 +88,7 @@ def stored(db: sqlite3.Connection) -> dict[tuple[Any, ...], list[Any]]:
         "JOIN slot_keys k ON k.id = s.key JOIN slot_sessions ss ON ss.id = k.sid"
     ).fetchall()
     assert all(r[-1] for r in got)
-    return {(*r[:8], bool(r[8]), *r[9:11]): [*r[11:18], *r[18:26]] for r in got}
+    return {(*r[:8], int(r[8]), *r[9:11]): [*r[11:18], *r[18:26]] for r in got}
 
 
 def approx(a: dict[tuple[Any, ...], list[Any]], b: dict[tuple[Any, ...], list[Any]]) -> None:
@@ -172,3 +174,17 @@ def test_day_peaks_are_each_days_busiest_minute_and_ten_minutes() -> None:
         want[window // 144][1] = max(want[window // 144][1], len(sessions))
     got = {d: [m, s] for d, m, s in db.execute("SELECT * FROM slot_day_peaks")}
     assert got == dict(want)
+
+
+def test_new_thresholds_rebuild_the_slots_by_level() -> None:
+    """Other long-context thresholds: the slots are summed again by level over them."""
+    data = rows(1500, 9)
+    db = ledger(data)
+    slots.rebuild(db)
+    assert slots.stored_thresholds(db) == (200_000,)
+    assert slots.use_thresholds(db, [200_000, 100_000]) is True
+    assert slots.stored_thresholds(db) == (100_000, 200_000)
+    approx(stored(db), expected(data, (100_000, 200_000)))
+    assert slots.use_thresholds(db, (100_000, 200_000)) is False  # the same: no rebuild
+    slots.refresh(db, [slots.slot_of(r[1]) for r in data[:50]])
+    approx(stored(db), expected(data, (100_000, 200_000)))

@@ -360,3 +360,27 @@ def test_slots_and_requests_give_the_same_figures(pricing: Pricing, tmp_path: Pa
             a = run(report_ledgers.select(slotted, rng, **filters))
             b = run(report_ledgers.select(ledger, rng, **filters))
             assert a == b, (filters, rng)
+
+
+def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Path) -> None:
+    """Slots summed by a 100k and a 200k threshold price every request as requests do."""
+    family = {"input": 1.0, "output": 2.0, "cache_read": 0.1, "cache_write_5m": 1.25,
+              "cache_write_1h": 2.0, "long_context_threshold": 100_000,
+              "long_context": {"input": 2.0, "output": 3.0, "cache_read": 0.2,
+                               "cache_write_5m": 2.5, "cache_write_1h": 4.0}}
+    prices = Prices.of(Pricing.load({"models": {"claude-test-1": family}}))
+    assert prices.thresholds == (100_000, 200_000)
+    requests = [req(f"k{i}", 1.8e9 + 7.0 * i, model=rng_model, cache_read=ctx)
+                for i, (rng_model, ctx) in enumerate(
+                    [("claude-test-1", 90_000), ("claude-test-1", 150_000),
+                     ("claude-test-1", 250_000), (SONNET, 150_000), (SONNET, 250_000)] * 40)]
+
+    def run(sel: Any) -> dict[str, Any]:
+        return summary(sel, prices, kv_bytes_per_token=KV, upload_bytes_per_token=4.0,
+                       lines=LINES, rejected=REJECTED).to_json()
+
+    from_slots = run(report_ledgers.select(report_ledgers.slotted(requests, prices.thresholds)))
+    with report_ledgers.real(requests, tmp_path) as ledger:
+        assert run(report_ledgers.select(ledger)) == from_slots
+    expected = sum(sum(c.values()) for r in requests if (c := prices.pricing.cost(r)))
+    assert from_slots["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)

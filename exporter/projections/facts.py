@@ -46,6 +46,7 @@ NO_BUCKET: Final = -9  # a fact not split by gap bucket
 _SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
                 "sum(cache_write_1h), sum(web_search)")
 _SLOT: Final = slots.SLOT_SECONDS
+_THRESHOLDS: Final = slots.DEFAULT_THRESHOLDS
 
 
 def usd(pico: int) -> float:
@@ -181,6 +182,7 @@ class Selection:
     sources: tuple[Source, ...] = ()
     slots: bool = False  # the ledger keeps usage slots (exporter.slots)
     days: bool = False  # … and their sums per UTC day
+    slot_thresholds: tuple[int, ...] = _THRESHOLDS  # the long-context split of the slot sums
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
     context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
 
@@ -255,11 +257,9 @@ class Prices:
         dated = "at" in inspect.signature(pricing.rates).parameters
         return cls(pricing, tuple(thresholds), tuple(starts), {}, dated)
 
-    @property
-    def fits_slots(self) -> bool:
-        """Whether slot sums can be priced: the slots' long-context split and 5-minute dates."""
-        return set(self.thresholds) <= {slots.LONG_CONTEXT_TOKENS} and all(
-            s % _SLOT == 0 for s in self.starts)
+    def fits_slots(self, stored: Sequence[int]) -> bool:
+        """Whether slot sums can be priced: summed by our thresholds, price dates on 5 minutes."""
+        return tuple(stored) == self.thresholds and all(s % _SLOT == 0 for s in self.starts)
 
     @property
     def fits_days(self) -> bool:
@@ -346,7 +346,7 @@ class Facts:
     @property
     def slotted(self) -> bool:
         """Whether whole slots come from the ledger's slot sums."""
-        return self.sel.slots and self.prices.fits_slots
+        return self.sel.slots and self.prices.fits_slots(self.sel.slot_thresholds)
 
     def collect(self, key: TimeKey | None = None, *, buckets: bool = False) -> list[Fact]:
         """Facts grouped by ``key`` (or not by time), split by gap bucket if asked."""
