@@ -352,7 +352,8 @@ def test_slots_and_requests_give_the_same_figures(pricing: Pricing, tmp_path: Pa
 
     slotted = report_ledgers.slotted(requests)
     t0 = requests[0].ts
-    selections = [({}, None), ({}, Range(t0 + 3_000.5, t0 + 40_000.25, UTC_ZONE)),
+    selections: list[tuple[dict[str, Any], Range | None]] = [
+                  ({}, None), ({}, Range(t0 + 3_000.5, t0 + 40_000.25, UTC_ZONE)),
                   ({"sources": (Source.MAIN,), "models": (SONNET,)}, None),
                   ({"models": (HAIKU,)}, Range(t0 + 900.0, None, UTC_ZONE))]
     with report_ledgers.real(requests, tmp_path) as ledger:
