@@ -40,6 +40,8 @@ import math
 import subprocess
 import tempfile
 import time
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from heapq import merge
@@ -165,6 +167,10 @@ def write_blocks(
     replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
     units = list(replay.timeline.units.values())
     windows = list(_windows(units, replay, opts, BLOCK_SECONDS))
+    every, hold = _reach(opts)
+    # Each unit's boundaries once (not once per chunk): a chunk takes a slice of them.
+    emitted = {id(u): array("q", emission(u, replay.start, replay.end, every, hold))
+               for u in units}
     blocks.mkdir(parents=True, exist_ok=True)
     first: int | None = None
     last: int | None = None
@@ -174,7 +180,7 @@ def write_blocks(
         for done, (lo, hi) in enumerate(windows, start=1):
             with chunk.open("w", encoding="utf-8") as out:
                 a, b, n = _write(units, out, opts, start=replay.start, end=replay.end,
-                                 namespace=metrics.namespace, window=(lo, hi))
+                                 namespace=metrics.namespace, window=(lo, hi), emitted=emitted)
                 out.write("# EOF\n")
             if n and a is not None and b is not None:
                 _promtool(promtool, chunk, blocks)
@@ -260,6 +266,11 @@ def _held(changes: Iterable[int], every: int, hold: int, lo: int, end: int) -> I
         nxt = max(nxt, at)
 
 
+def _reach(opts: BackfillOptions) -> tuple[int, int | None]:
+    """The anchor interval and the hold, in steps."""
+    return opts.anchor // opts.step, None if opts.hold is None else opts.hold // opts.step
+
+
 def _shifted(steps: Iterable[int], by: int, lo: int, end: int) -> Iterable[int]:
     """``steps`` shifted by ``by``, kept within [lo, end] (ascending if steps are)."""
     return (s + by for s in steps if lo <= s + by <= end)
@@ -267,14 +278,14 @@ def _shifted(steps: Iterable[int], by: int, lo: int, end: int) -> Iterable[int]:
 
 def _write(units: Iterable[Unit], out: IO[str], opts: BackfillOptions, *, start: int | None,
            end: int, namespace: str, window: tuple[int, int] | None = None,
+           emitted: Mapping[int, array[int]] | None = None,
            ) -> tuple[int | None, int | None, int]:
     """Write every family's header and samples; return (first, last, samples).
 
     ``window``: only boundary indexes in [lo, hi), and only families with a
-    sample there.
+    sample there; ``emitted``: each unit's boundaries (by ``id``), if known.
     """
-    every = opts.anchor // opts.step
-    hold = None if opts.hold is None else opts.hold // opts.step
+    every, hold = _reach(opts)
     target = tuple(sorted(opts.labels.items()))
     families: dict[str, list[Unit]] = {}
     for unit in units:
@@ -295,9 +306,16 @@ def _write(units: Iterable[Unit], out: IO[str], opts: BackfillOptions, *, start:
                 raise BackfillError(f"target label(s) {sorted(clash)} clash with {family}'s")
             prefixes = [_series(name, (*labels, *target)) for name, labels in unit.samples()]
             lines: list[str] = []
-            indexes = emission(unit, start, end, every, hold)
-            if window is not None:
-                indexes = [i for i in indexes if window[0] <= i < window[1]]
+            indexes: Iterable[int]
+            if emitted is not None:
+                known = emitted[id(unit)]
+                indexes = known
+                if window is not None:
+                    indexes = known[bisect_left(known, window[0]):bisect_left(known, window[1])]
+            else:
+                indexes = emission(unit, start, end, every, hold)
+                if window is not None:
+                    indexes = [i for i in indexes if window[0] <= i < window[1]]
             for index in indexes:
                 ts = str(index * opts.step)
                 for prefix, value in zip(prefixes, unit.at(index), strict=True):
