@@ -168,7 +168,7 @@ class Ledger:
         """Check the file is a ledger of ours (or empty), create or migrate the schema."""
         db = self._db
         version = self._check()
-        db.execute("PRAGMA journal_mode=WAL")
+        self._wal()
         # NORMAL in WAL mode survives a process crash; a power cut may lose the
         # newest batches, but their checkpoints go with them, so they are re-read.
         db.execute("PRAGMA synchronous=NORMAL")
@@ -189,6 +189,22 @@ class Ledger:
             with self._transaction():
                 self._rebuild_rollups(self.rules)
 
+    def _wal(self, deadline_s: float = 10.0) -> None:
+        """Switch to WAL mode, retrying while a twin process holds the file.
+
+        The switch takes an exclusive lock without SQLite's busy wait, so a twin
+        creating the same ledger at the same moment can make it fail.
+        """
+        end = time.monotonic() + deadline_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= end:
+                    raise
+                time.sleep(0.05)  # bounded by the deadline: the twin's switch is quick
+
     def _init_reader(self) -> None:
         """Check the file, and make the connection refuse every write."""
         if self._check() != SCHEMA_VERSION:
@@ -198,8 +214,15 @@ class Ledger:
     def _check(self) -> int:
         """The schema version of a file that is ours (0: empty); LedgerError otherwise."""
         db = self._db
-        app_id = db.execute("PRAGMA application_id").fetchone()[0]
-        tables = self._tables()
+        # One read transaction: the header and the tables from the same moment (a twin
+        # may commit a fresh schema, with its application id, in between two reads).
+        db.execute("BEGIN")
+        try:
+            app_id = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = self._tables()
+            version: int = db.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            db.execute("COMMIT")
         # A v1 build killed between its schema commit and the header pragmas left
         # its tables without our id: recognise them as ours, not as a stranger's.
         half_made = app_id == 0 and tables == V1_TABLES
@@ -215,7 +238,8 @@ class Ledger:
             if check != "ok":
                 raise LedgerError(
                     f"ledger {self.path} is corrupt ({check}); it was left untouched")
-        version: int = 1 if half_made else db.execute("PRAGMA user_version").fetchone()[0]
+        if half_made:
+            version = 1
         if version > SCHEMA_VERSION:
             raise LedgerError(
                 f"ledger {self.path} has schema version {version}, this build knows "

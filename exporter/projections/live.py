@@ -31,7 +31,15 @@ class LiveSessions:
         self._notes = 0
 
     def note(self, req: Request) -> None:
-        """Remember a request: its session's last time and main-chain context."""
+        """Remember a request: its source's newest time, its session's time and context.
+
+        A request more than an hour ahead of the clock is no session's live state
+        (start-up reads the same window, so a restart sees what the running
+        process saw); the newest time per source takes every request.
+        """
+        self.saw(req.source, req.ts)
+        if req.ts > self._clock() + TTL_1H:
+            return
         with self._lock:
             last_ts, context, wrote_1h = self._sessions.get(req.session, (0.0, 0, False))
             if req.source is Source.MAIN and req.ts >= last_ts:
@@ -39,8 +47,6 @@ class LiveSessions:
             self._sessions[req.session] = (
                 max(last_ts, req.ts), context, wrote_1h or req.cache_write_1h > 0
             )
-            src = req.source.label
-            self._last_ts[src] = max(self._last_ts.get(src, 0.0), req.ts)
             self._notes += 1
             if self._notes % _PRUNE_EVERY == 0:
                 self._prune()
