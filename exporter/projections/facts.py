@@ -24,7 +24,6 @@ to 1e-6 USD, when shown.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -254,8 +253,8 @@ class Prices:
         else:
             periods, starts = list(pricing.models.values()), []
         thresholds = sorted({p.long_context_threshold for p in periods if p.long_context})
-        dated = "at" in inspect.signature(pricing.rates).parameters
-        return cls(pricing, tuple(thresholds), tuple(starts), {}, dated)
+        # A table with price periods takes each class's date (``at``); the older one has none.
+        return cls(pricing, tuple(thresholds), tuple(starts), {}, bool(families))
 
     def fits_slots(self, stored: Sequence[int]) -> bool:
         """Whether slot sums can be priced: summed by our thresholds, price dates on 5 minutes."""
