@@ -172,8 +172,8 @@ def _add_backfill(parser: Parser, sub: Any) -> None:
     bf.add_argument("--step", type=_duration, default=60,
                     help="resolution: one boundary every STEP (default 1m)")
     bf.add_argument("--anchor", type=_duration, default=3600,
-                    help="also write every series at each multiple of this, UTC (default 1h;"
-                         " = --step for a dense file)")
+                    help="also write a series at each multiple of this, UTC, within a day of "
+                         "one of its changes (default 1h)")
     bf.add_argument("--since", type=_moment, help="first sample time (values stay cumulative)")
     bf.add_argument("--until", type=_moment,
                     help="last sample time (default now): where live scrapes begin")

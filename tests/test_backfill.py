@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
@@ -328,8 +329,6 @@ RECORDED = re.compile(r"(claude_code:[a-z0-9_:]+)(\{[^}]*\})?")
 
 def recording_rules() -> dict[str, str]:
     """Every shipped recording rule: recorded name -> expression."""
-    import yaml  # only this test reads the rule files
-
     out: dict[str, str] = {}
     for path in sorted(RULES.glob("*.yml")):
         for group in yaml.safe_load(path.read_text())["groups"]:
