@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -473,3 +474,9 @@ def test_cli_blocks_runs_promtool_and_leaves_no_text(tmp_path: Path) -> None:
                            "--blocks", str(blocks)], capture_output=True, text=True,
                           timeout=60, check=False)
     assert both.returncode == 2
+    alone = subprocess.run([sys.executable, "-m", "exporter.cli", "backfill", "--blocks",
+                            str(tmp_path / "b2"), "--state-dir", str(tmp_path / "s2")],
+                           capture_output=True, text=True, timeout=60, check=False,
+                           env={**os.environ, "PATH": str(tmp_path / "nothing")})
+    assert alone.returncode == 2 and "promtool on PATH" in alone.stderr
+    assert not (tmp_path / "s2").exists()  # refused before opening a ledger
