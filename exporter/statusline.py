@@ -14,17 +14,17 @@ exits 0, because a failing command blanks Claude Code's status line; failures
 it can record are counted in the spool for the exporter to expose.
 
 Imported on every refresh, so it imports nothing heavy: no OpenTelemetry,
-pydantic, rich or argparse (``--then`` alone loads subprocess, when given).
+pydantic, rich or argparse, not even ``re`` (``--then`` alone loads
+subprocess, when given).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
-from exporter.plan import spool
+from exporter.plan import jsonlite, spool
 
 TYPE_CHECKING = False  # as in exporter.plan.spool: typing is not imported at run time
 if TYPE_CHECKING:
@@ -117,8 +117,8 @@ def parse_payload(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if len(data) > MAX_PAYLOAD:
         return None, "too_large"
     try:
-        obj = json.loads(data)
-    except (ValueError, RecursionError):
+        obj = jsonlite.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None, "not_json"
     if not isinstance(obj, dict):
         return None, "not_object"

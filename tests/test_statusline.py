@@ -388,8 +388,8 @@ def test_in_process_main_is_what_the_cli_calls(tmp_path: Path) -> None:
 
 HEAVY = ("opentelemetry", "pydantic", "rich", "msgspec", "structlog", "prometheus_client",
          "argparse", "sqlite3", "subprocess", "importlib.metadata", "typing", "pathlib",
-         "dataclasses", "exporter.config", "exporter.cli", "exporter.ledger",
-         "exporter.projections")
+         "dataclasses", "re", "json", "enum", "collections", "exporter.config", "exporter.cli",
+         "exporter.ledger", "exporter.projections")
 
 
 def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:

@@ -12,15 +12,17 @@ payload (no working directory, no transcript path):
 or, when the command could not record a sample, ``{"v":1,"t":…,"failure":<reason>}``.
 
 This module is imported on every status-line refresh: standard library only,
-and nothing slow to import (no ``re``, no ``pathlib``, no ``dataclasses``).
+and nothing slow to import (no ``re``, hence no ``json`` package: see
+:mod:`exporter.plan.jsonlite`; no ``pathlib``, no ``dataclasses``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
+
+from exporter.plan import jsonlite
 
 # typing costs milliseconds to import and annotations are never evaluated here
 # (postponed): mypy reads this block, the interpreter skips it.
@@ -250,7 +252,7 @@ def _spooled_pair(value: Any, first_max: float, second_max: float) -> list[float
 
 def encode(rec: Mapping[str, Any]) -> bytes:
     """One spool line (compact JSON and a newline)."""
-    return json.dumps(rec, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
+    return jsonlite.dumps(rec).encode() + b"\n"
 
 
 def append(state_dir: str, records: list[dict[str, Any]]) -> None:
@@ -285,8 +287,8 @@ def read_today(state_dir: str, now: float) -> float | None:
     """
     try:
         with open(os.path.join(state_dir, TODAY_NAME), "rb") as fh:
-            doc = json.loads(fh.read(4096))
-    except (OSError, ValueError):
+            doc = jsonlite.loads(fh.read(4096).decode())
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("v") != FORMAT:
         return None
@@ -305,7 +307,7 @@ def write_today(state_dir: str, since: float, usd: float, now: float) -> None:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, json.dumps(doc).encode())
+        os.write(fd, jsonlite.dumps(doc).encode())
     finally:
         os.close(fd)
     os.replace(tmp, path)
