@@ -268,18 +268,20 @@ def _run(
         _write(stdout, out)
         return None
     today = spool.read_today(state_dir, now)
-    return render(payload, today, now, warn="" if recorded else "⚠ not recorded")
+    return render(payload, today, now, warn=recorded)
 
 
 def _record(
     environ: Mapping[str, str], state_dir: str | None, records: list[dict[str, Any]]
-) -> bool:
-    """Append to the spool; False when that is impossible (the line says so)."""
+) -> str:
+    """Append to the spool; return "" or the warning the line shows when impossible."""
     try:
         spool.append(state_dir or spool.default_state_dir(environ), records)
+    except spool.SpoolFullError:
+        return "⚠ not recorded: spool full, is the exporter running?"
     except (OSError, ValueError):
-        return False
-    return True
+        return "⚠ not recorded"
+    return ""
 
 
 def _write(stdout: BinaryIO, data: bytes) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from exporter.ledger import Ledger
 from exporter.plan import spool, store
-from exporter.plan.figures import plan_figures
+from exporter.plan.figures import limits_rows, plan_figures, window_history
 from exporter.plan.store import ingest_samples
 from tests.conftest import ROOT
 
@@ -257,3 +257,18 @@ def test_figures_without_plan_tables_are_empty(ledger: Ledger) -> None:
     assert fig.windows == {} and fig.sample_age_seconds is None and fig.samples == 0
     assert set(fig.failures) == set(spool.FAILURE_REASONS)
     assert not store.has_schema(ledger._db)
+
+
+def test_history_and_report_rows(ledger: Ledger, tmp_path: Path) -> None:
+    """The sample history (for backfill) in time order; one report row per window."""
+    spool.append(str(tmp_path), [sample(2, t=T0 + 20, five=12.0), sample(1, t=T0 + 10)])
+    ingest_samples(ledger._db)
+    history = window_history(ledger._db, T0, T0 + 15)
+    assert history == [(T0 + 10, "five_hour", 10.0, 1_790_018_000),
+                       (T0 + 10, "seven_day", 3.0, 1_790_418_000)]
+    assert len(window_history(ledger._db, T0, T0 + 30)) == 4
+    rows = limits_rows(plan_figures(ledger._db, T0 + 30, lambda a, b: 0.0), T0 + 30)
+    five = next(r for r in rows if r["window"] == "five_hour")
+    assert five == {"window": "five_hour", "used_percent": 12.0,
+                    "resets_in_seconds": 1_790_018_000 - (T0 + 30), "windows_exhausted": 0,
+                    "usd_per_percent": None, "window_usd": None, "pairs": 0}

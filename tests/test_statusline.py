@@ -271,6 +271,16 @@ def test_full_disk_still_prints_the_line(tmp_path: Path) -> None:
     assert line.endswith("⚠ not recorded")
 
 
+def test_spool_nobody_ingests_stops_growing(tmp_path: Path) -> None:
+    """No exporter running for months: the spool stays at its cap and the line says why."""
+    path = tmp_path / spool.SPOOL_NAME
+    with path.open("wb") as fh:
+        fh.truncate(spool.MAX_SPOOL_BYTES - 10)  # sparse: no real disk use
+    line = line_of(run(json.dumps(payload()).encode(), state=tmp_path))
+    assert line.endswith("⚠ not recorded: spool full, is the exporter running?")
+    assert path.stat().st_size == spool.MAX_SPOOL_BYTES - 10
+
+
 def test_locked_ledger_does_not_block_the_status_line(tmp_path: Path) -> None:
     """A ledger exclusively locked by another process: the command neither waits nor fails."""
     ledger = Ledger(tmp_path / "ledger.sqlite3")

@@ -8,6 +8,7 @@ week): compute it once per scrape.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -112,3 +113,42 @@ def _instances(
     for resets_at, pct, seen in rows:
         groups.setdefault(resets_at, []).append((pct, seen))
     return [groups[k] for k in sorted(groups)]
+
+
+def window_history(
+    conn: sqlite3.Connection, since: float, until: float
+) -> list[tuple[float, str, float, float | None]]:
+    """(first seen, window, used %, resets_at) of every sample in [since, until), in time order.
+
+    For backfilling the used-ratio and reset series from the ledger's history.
+    """
+    if not store.has_schema(conn):
+        return []
+    out: list[tuple[float, str, float, float | None]] = []
+    rows = conn.execute(
+        "SELECT first_seen, windows FROM plan_samples WHERE first_seen >= ? AND first_seen < ? "
+        "AND windows IS NOT NULL ORDER BY first_seen",
+        (since, until),
+    )
+    for seen, text in rows:
+        for name, (pct, resets) in sorted(json.loads(text).items()):
+            out.append((seen, name, pct, resets))
+    return out
+
+
+def limits_rows(figures: PlanFigures, now: float) -> list[dict[str, object]]:
+    """One row per window for a ``report limits`` view (text or JSON)."""
+    rows: list[dict[str, object]] = []
+    for name, win in figures.windows.items():
+        est = win.estimate
+        usd = None if est is None else est.usd_per_percent
+        rows.append({
+            "window": name,
+            "used_percent": round(100 * win.used_ratio, 1),
+            "resets_in_seconds": max(0.0, win.resets_at - now),
+            "windows_exhausted": win.exhausted,
+            "usd_per_percent": usd,
+            "window_usd": None if usd is None else 100 * usd,
+            "pairs": 0 if est is None else est.pairs,
+        })
+    return rows

@@ -45,6 +45,8 @@ MAX_PERCENT: Final = 1000.0  # 105 % has been seen; anything far beyond is garba
 MAX_EPOCH: Final = 1e11
 MAX_CONTEXT: Final = 10**9
 MAX_COST: Final = 1e7
+#: The spool stops growing here (months of refreshes): nobody is ingesting it.
+MAX_SPOOL_BYTES: Final = 64 << 20
 
 #: Why the status-line command recorded a failure instead of a sample.
 FAILURE_REASONS: Final = (
@@ -255,12 +257,18 @@ def encode(rec: Mapping[str, Any]) -> bytes:
     return jsonlite.dumps(rec).encode() + b"\n"
 
 
+class SpoolFullError(OSError):
+    """The spool reached MAX_SPOOL_BYTES: the exporter is not moving it into the ledger."""
+
+
 def append(state_dir: str, records: list[dict[str, Any]]) -> None:
     """Append records to the spool in one write; raise OSError on any failure.
 
     One ``write`` on an ``O_APPEND`` descriptor: concurrent writers never
     interleave inside a line. A short write (full disk) is an error; the torn
-    line it leaves is rejected, and counted, by the ingest.
+    line it leaves is rejected, and counted, by the ingest. A spool past
+    MAX_SPOOL_BYTES is left alone (SpoolFullError): disk use stays bounded when no
+    exporter runs.
     """
     data = b"".join(encode(r) for r in records)
     path = os.path.join(state_dir, SPOOL_NAME)
@@ -272,6 +280,8 @@ def append(state_dir: str, records: list[dict[str, Any]]) -> None:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         fd = os.open(path, flags, 0o600)
     try:
+        if os.fstat(fd).st_size + len(data) > MAX_SPOOL_BYTES:
+            raise SpoolFullError(28, f"{path} reached {MAX_SPOOL_BYTES} bytes")
         written = os.write(fd, data)
     finally:
         os.close(fd)
