@@ -228,8 +228,13 @@ def main(
         _record(environ, None, [spool.failure_record("internal", now)])
         line = FALLBACK
     if line is not None:
-        _write(stdout, line.encode("utf-8", "replace") + b"\n")
+        _write(stdout, one_line(line).encode("utf-8", "replace") + b"\n")
     return 0
+
+
+def one_line(text: str) -> str:
+    """The line with control characters (newlines, escapes from the payload) made spaces."""
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def _run(

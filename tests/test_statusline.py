@@ -188,6 +188,13 @@ def test_bad_input_prints_a_line_exits_0_and_counts(name: str, tmp_path: Path) -
     assert rec == {"v": 1, "t": rec["t"], "failure": reason}
 
 
+def test_control_characters_from_the_payload_cannot_break_the_line(tmp_path: Path) -> None:
+    """A model name with a newline or a terminal escape still gives exactly one plain line."""
+    doc = payload(five=None, seven=None)
+    doc["model"]["display_name"] = "Opus\n4.6\x1b[2J"
+    assert line_of(run(json.dumps(doc).encode(), state=tmp_path)) == "Opus 4.6 [2J · ctx 42%"
+
+
 def test_wrong_types_everywhere_record_what_is_valid(tmp_path: Path) -> None:
     """Fields of the wrong type, NaN, negative or absurd numbers are dropped, not trusted."""
     doc = {
