@@ -331,7 +331,7 @@ def _decimal(value: object) -> Decimal:
 
 
 def _stamp() -> str | None:
-    """Identity of the installed data: schema, path, size and mtime of its data file."""
+    """Identity of the installed data (its data file's path, size, mtime) and of this code."""
     try:
         spec = util.find_spec("genai_prices")
     except (ImportError, ValueError):
@@ -340,10 +340,12 @@ def _stamp() -> str | None:
         return None
     data_file = Path(next(iter(spec.submodule_search_locations))) / "data.py"
     try:
-        st = data_file.stat()
+        st, ours = data_file.stat(), Path(__file__).stat()
     except OSError:
         return None
-    return f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}"
+    # Our own builder is part of the identity too: a new exporter rebuilds the table.
+    return (f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}:"
+            f"{ours.st_size}:{ours.st_mtime_ns}")
 
 
 def _read_cache(path: Path, stamp: str) -> PriceData | None:
