@@ -14,7 +14,7 @@ not each request.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
@@ -50,8 +50,9 @@ _LOOP_FIELDS = ("ts", "model", "session", "source", *TOKEN_FIELDS)
 _hot = itemgetter(
     *map(Request._fields.index, (*_LOOP_FIELDS, "inference_geo", "service_tier", "speed"))
 )
-# (model, source, inference_geo, service_tier, speed, long context): one price per token type.
-_PriceClass = tuple[str, Source, str, str, str, bool]
+# (model, source, inference_geo, service_tier, speed, long context, price period):
+# one price per token type.
+_PriceClass = tuple[str, Source, str, str, str, bool, int]
 
 
 def percentile(sorted_values: Sequence[N], p: float) -> N | int:
@@ -141,7 +142,8 @@ class _Scan:
         """Fold requests sorted by ``ts``; flat on purpose, it runs once per request."""
         classes, sessions, buckets, active = self.classes, self.sessions, self.buckets, self.active
         add_context, add_output = self.contexts.append, self.outputs.append
-        thresholds: dict[str, float] = {}
+        # model -> (long-context threshold, epochs where its prices change)
+        limits: dict[str, tuple[float, tuple[float, ...]]] = {}
         main, short, long_gap = Source.MAIN, CACHE_5M_SECONDS, CACHE_1H_SECONDS
         for r in ordered:
             ts, model, session, source, inp, out, read, w5, w1, geo, tier, speed = _hot(r)
@@ -169,11 +171,14 @@ class _Scan:
                 bucket[0] += 1
                 bucket[1] += w5 + w1
                 bucket[2] += ctx
-            limit = thresholds.get(model)
-            if limit is None:
+            got = limits.get(model)
+            if got is None:
                 found = pricing.long_context_threshold(model)
-                limit = thresholds[model] = math.inf if found is None else found
-            key = (model, source, geo, tier, speed, ctx > limit)
+                got = limits[model] = (math.inf if found is None else found,
+                                       pricing.boundaries(model))
+            limit, bounds = got
+            period = bisect_right(bounds, ts) if bounds else 0  # prices that change on a date
+            key = (model, source, geo, tier, speed, ctx > limit, period)
             acc = classes.get(key)
             if acc is None:
                 acc = classes[key] = [0, 0, 0, 0, 0, 0]
@@ -192,9 +197,12 @@ class _Scan:
         Row keys: ``("", "")`` for the total, ``("m", model)``, ``("s", source label)``.
         """
         rows: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0] * 6 + [0.0, 0])
-        for (model, source, geo, tier, speed, long), sums in self.classes.items():
+        for (model, source, geo, tier, speed, long, period), sums in self.classes.items():
+            bounds = pricing.boundaries(model)
+            at = (bounds[period - 1] if period else bounds[0] - 1.0) if bounds else None
             rates = pricing.rates(
-                model, long_context=long, inference_geo=geo, service_tier=tier, speed=speed
+                model, long_context=long, inference_geo=geo, service_tier=tier, speed=speed,
+                at=at,
             )
             cost = 0.0 if rates is None else sum(rates.cost(*sums[1:]).values())
             unpriced = sum(sums[1:]) if rates is None else 0
