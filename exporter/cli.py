@@ -6,6 +6,7 @@ Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -206,7 +207,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     # Imported here: OpenTelemetry and the watcher cost `report` 0.2 s of start-up.
     from exporter.serve.daemon import Daemon
 
-    with tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") as tmp:
+    # Only the demo needs a scratch directory: a container run with --read-only
+    # has no writable /tmp, and serving must not depend on one.
+    scratch = (tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") if args.demo
+               else contextlib.nullcontext(""))
+    with scratch as tmp:
         if args.demo:
             settings = _demo_settings(settings, Path(tmp), log)
         daemon = Daemon(settings, transcript_dirs(settings), log)
