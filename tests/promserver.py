@@ -58,6 +58,7 @@ DEBIAN_PACKAGE = {
     "prometheus-blackbox-exporter": "prometheus-blackbox-exporter",
     "openssl": "openssl",
     "victoria-metrics": "victoria-metrics",
+    "vmalert": "victoria-metrics",
 }
 
 
