@@ -867,11 +867,18 @@ def exporter() -> dm.Dashboard:
     )
 
 
+def _team() -> dm.Dashboard:
+    """The team dashboard of grafana/team.py, which builds on the helpers above."""
+    from grafana.team import team  # noqa: PLC0415 -- grafana.team imports this module
+    return team()
+
+
 DASHBOARDS = {
     "claude-code-usage.json": usage,
     "claude-code-cache.json": cache,
     "claude-code-serving.json": serving,
     "claude-code-exporter.json": exporter,
+    "claude-code-team.json": _team,
 }
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from tests.daemon_proc import total
 from tests.promserver import sample_value
-from tests.stack import DEAD_USER, JOB, RECORDING_FILE, USER, Stack, shared_stack
+from tests.stack import DEAD_USER, JOB, RECORDING_FILE, TEAM, USER, Stack, shared_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -182,7 +182,7 @@ def test_committed_dashboards_equal_the_generator_output() -> None:
 def test_dashboards_have_unique_ids_and_a_valid_grid() -> None:
     """Uids are unique, panel ids are unique per dashboard, panels fit the grid without overlap."""
     boards = dashboards()
-    assert len(boards) == 4
+    assert len(boards) == 5
     uids = [b["uid"] for b in boards.values()]
     assert len(set(uids)) == len(uids)
     for name, board in boards.items():
@@ -335,6 +335,7 @@ def test_variable_queries_list_the_exporters(stack: Stack) -> None:
     assert seen["job"] == [JOB]
     assert seen["instance"] == sorted([stack.address, stack.dead_address])
     assert seen["user"] == sorted([USER, DEAD_USER])
+    assert seen["team"] == [TEAM]
     assert seen["arch"] == ["gqa", "mla"]
     models = {s.labels["model"] for s in stack.final["claude_code_requests"].samples}
     assert set(seen["model"]) == models

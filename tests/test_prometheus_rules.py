@@ -170,6 +170,7 @@ def test_exporter_job_scrapes_default_port_on_loopback() -> None:
         str(RECORDING_FILE),
         str(ALERTS_FILE),
         str(PLAN_FILE),
+        str(RULES_DIR / "claude-code-team.yml"),
     ]
     managers = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert managers == ["127.0.0.1:9093"]
