@@ -53,7 +53,7 @@ FLOOD_MODELS = 100  # distinct model ids, more than the label cap
 def _hostile_lines() -> bytes:
     """Usage lines with hostile model ids and working directories, and a flood of models."""
     recs: list[Any] = []
-    early, late = "2026-09-01T00:00:00Z", "2027-01-01T00:00:00Z"  # hostile ids label first
+    early, late = "2026-09-01T00:00:00Z", "2026-11-01T00:00:00Z"  # hostile ids label first
     for i, model in enumerate(HOSTILE_MODELS):
         recs.append(assistant(f"msg_hm_{i}", f"req_hm_{i}", model=model, session=f"sh{i}",
                               ts=early))
