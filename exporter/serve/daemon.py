@@ -12,7 +12,7 @@ import signal
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,9 +150,9 @@ class Daemon:
         """Let the projection record requests that went quiet."""
         return self.projection.settle() if self.projection is not None else 0
 
-    def _pass(self) -> None:
-        """One follow pass."""
-        result = self.scanner.scan()
+    def _pass(self, paths: Collection[str] | None = None) -> None:
+        """One follow pass: over the paths file events named, or everything (None)."""
+        result = self.scanner.scan(paths=paths)
         self._files = result.files
         if result.new_requests or result.upgraded_requests:
             self.log.debug("pass", new=result.new_requests, upgraded=result.upgraded_requests,
