@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import DEFAULT_PORT, load_settings
-from exporter.projections.labels import MAX_VALUE_LEN
+from exporter.projections.labels import MAX_VALUE_LEN, LabelPolicy
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.daemon_proc import poll
@@ -264,3 +264,14 @@ def test_default_bind_is_loopback_and_telemetry_port_refused(
                               cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
         assert proc.returncode == 2, (listen, proc.stderr)
         assert re.search(r"listen", proc.stderr), proc.stderr
+
+
+def test_a_session_in_a_home_directory_does_not_label_the_user_name() -> None:
+    """A home directory as cwd: the basename policy says ``~``, never the user name."""
+    policy = LabelPolicy("basename", home="/home/alice")
+    for cwd in ("/home/alice", "/home/alice/", "/home/bob", "/Users/carol", "/root"):
+        assert policy.project(cwd) == "~", cwd
+    assert policy.project("/home/alice/src/app") == "app"
+    assert policy.project("/srv/home") == "home"
+    assert LabelPolicy("basename", home="/data/u/alice").project("/data/u/alice") == "~"
+    assert LabelPolicy("full", home="/home/alice").project("/home/alice") == "/home/alice"
