@@ -14,6 +14,7 @@ from exporter.ingest.discover import (
     path_key,
     projects_dirs,
 )
+from tests.hardening import remove_tree
 
 
 def test_default_roots_order_and_comma_list(tmp_path: Path) -> None:
@@ -93,7 +94,10 @@ def test_very_deep_directories_are_bounded_not_a_recursion_error(tmp_path: Path)
     finally:
         os.close(fd)
     problems: list[tuple[str, str, str]] = []
-    found = find_transcripts([top], lambda *a: problems.append(a))
+    try:
+        found = find_transcripts([top], lambda *a: problems.append(a))
+    finally:
+        remove_tree(top)  # pytest's own clean-up recurses, and would fail on it later
     assert [os.path.basename(p) for p in found] == ["at3.jsonl", f"at{MAX_DEPTH}.jsonl"]
     assert [p[0] for p in problems] == ["transcript_dirs_too_deep"]
     assert problems[0][2].startswith("1 directory deeper than")

@@ -85,12 +85,12 @@ def test_a_rewrite_in_place_is_reread_logged_and_counted_with_exact_totals(
     with f.open("r+b") as fh:  # same inode, same first 4 KiB (the first records), larger
         fh.write(jsonl(*recs[:30], *inserted, *raised[30:]))
     result = scanner.scan()
-    assert result.rereads == 1
-    assert [kw for lvl, e, kw in log.lines if e == "transcript_reread"] == [
-        {"path": str(f), "reason": "rewritten"}]
     got = {r.key: r for r in ledger.requests()}
     assert len(got) == 120
     assert sum(r.output for r in got.values()) == 30 * 10 + 70 * 1000 + 20 * 10
+    assert result.rereads == 1
+    assert [kw for lvl, e, kw in log.lines if e == "transcript_reread"] == [
+        {"path": str(f), "reason": "rewritten"}]
     ledger.close()
 
 
