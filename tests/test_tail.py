@@ -124,21 +124,48 @@ def test_lines_inserted_mid_file_are_a_rewrite_read_again(tmp_path: Path) -> Non
     assert b"".join(c.data for c in chunks) == b"".join(edited)
 
 
-def test_tokens_edited_in_place_same_size_are_read_again(tmp_path: Path) -> None:
-    """Digits changed in place (same size, new mtime) are a rewrite, not 'nothing new'."""
+def test_tokens_edited_in_place_are_read_again(tmp_path: Path) -> None:
+    """Tokens raised in place (longer digits, file grown) are a rewrite, not an append."""
     f = tmp_path / "a.jsonl"
     f.write_bytes(b"".join(_records(60)))
     _, cp = _read_all(f, None)
     assert cp is not None
     data = f.read_bytes()
-    at = data.index(b'"output_tokens":10', data.index(b'"m0050"'))
+    keep = data.index(b'"m0020"')  # past the first 4 KiB, as an editor of history would
+    f.write_bytes(data[:keep] + data[keep:].replace(b'"output_tokens":10',
+                                                    b'"output_tokens":1000'))
+    chunk = read_new(str(f), cp)
+    assert chunk is not None and chunk.restarted and chunk.reason == REWRITTEN
+    assert parse_lines(chunk.data).requests["m0050\x1fr0050"].output == 1000
+
+
+def test_same_size_edit_in_the_last_4kib_is_read_again(tmp_path: Path) -> None:
+    """Digits swapped for as many digits near the offset: the tail digest sees them."""
+    f = tmp_path / "a.jsonl"
+    f.write_bytes(b"".join(_records(60)))
+    _, cp = _read_all(f, None)
+    assert cp is not None
+    data = f.read_bytes()
+    at = data.index(b'"output_tokens":10', data.index(b'"m0058"'))
     with f.open("r+b") as fh:
         fh.seek(at)
         fh.write(b'"output_tokens":99')
     os.utime(f, ns=(cp.mtime_ns + 1_000_000, cp.mtime_ns + 1_000_000))  # coarse clocks
     chunk = read_new(str(f), cp)
     assert chunk is not None and chunk.restarted and chunk.reason == REWRITTEN
-    assert parse_lines(chunk.data).requests["m0050\x1fr0050"].output == 99
+    assert parse_lines(chunk.data).requests["m0058\x1fr0058"].output == 99
+
+
+def test_the_same_content_written_again_is_not_read_again(tmp_path: Path) -> None:
+    """A copy of identical bytes over the file (new mtime) is not a rewrite: lines stay exact."""
+    f = tmp_path / "a.jsonl"
+    f.write_bytes(b"".join(_records(60)))
+    _, cp = _read_all(f, None)
+    assert cp is not None
+    f.write_bytes(f.read_bytes())
+    os.utime(f, ns=(cp.mtime_ns + 1_000_000, cp.mtime_ns + 1_000_000))
+    chunk = read_new(str(f), cp)
+    assert chunk is None or (not chunk.restarted and chunk.data == b"")
 
 
 def test_edit_just_before_the_offset_with_an_append_is_read_again(tmp_path: Path) -> None:

@@ -3,10 +3,12 @@
 A checkpoint remembers how far a file was read and what it looked like: the
 digest of its first bytes and of the bytes just before the offset. A file
 that shrank, changed inode, or whose remembered bytes differ was truncated,
-replaced or rewritten in place; so was a file that kept its size but was
-modified (appends always grow a file). Such a file is read again from byte 0
-(the ledger merges by key, so a second reading adds nothing twice), and the
-chunk says why.
+replaced or rewritten in place (an insertion or a longer or shorter edit
+anywhere before the offset shifts the bytes before it). Such a file is read
+again from byte 0 (the ledger merges by key, so a second reading adds
+nothing twice), and the chunk says why. A file rewritten with the same
+content is not read again (its line counters stay exact); the price is that
+an edit of the same length that touches neither window goes unseen.
 
 An incomplete last line is left for the next read, and the checkpoint notes
 how far it is known to run without a newline, so a line that grows slowly is
@@ -143,8 +145,6 @@ def _changed(fh: BinaryIO, st: os.stat_result, cp: Checkpoint, marks: _Marks) ->
         return REPLACED
     if marks.tail is not None and _tail_digest(fh, cp.offset) != marks.tail:
         return REWRITTEN
-    if st.st_size == cp.size and st.st_mtime_ns != cp.mtime_ns:
-        return REWRITTEN  # modified without growing: not an append
     return ""
 
 
