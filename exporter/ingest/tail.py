@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import stat
 from dataclasses import dataclass
-from typing import BinaryIO, Final
+from typing import Final
 
 from exporter.ingest.discover import fs_path
 from exporter.ingest.parse import MAX_LINE_BYTES
@@ -124,7 +125,9 @@ def read_new(
                  too_long=too_long, reason=reason if restarted else "")
 
 
-def _resume(fh: BinaryIO, st: os.stat_result, cp: Checkpoint | None) -> tuple[int, int, str]:
+def _resume(
+    fh: io.BufferedReader, st: os.stat_result, cp: Checkpoint | None,
+) -> tuple[int, int, str]:
     """(offset, probe, restart reason): where to continue if the file is the same file."""
     if cp is None:
         return 0, 0, ""
@@ -135,7 +138,7 @@ def _resume(fh: BinaryIO, st: os.stat_result, cp: Checkpoint | None) -> tuple[in
     return cp.offset, max(marks.probe, cp.offset), ""
 
 
-def _changed(fh: BinaryIO, st: os.stat_result, cp: Checkpoint, marks: _Marks) -> str:
+def _changed(fh: io.BufferedReader, st: os.stat_result, cp: Checkpoint, marks: _Marks) -> str:
     """Why the file is not the one ``cp`` was taken of any more ("" if it is)."""
     if cp.dev != st.st_dev or cp.ino != st.st_ino:
         return REPLACED
@@ -149,7 +152,7 @@ def _changed(fh: BinaryIO, st: os.stat_result, cp: Checkpoint, marks: _Marks) ->
 
 
 def _read_lines(
-    fh: BinaryIO, size: int, pos: int, probe: int, *, limit: int, max_line: int,
+    fh: io.BufferedReader, size: int, pos: int, probe: int, *, limit: int, max_line: int,
 ) -> tuple[bytes, int, int, int, int]:
     """(data, where it begins, where it ends, probe, lines skipped as too long).
 
@@ -179,29 +182,31 @@ def _read_lines(
             return b"", pos, pos, probe, too_long  # only an incomplete line so far
 
 
-def _find_newline(fh: BinaryIO, start: int, end: int) -> int:
+def _find_newline(fh: io.BufferedReader, start: int, end: int) -> int:
     """The position of the first newline in ``[start, end)``, or -1; one block in memory."""
     fh.seek(start)
     pos = start
+    block = bytearray(SCAN_BLOCK)  # reused: no allocation per block
+    view = memoryview(block)
     while pos < end:
-        block: bytes = fh.read(min(SCAN_BLOCK, end - pos))
-        if not block:
+        got = fh.readinto(view[: min(SCAN_BLOCK, end - pos)])
+        if not got:
             return -1
-        found = block.find(b"\n")
+        found = block.find(b"\n", 0, got)
         if found >= 0:
             return pos + found
-        pos += len(block)
+        pos += got
     return -1
 
 
-def _tail_digest(fh: BinaryIO, offset: int) -> str | None:
+def _tail_digest(fh: io.BufferedReader, offset: int) -> str | None:
     """The digest of the bytes just before ``offset`` (None at the start of the file)."""
     if offset <= 0:
         return None
     return fingerprint(_span(fh, max(0, offset - TAIL_BYTES), offset))
 
 
-def _span(fh: BinaryIO, start: int, end: int) -> bytes:
+def _span(fh: io.BufferedReader, start: int, end: int) -> bytes:
     """The file's bytes in ``[start, end)`` (fewer if it is shorter)."""
     fh.seek(start)
     data: bytes = fh.read(max(0, end - start))
