@@ -12,12 +12,16 @@ import base64
 import contextlib
 import json
 import os
+import selectors
 import shutil
 import signal
+import socket
 import sqlite3
 import ssl
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -355,3 +359,60 @@ def remove_tree(top: Path) -> None:
         for fd in stack:
             os.close(fd)
     os.rmdir(top)
+
+
+class Slowloris:
+    """``n`` connections that each send a request one byte at a time, reconnecting when cut.
+
+    One round (a byte on every connection) every ``interval`` seconds.
+    """
+
+    def __init__(self, port: int, n: int, interval: float = 0.25) -> None:
+        self.port, self.n, self.interval = port, n, interval
+        self.sel = selectors.DefaultSelector()
+        self.socks: dict[socket.socket, int] = {}
+        self.stop = threading.Event()
+        self.ticks = 0  # rounds of one byte on every connection so far
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> None:
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", self.port))
+        self.socks[sock] = 0
+        self.sel.register(sock, selectors.EVENT_READ)
+
+    def _close(self, sock: socket.socket) -> None:
+        self.sel.unregister(sock)
+        del self.socks[sock]
+        sock.close()
+
+    def _run(self) -> None:
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"z" * 4000
+        next_tick = time.monotonic()
+        while not self.stop.is_set():
+            for key, _ in self.sel.select(timeout=max(0.0, next_tick - time.monotonic())):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    if sock.recv(4096):
+                        continue
+                except OSError:
+                    pass
+                self._close(sock)  # cut off by the server: replaced at the next tick
+            if time.monotonic() < next_tick:
+                continue
+            next_tick = time.monotonic() + self.interval  # the trickle's pace
+            while len(self.socks) < self.n:
+                self._open()
+            for sock, sent in list(self.socks.items()):
+                try:
+                    sock.send(request[sent % len(request):][:1])
+                    self.socks[sock] = sent + 1
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    self._close(sock)
+            self.ticks += 1
+        for sock in list(self.socks):
+            self._close(sock)

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import resource
-import selectors
 import shutil
 import signal
 import socket
@@ -31,7 +30,16 @@ import pytest
 
 from tests.conftest import ROOT, assistant, jsonl
 from tests.daemon_proc import poll
-from tests.hardening import Cgroup, Serve, children, peak_rss, remove_tree, threads, total
+from tests.hardening import (
+    Cgroup,
+    Serve,
+    Slowloris,
+    children,
+    peak_rss,
+    remove_tree,
+    threads,
+    total,
+)
 
 MB = 1024 * 1024
 FAST = ("--rescan-seconds", "30")  # the default: a test must not pass thanks to the rescan
@@ -218,60 +226,6 @@ def test_the_line_limit_is_a_setting(tmp_path: Path) -> None:
 
 
 # ---- item 10: slowloris under TasksMax ------------------------------------------------
-class _Slowloris:
-    """``n`` connections that each send a request one byte at a time, reconnecting when cut."""
-
-    def __init__(self, port: int, n: int) -> None:
-        self.port, self.n = port, n
-        self.sel = selectors.DefaultSelector()
-        self.socks: dict[socket.socket, int] = {}
-        self.stop = threading.Event()
-        self.ticks = 0  # rounds of one byte on every connection so far
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _open(self) -> None:
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.connect_ex(("127.0.0.1", self.port))
-        self.socks[sock] = 0
-        self.sel.register(sock, selectors.EVENT_READ)
-
-    def _close(self, sock: socket.socket) -> None:
-        self.sel.unregister(sock)
-        del self.socks[sock]
-        sock.close()
-
-    def _run(self) -> None:
-        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"z" * 4000
-        next_tick = time.monotonic()
-        while not self.stop.is_set():
-            for key, _ in self.sel.select(timeout=max(0.0, next_tick - time.monotonic())):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                try:
-                    if sock.recv(4096):
-                        continue
-                except OSError:
-                    pass
-                self._close(sock)  # cut off by the server: replaced at the next tick
-            if time.monotonic() < next_tick:
-                continue
-            next_tick = time.monotonic() + 0.25  # the trickle's pace: 4 bytes/s each
-            while len(self.socks) < self.n:
-                self._open()
-            for sock, sent in list(self.socks.items()):
-                try:
-                    sock.send(request[sent % len(request):][:1])
-                    self.socks[sock] = sent + 1
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:
-                    self._close(sock)
-            self.ticks += 1
-        for sock in list(self.socks):
-            self._close(sock)
-
-
 def test_slowloris_under_tasksmax_leaves_scrapes_working(
     tmp_path: Path, cgroups: list[Cgroup],
 ) -> None:
@@ -279,7 +233,7 @@ def test_slowloris_under_tasksmax_leaves_scrapes_working(
     group = Cgroup("slow", tasks=256)
     cgroups.append(group)
     serve = Serve(_tree(tmp_path / "t"), tmp_path / "state", *FAST, prefix=group.prefix)
-    attack = _Slowloris(serve.port, 300)
+    attack = Slowloris(serve.port, 300)
     most = 0
     try:
         attack.thread.start()
