@@ -253,7 +253,8 @@ class Cgroup:
             self.dirs.append(group)
             if wanted["memory"] is not None:
                 (group / "memory.max").write_text(str(wanted["memory"]))
-                (group / "memory.swap.max").write_text("0")
+                with contextlib.suppress(OSError):  # absent without swap accounting
+                    (group / "memory.swap.max").write_text("0")
             if wanted["pids"] is not None:
                 (group / "pids.max").write_text(str(wanted["pids"]))
             self._procs.append(group / "cgroup.procs")
