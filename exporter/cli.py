@@ -169,7 +169,8 @@ def transcript_dirs(settings: Settings) -> list[Path]:
 def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool) -> None:
     """One ingestion pass into ``ledger`` (what `report` and `backfill` do first)."""
     scanner = Scanner(ledger, transcript_dirs(settings), workers=settings.workers, log=log,
-                      batch_bytes=int(settings.batch_mb * 1024 * 1024))
+                      batch_bytes=int(settings.batch_mb * 1024 * 1024),
+                      max_line_bytes=settings.max_line_bytes)
     with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
         result = scanner.scan(progress=progress)
     log.info("scan_done", files=result.files, files_read=result.files_read,
