@@ -44,8 +44,11 @@ from grafana.panels import (
     DAY,
     DS,
     GAP_TYPES,
+    GT_1H,
+    LT_5M,
     MODEL,
     MONTH,
+    NEUTRAL,
     NOT_FIRST,
     PROJECT,
     PROMPT_TYPES,
@@ -72,8 +75,15 @@ from grafana.panels import (
     variables,
 )
 
-__all__ = ["DASHBOARDS", "DS", "SDK_VERSION", "TARGET", "board", "main", "render", "render_all",
-           "row"]
+# The helpers and constants of grafana.panels stay importable from here, where
+# they were first (a dashboard module of this package may import either).
+__all__ = ["ARCH", "BUDGET", "CACHE_READ", "CACHE_WRITE", "CLAUDE_ALERTS", "DASHBOARDS", "DAY",
+           "DS", "GAP_TYPES", "GT_1H", "LT_5M", "MODEL", "MONTH", "NEUTRAL", "NOT_FIRST",
+           "PROJECT", "PROMPT_TYPES", "SDK_VERSION", "TARGET", "TTL_5M", "Q", "Time", "bars",
+           "board", "buckets", "colour", "heat", "main", "note", "per_bar", "quantile", "render",
+           "render_all", "row", "sel", "single", "tabular", "thresholds", "timeseries",
+           "variables"]
+_thresholds = thresholds  # the name this module used before grafana.panels
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 SDK_VERSION = "1769699520!11.4.0"

@@ -27,13 +27,28 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
 
 from grafana import render
 from grafana.draw import table_cells
-from grafana.query import PanelData, Prometheus, Variables, builtins, problems, run_query
+from grafana.query import (
+    PanelData,
+    Prometheus,
+    Result,
+    Series,
+    Variables,
+    builtins,
+    date_math,
+    deaccumulate,
+    problems,
+    regex_escape,
+    run_query,
+    table,
+    window,
+)
 from tests import dashboard_stack
 from tests.dashboard_stack import DEAD_USER, INSTANCE, JOB, RECORDING_FILE, USER, HistoryStack
 from tests.promserver import sample_value
@@ -368,6 +383,50 @@ def test_docs_describe_every_dashboard_and_how_to_mount_it() -> None:
         png = IMAGES / name.replace(".json", ".png")
         assert png.is_file() and png.stat().st_size > 50_000, png
         assert str(png.relative_to(DOCS.parent)) in text, png
+
+
+# ------------------------------------------------- the renderer's arithmetic
+
+
+def test_relative_times_and_step_alignment_follow_the_time_zone() -> None:
+    """now/d is local midnight; daily steps align to it, as Grafana's utcOffsetSec does."""
+    zone = ZoneInfo("Asia/Kolkata")  # UTC+05:30: a day is not a multiple of 86400 in UTC
+    now = datetime(2026, 12, 1, 15, 40, tzinfo=zone)
+    assert date_math("now/d", now) == datetime(2026, 12, 1, tzinfo=zone)
+    assert date_math("now-29d/d", now) == datetime(2026, 11, 2, tzinfo=zone)
+    assert date_math("now-24h", now) == datetime(2026, 11, 30, 15, 40, tzinfo=zone)
+    board = {"time": {"from": "now-24h", "to": "now"}}
+    daily = window(board, {"timeFrom": "now-29d/d", "interval": "1d", "gridPos": {"w": 24}}, now)
+    start, end = daily.aligned()
+    assert datetime.fromtimestamp(start, zone) == datetime(2026, 11, 2, tzinfo=zone)
+    assert datetime.fromtimestamp(end, zone) == datetime(2026, 12, 1, tzinfo=zone)
+    today = window(board, {"timeFrom": "now/d", "gridPos": {"w": 4}}, now)
+    assert builtins(today)["__range"] == f"{15 * 3600 + 40 * 60}s"
+    hourly = window(board, {"interval": "1h", "gridPos": {"w": 12}}, now)
+    assert builtins(hourly)["__interval"] == "1h"
+    # 24 h over 1800 px: a 1-minute interval; rate interval = interval + one 15 s scrape.
+    assert builtins(window(board, {"gridPos": {"w": 24}}, now))["__rate_interval"] == "75s"
+
+
+def test_heatmap_buckets_and_table_merge_as_grafana_does() -> None:
+    """Cumulative buckets become per-bucket counts; a label only one query has joins its row."""
+    cumulative = [Series(le, {"le": le}, [0.0, 60.0], values)
+                  for le, values in (("+Inf", [5.0, 9.0]), ("10", [2.0, 3.0]), ("100", [4.0, 9.0]))]
+    assert [(s.labels["le"], s.values) for s in deaccumulate(cumulative)] == [
+        ("10", [2.0, 3.0]), ("100", [2.0, 6.0]), ("+Inf", [1.0, 0.0])]
+    target = {"job": "claude-code", "instance": "ws-1:9477"}
+    panel: dict[str, Any] = {"type": "table", "transformations": [
+        {"id": "merge", "options": {}},
+        {"id": "organize", "options": {"excludeByName": {"Value #A": True, "job": True},
+                                        "renameByName": {"Value #B": "Up"}}}]}
+    results = [Result("A", "", True, [Series("", {**target, "version": "0.1.0"}, [0.0], [1.0])]),
+               Result("B", "", True, [Series("", target, [0.0], [1.0]),
+                                      Series("", {**target, "instance": "dead"}, [0.0], [0.0])])]
+    shown = table(PanelData(panel, "Exporters", None, results))
+    assert shown.columns == ["instance", "version", "Up"]
+    assert shown.rows == [{"instance": "ws-1:9477", "version": "0.1.0", "Up": 1.0},
+                          {"instance": "dead", "Up": 0.0}]
+    assert regex_escape("127.0.0.1:9477") == "127\\\\.0\\\\.0\\\\.1:9477"
 
 
 # -------------------------------------------------------------- live checks
