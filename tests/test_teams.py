@@ -33,7 +33,7 @@ from tests.daemon_proc import poll, total
 from tests.promserver import PromServer, require_binary, sample_value
 from tests.stack import append_stage
 from tests.teamstack import JOB, Member, Spec, TeamStack
-from tests.test_grafana import BUILTIN_VARIABLES, DASHBOARD_DIR, panels, query_variables, substitute
+from tests.test_grafana import DASHBOARD_DIR, panels, query_variables
 
 SPECS = (
     Spec("ada", "platform", 101, budget_day_usd=40.0),
@@ -75,6 +75,18 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamStack]:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+BUILTIN_VARIABLES = {"__rate_interval": "1m", "__interval": "1m", "__range": "1d"}
+
+
+def substitute(expr: str, values: dict[str, str]) -> str:
+    """``expr`` with ``$name`` and ``${name}`` replaced; an unknown variable raises KeyError."""
+
+    def value(match: re.Match[str]) -> str:
+        return values[match.group(1) or match.group(2)]
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
 
 
 def vector(server: PromServer, expr: str, *labels: str) -> dict[tuple[str, ...], float]:
