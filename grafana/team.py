@@ -119,7 +119,7 @@ def organisation() -> b.Row:
                  b.Q(budget(""))),
         b.single("People active, selected range", "People (the `user` label) with at least "
                  "one request in the time range.", "short",
-                 b.Q(f"count(sum by (user) (increase({REQUESTS}{tsel()}{RANGE})) > 0)",
+                 b.Q(f"count(round(sum by (user) (increase({REQUESTS}{tsel()}{RANGE}))) > 0)",
                      instant=True)),
         b.single("Cache-read share, selected range", "Cache reads / all prompt tokens in the "
                  "time range, over everything selected (normally 85-97 % for agent work).",
@@ -184,7 +184,7 @@ def people() -> b.Row:
                   b.Q(f"{spend(per_person, '[1d]')} / {budget(per_person)}", instant=True,
                       fmt=TABLE),
                   b.Q(f"count by (team, user) (up{tsel()})", instant=True, fmt=TABLE),
-                  b.Q(f"sum by (team, user) (increase({REQUESTS}{tsel()}{RANGE}))",
+                  b.Q(f"round(sum by (team, user) (increase({REQUESTS}{tsel()}{RANGE})))",
                       instant=True, fmt=TABLE),
                   b.Q(read_share(per_person, RANGE), instant=True, fmt=TABLE),
                   renames={"Value #A": "Spent (range)", "Value #B": "Spent (24 h)",
@@ -219,7 +219,7 @@ def models() -> b.Row:
                      b.Q(f"sum by (model) (rate({TOKENS}{tsel()}[$__rate_interval]))",
                          "{{model}}"), stacked=True),
         b.bars("Tokens by model, selected range", "All tokens by model in the time range.",
-               "count:tok", b.Q(f"sum by (model) (increase({TOKENS}{tsel()}{RANGE}))",
+               "count:tok", b.Q(f"round(sum by (model) (increase({TOKENS}{tsel()}{RANGE})))",
                                 "{{model}}", instant=True), w=6),
         b.bars("Cost by model, selected range", "Estimated USD by model in the time range "
                "(models without a price are missing here; see the usage dashboard).",
