@@ -12,17 +12,23 @@
 
 # ---------------------------------------------------------------- build stage
 # Builds the wheel and installs it, with its dependencies, into a virtual
-# environment that the runtime stage copies as a whole.
+# environment that the runtime stage copies as a whole. The environment gets
+# no pip, setuptools or wheel of its own (--without-pip; the base image's pip
+# installs into it with --python): nothing at run time needs them, and they
+# were a third of its size. It keeps the bytecode pip compiles: without it
+# every start of the command would compile the imports again (1-2 s).
 FROM python:3.11.11-slim-bookworm AS build
+# Root is the norm in a build stage: no warning from pip about it.
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
- && python -m venv /opt/claude-code-exporter \
- && /opt/claude-code-exporter/bin/pip install --no-cache-dir /wheels/*.whl \
+ && python -m venv --without-pip /opt/claude-code-exporter \
+ && python -m pip --python /opt/claude-code-exporter/bin/python install /wheels/*.whl \
  && /opt/claude-code-exporter/bin/claude-code-exporter --version
 
 # -------------------------------------------------------------- runtime stage
@@ -31,11 +37,12 @@ FROM python:3.11.11-slim-bookworm
 LABEL org.opencontainers.image.title="claude-code-exporter" \
       org.opencontainers.image.description="Claude Code transcripts as Prometheus metrics" \
       org.opencontainers.image.licenses="MIT"
-# The exporter's account. /state is writable by any uid, so that running as
+# The exporter's account (not --system: useradd warns that 10001 lies above
+# the system range). /state is writable by any uid, so that running as
 # the transcripts' owner (`--user "$(id -u):$(id -g)"`) works with a fresh volume.
 ARG UID=10001
-RUN groupadd --system --gid "${UID}" exporter \
- && useradd --system --no-log-init --uid "${UID}" --gid exporter \
+RUN groupadd --gid "${UID}" exporter \
+ && useradd --no-log-init --uid "${UID}" --gid exporter \
         --home-dir /state --no-create-home --shell /usr/sbin/nologin exporter \
  && mkdir -p /claude /state \
  && chown exporter:exporter /state \

@@ -8,6 +8,7 @@ option or choice is answered with the nearest valid one (:mod:`exporter.cliparse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -239,7 +240,8 @@ def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
     """
     scanner = Scanner(ledger, transcript_dirs(settings) if dirs is None else list(dirs),
                       workers=settings.workers, log=log,
-                      batch_bytes=int(settings.batch_mb * 1024 * 1024))
+                      batch_bytes=int(settings.batch_mb * 1024 * 1024),
+                      max_line_bytes=settings.max_line_bytes)
     with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
         result = scanner.scan(progress=progress)
     (log.debug if quiet else log.info)(
@@ -305,7 +307,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     # Imported here: OpenTelemetry and the watcher cost `report` 0.2 s of start-up.
     from exporter.serve.daemon import Daemon
 
-    with tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") as tmp:
+    # Only the demo needs a scratch directory: a container run with --read-only
+    # has no writable /tmp, and serving must not depend on one.
+    scratch = (tempfile.TemporaryDirectory(prefix="claude-code-exporter-demo-") if args.demo
+               else contextlib.nullcontext(""))
+    with scratch as tmp:
         if args.demo:
             settings = _demo_settings(settings, Path(tmp), log)
         daemon = Daemon(settings, transcript_dirs(settings), log)

@@ -75,6 +75,22 @@ class Settings(BaseSettings):
     tls_key_file: Path | None = None
     basic_auth_user: str | None = None
     basic_auth_password: str | None = None
+    # ---- limits (docs/reliability.md) ----
+    max_line_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024,
+        description="longest transcript line read; longer ones are skipped (rejected: too_long)",
+    )
+    http_max_connections: int = Field(
+        64, ge=2, le=4096, description="HTTP connections served at once (one thread each)"
+    )
+    http_timeout_seconds: float = Field(
+        10.0, gt=0, description="whole-request deadline: TLS handshake, request and response"
+    )
+    http_max_header_bytes: int = Field(
+        16 * 1024, ge=1024, le=1024 * 1024,
+        description="request line plus headers; more is refused with 431",
+    )
+    # ---- end limits ----
     # ---- OTLP push (docs/teams.md) ----
     otlp_endpoint: str | None = Field(
         None, description="OTLP/HTTP metrics URL, e.g. http://collector:4318/v1/metrics"

@@ -212,8 +212,10 @@ class Parsed:
 class Checkpoint:
     """How far one transcript file has been read, and how to recognise it again.
 
-    ``fingerprint`` hashes the first ``fp_len`` bytes: a file whose first bytes
-    changed was replaced, not appended to, and is read again from the start.
+    ``fingerprint`` hashes the first ``fp_len`` bytes (and, in the tail stage's
+    format, the bytes just before ``offset``): a file whose remembered bytes
+    changed was replaced or rewritten, not appended to, and is read again
+    from the start.
     """
 
     path: str
@@ -235,3 +237,5 @@ class Chunk:
     start: int
     checkpoint: Checkpoint
     restarted: bool = False  # the file was truncated or replaced: read from 0
+    too_long: int = 0  # lines over the line-size limit, skipped unread (rejected: too_long)
+    reason: str = ""  # why a restarted file is read again: truncated, replaced, rewritten

@@ -13,11 +13,10 @@ the SDK's build for Grafana 11.4, which ``deploy/compose.yaml`` runs): the SDK's
 versions are ``<timestamp>!<Grafana version>``, so anything but an exact pin
 may pick a build for another Grafana, and its output differs between builds.
 
-Every query filters on the target labels ``job``, ``instance`` and ``user``
-(dashboard variables, "All" by default) and aggregates them away unless the
-panel is per exporter, so one dashboard serves one machine or a fleet. Metric
-names are those of ``shared/design/metrics.md`` and the recording rules of
-``deploy/prometheus/rules/claude-code-recording.yml``.
+The conventions every panel follows (target filters, no recorded series,
+rounded counts, bars of ``increase()``) are in :mod:`grafana.panels`. Metric
+names are those of ``shared/design/metrics.md``. ``python3 -m grafana.render``
+draws the dashboards from a live Prometheus (docs/grafana.md).
 """
 
 from __future__ import annotations
@@ -25,260 +24,87 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TypeVar
 
-from grafana_foundation_sdk.builders import bargauge, common, heatmap, prometheus, stat, table
+from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, text
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import timeseries as ts
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
-from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models import prometheus as pm
+
+from grafana.panels import (
+    ARCH,
+    BUDGET,
+    CACHE_READ,
+    CACHE_WRITE,
+    CLAUDE_ALERTS,
+    DAY,
+    DS,
+    GAP_TYPES,
+    GT_1H,
+    LT_5M,
+    MODEL,
+    MONTH,
+    NEUTRAL,
+    NOT_FIRST,
+    PROJECT,
+    PROMPT_TYPES,
+    TAG,
+    TARGET,
+    TTL_5M,
+    Q,
+    Time,
+    bars,
+    buckets,
+    colour,
+    dashed_line,
+    heat,
+    in_range,
+    note,
+    per_bar,
+    quantile,
+    renamed,
+    sel,
+    single,
+    tabular,
+    thresholds,
+    timeseries,
+    variables,
+)
+
+# The helpers and constants of grafana.panels stay importable from here, where
+# they were first (a dashboard module of this package may import either).
+__all__ = ["ARCH", "BUDGET", "CACHE_READ", "CACHE_WRITE", "CLAUDE_ALERTS", "DASHBOARDS", "DAY",
+           "DS", "GAP_TYPES", "GT_1H", "LT_5M", "MODEL", "MONTH", "NEUTRAL", "NOT_FIRST",
+           "PROJECT", "PROMPT_TYPES", "SDK_VERSION", "TARGET", "TTL_5M", "Q", "Time", "bars",
+           "board", "buckets", "colour", "heat", "main", "note", "per_bar", "quantile", "render",
+           "render_all", "row", "sel", "single", "tabular", "thresholds", "timeseries",
+           "variables"]
+_thresholds = thresholds  # the name this module used before grafana.panels
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 SDK_VERSION = "1769699520!11.4.0"
-TAG = "claude-code"
-
-#: Every panel and variable query goes through this data source variable.
-DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
-
-#: Target labels: one dashboard for one exporter or a fleet of them.
-TARGET = 'job=~"$job", instance=~"$instance", user=~"$user"'
-MODEL = 'model=~"$model"'
-PROJECT = 'project=~"$project"'
-PROMPT_TYPES = 'type=~"input|cache_read|cache_write_5m|cache_write_1h"'
-DAY, MONTH = 'period="day"', 'period="month"'
-CACHE_READ, CACHE_WRITE = 'type="cache_read"', 'type="cache_write"'
-GAP_TYPES = 'type=~"input|cache_read|cache_write"'  # the types of *_after_gap_total
-NOT_FIRST, LT_5M, GT_1H = 'gap!="first"', 'gap="lt_5m"', 'gap="gt_1h"'
-TTL_5M = 'ttl="5m"'
-ARCH = 'arch=~"$arch"'
-CLAUDE_ALERTS = 'alertname=~"ClaudeCode.+"'
 GBITS = (100, 400, 800)  # link speeds of the seed's transfer-time table, Gb/s
 
-
-def sel(*extra: str) -> str:
-    """A label selector: the target filters plus ``extra`` matchers."""
-    return "{" + ", ".join([TARGET, *extra]) + "}"
-
-
-def quantile(q: float, histogram: str, window: str, *extra: str) -> str:
-    """``histogram_quantile`` over all series of a histogram, one figure for the selection."""
-    return (
-        f"histogram_quantile({q}, sum by (le) "
-        f"(increase({histogram}_bucket{sel(*extra)}[{window}])))"
-    )
-
-
-def buckets(histogram: str, *extra: str) -> str:
-    """Bucket counts per heatmap cell: requests that landed in each ``le`` bucket."""
-    return f"sum by (le) (increase({histogram}_bucket{sel(*extra)}[$__rate_interval]))"
+COST = "claude_code_cost_usd_total"
+REQUESTS = "claude_code_requests_total"
+TOKENS = "claude_code_tokens_total"
+#: Panel time options: today so far (in the dashboard's time zone), bars of
+#: one hour, and 30 calendar days of daily bars.
+TODAY = Time(time_from="now/d")
+HOURLY = Time(interval="1h")
+LAST_30_DAYS = Time(time_from="now-29d/d", interval="1d")
+PER_EXPORTER = "sum by (job, instance, user)"
+#: The end of the panel's time range (now) as unix seconds, for ``@``: a gauge's
+#: current value drawn across a whole graph.
+NOW_S = "${__to:date:seconds}"
+EXPORTER_LEGEND = "{{instance}} {{user}}"
 
 
-# --------------------------------------------------------------------- queries
-
-
-@dataclass(frozen=True)
-class Q:
-    """One Prometheus query of a panel."""
-
-    expr: str
-    legend: str = ""
-    instant: bool = False
-    fmt: pm.PromQueryFormat | None = None
-
-
-def _target(index: int, q: Q) -> prometheus.Dataquery:
-    """The SDK query for ``q``, with a ``refId`` of A, B, C, ... by position."""
-    target = prometheus.Dataquery().ref_id(chr(ord("A") + index)).expr(q.expr).datasource(DS)
-    target = target.instant() if q.instant else target.range()
-    if q.legend:
-        target = target.legend_format(q.legend)
-    if q.fmt is not None:
-        target = target.format(q.fmt)
-    return target
-
-
-def _thresholds(*steps: tuple[float | None, str]) -> dash.ThresholdsConfig:
-    """Absolute thresholds; the first step's value is None (minus infinity)."""
-    return (
-        dash.ThresholdsConfig()
-        .mode(dm.ThresholdsMode.ABSOLUTE)
-        .steps([dm.Threshold(value=v, color=c) for v, c in steps])
-    )
-
-
-NEUTRAL = _thresholds((None, "blue"))
-BUDGET = _thresholds((None, "green"), (0.8, "orange"), (1.0, "red"))
-
-P = TypeVar("P", ts.Panel, stat.Panel, bargauge.Panel, heatmap.Panel, table.Panel)
-
-
-def _common(panel: P, title: str, description: str, unit: str, queries: Sequence[Q], *,
-            w: int, h: int) -> P:
-    """Title, description, unit, size, data source and queries shared by all panels."""
-    panel = (
-        panel.title(title).description(description).unit(unit).span(w).height(h).datasource(DS)
-    )
-    return panel.targets([_target(i, q) for i, q in enumerate(queries)])
-
-
-def timeseries(title: str, description: str, unit: str, *queries: Q, w: int = 12, h: int = 8,
-               stacked: bool = False, lines: dash.ThresholdsConfig | None = None,
-               log: bool = False) -> ts.Panel:
-    """A time series panel; ``lines`` draws thresholds as dashed lines."""
-    panel = _common(ts.Panel(), title, description, unit, queries, w=w, h=h)
-    panel = panel.legend(
-        common.VizLegendOptions().display_mode(cm.LegendDisplayMode.LIST)
-        .placement(cm.LegendPlacement.BOTTOM).show_legend(True)
-    ).fill_opacity(10).line_width(1)
-    if stacked:
-        stacking = common.StackingConfig().mode(cm.StackingMode.NORMAL)
-        panel = panel.stacking(stacking).fill_opacity(40)
-    if lines is not None:
-        panel = panel.thresholds(lines).thresholds_style(
-            common.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
-        )
-    if log:
-        panel = panel.scale_distribution(
-            common.ScaleDistributionConfig().type(cm.ScaleDistribution.LOG).log(10)
-        )
-    return panel
-
-
-def single(title: str, description: str, unit: str, *queries: Q, w: int = 4, h: int = 4,
-           thresholds: dash.ThresholdsConfig = NEUTRAL, decimals: int | None = None,
-           sparkline: bool = False) -> stat.Panel:
-    """A stat panel showing each query's last value."""
-    panel = _common(stat.Panel(), title, description, unit, queries, w=w, h=h)
-    panel = panel.reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"])).thresholds(
-        thresholds
-    ).graph_mode(cm.BigValueGraphMode.AREA if sparkline else cm.BigValueGraphMode.NONE)
-    panel = panel.color_mode(cm.BigValueColorMode.VALUE)
-    return panel if decimals is None else panel.decimals(decimals)
-
-
-def bars(title: str, description: str, unit: str, *queries: Q, w: int = 8, h: int = 8,
-         thresholds: dash.ThresholdsConfig = NEUTRAL,
-         maximum: float | None = None) -> bargauge.Panel:
-    """A horizontal bar gauge, one bar per series (last value)."""
-    panel = _common(bargauge.Panel(), title, description, unit, queries, w=w, h=h)
-    panel = (
-        panel.reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
-        .orientation(cm.VizOrientation.HORIZONTAL)
-        .display_mode(cm.BarGaugeDisplayMode.GRADIENT)
-        .thresholds(thresholds)
-        .min(0)
-    )
-    return panel if maximum is None else panel.max(maximum)
-
-
-def heat(title: str, description: str, y_unit: str, query: Q, *, w: int = 12,
-         h: int = 9) -> heatmap.Panel:
-    """A heatmap of a Prometheus histogram's buckets (already bucketed, not calculated).
-
-    Cells count requests; ``y_unit`` is the unit of the histogram's bounds.
-    """
-    panel = _common(heatmap.Panel(), title, description, "short", [query], w=w, h=h)
-    return (
-        panel.calculate(False)
-        .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.LE).value("requests"))
-        .y_axis(heatmap.YAxisConfig().unit(y_unit).axis_placement(cm.AxisPlacement.LEFT))
-        .color(
-            heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Spectral")
-            .scale(hm.HeatmapColorScale.EXPONENTIAL).exponent(0.5).steps(64)
-        )
-        .cell_values(heatmap.CellValues().unit("short"))
-        .show_value(cm.VisibilityMode.NEVER)
-        .cell_gap(1)
-    )
-
-
-def tabular(title: str, description: str, unit: str, *queries: Q, renames: dict[str, str],
-            units: dict[str, str] | None = None, mappings: dict[str, dict[str, str]] | None = None,
-            w: int = 12, h: int = 8) -> table.Panel:
-    """A table of instant queries merged on their labels, ``Value #A`` ... renamed."""
-    panel = _common(table.Panel(), title, description, unit, queries, w=w, h=h)
-    panel = panel.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
-    panel = panel.with_transformation(dm.DataTransformerConfig(
-        id_val="organize",
-        options={"excludeByName": {"Time": True}, "renameByName": renames},
-    ))
-    for name, field_unit in (units or {}).items():
-        unit_value = dm.DynamicConfigValue(id_val="unit", value=field_unit)
-        panel = panel.override_by_name(name, [unit_value])
-    for name, texts in (mappings or {}).items():
-        value_map = dm.ValueMap(options={
-            key: dm.ValueMappingResult(text=text, index=i)
-            for i, (key, text) in enumerate(texts.items())
-        })
-        panel = panel.override_by_name(name, [dm.DynamicConfigValue(id_val="mappings",
-                                                                    value=[value_map])])
-    return panel
-
-
-def colour(name_regexp: str, colour_name: str) -> tuple[str, list[dm.DynamicConfigValue]]:
-    """An override giving fields whose name matches ``name_regexp`` a fixed colour."""
-    return name_regexp, [dm.DynamicConfigValue(
-        id_val="color", value={"mode": "fixed", "fixedColor": colour_name},
-    )]
-
-
-# ------------------------------------------------------------------- variables
-
-
-def _query_variable(name: str, label: str, query: str, description: str, *,
-                    with_all: bool = True) -> dash.QueryVariable:
-    """A variable listing a label's values; with "All" (regex ``.*``) unless ``with_all``."""
-    variable = (
-        dash.QueryVariable(name).label(label).description(description).datasource(DS)
-        .query(query).refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(dm.VariableSort.ALPHABETICAL_ASC)
-    )
-    if with_all:
-        variable = variable.multi(True).include_all(True).all_value(".*").current(
-            dm.VariableOption(selected=True, text=["All"], value=["$__all"])
-        )
-    return variable
-
-
-def variables(*extra: str) -> list[dash.DatasourceVariable | dash.QueryVariable]:
-    """Data source and target filters, then the ``extra`` ones (model, project, arch)."""
-    found: list[dash.DatasourceVariable | dash.QueryVariable] = [
-        dash.DatasourceVariable("datasource").label("Data source").type("prometheus").description(
-            "The Prometheus that scrapes the exporters (job claude-code)."
-        ),
-        _query_variable("job", "Job", "label_values(claude_code_exporter_build_info, job)",
-                        "Scrape job(s) of the exporters."),
-        _query_variable("instance", "Instance", 'label_values(up{job=~"$job"}, instance)',
-                        "Exporters (one per machine), including those that are down."),
-        _query_variable("user", "User", 'label_values(up{job=~"$job"}, user)',
-                        "The `user` target label, if your scrape config sets one."),
-    ]
-    targets = '{job=~"$job", instance=~"$instance"}'
-    per_request = f"claude_code_requests_total{targets}"
-    known = {
-        "model": _query_variable("model", "Model", f"label_values({per_request}, model)",
-                                 "Model id as recorded in the transcripts."),
-        "project": _query_variable("project", "Project", f"label_values({per_request}, project)",
-                                   "Project label (policy set by the exporter's project_label)."),
-        "arch": _query_variable(
-            "arch", "Architecture",
-            f"label_values(claude_code_kv_bytes_per_token{targets}, arch)",
-            "Reference architecture for the per-request KV heatmap.", with_all=False,
-        ),
-    }
-    return found + [known[name] for name in extra]
-
-
-# ------------------------------------------------------------------ dashboards
-
-AnyPanel = ts.Panel | stat.Panel | bargauge.Panel | heatmap.Panel | table.Panel
+AnyPanel = ts.Panel | stat.Panel | bargauge.Panel | heatmap.Panel | table.Panel | text.Panel
 Row = tuple[str, list[AnyPanel]]
 
 
@@ -343,329 +169,312 @@ def _layout(panels: Sequence[dm.Panel | dm.RowPanel]) -> None:
         line = max(line, pos.h)
 
 
+
+
 def usage() -> dm.Dashboard:
-    """Usage & cost: spend against the budgets, by model, token type and project."""
+    """Usage & cost: today against the budgets, cost per day and hour, tokens and requests."""
     mp = (MODEL, PROJECT)
-    cost = "claude_code_cost_usd_total"
-    in_range = "[$__range]"
-    spend = row(
-        "Spend and budgets",
+    all_scope = ("All models and projects: a budget is for everything an exporter counts, "
+                 "whatever $model and $project say.")
+    budgets = row(
+        "Today and the budgets (all models and projects)",
         [
-            single("Spent, last 24 h", "Estimated list-price USD of the last 24 hours (rolling), "
-                   "from the recording rule claude_code:cost_usd:increase1d: the figure the "
-                   "daily-budget alert compares. All models and projects.",
-                   "currencyUSD", Q(f"sum(claude_code:cost_usd:increase1d{sel()})"),
-                   sparkline=True),
+            single("Spent today", "Estimated list-price USD since midnight in the dashboard's "
+                   "time zone (Dashboard settings → Time zone; the browser's by default). "
+                   + all_scope, "currencyUSD", Q(f"sum({in_range(COST)})", instant=True),
+                   time=TODAY, decimals=2, w=4, h=5),
             single("Daily budget", "claude_code_budget_usd{period=\"day\"} from the exporters' "
-                   "configuration (budget_day_usd), summed over the selected exporters. "
-                   "No value: no budget set.", "currencyUSD",
-                   Q(f'sum(claude_code_budget_usd{sel(DAY)} > 0)')),
-            single("Spent, last 30 days", "Estimated USD of the last 30 days (rolling), from "
-                   "claude_code:cost_usd:increase30d (the hourly spend summed at each full hour; "
-                   "needs more than 30 days of Prometheus retention to be complete).",
-                   "currencyUSD", Q(f"sum(claude_code:cost_usd:increase30d{sel()})"),
-                   sparkline=True),
-            single("Monthly budget", "claude_code_budget_usd{period=\"month\"} (budget_month_usd), "
-                   "summed over the selected exporters. No value: no budget set.", "currencyUSD",
-                   Q(f'sum(claude_code_budget_usd{sel(MONTH)} > 0)')),
-            single("Spend rate, last 15 min (USD/h)", "USD per hour over the last 15 minutes "
-                   "(claude_code:cost_usd_per_hour:rate15m), the spend-spike alert's input.",
-                   "currencyUSD", Q(f"sum(claude_code:cost_usd_per_hour:rate15m{sel()})"),
-                   sparkline=True),
-            single("Spent in the selected range", "Estimated USD in the dashboard's time range, "
-                   "for the selected models and projects. Pick \"Today so far\" in the time "
-                   "picker for the calendar day.", "currencyUSD",
-                   Q(f"sum(increase({cost}{sel(*mp)}{in_range}))", instant=True)),
-            bars("Daily budget used, per exporter", "Last 24 h spend / daily budget for each "
-                 "exporter (as the ClaudeCodeDailyBudgetExceeded alert compares them). Over 100 %: "
-                 "the alert fires after 5 minutes.", "percentunit",
-                 Q(f"claude_code:cost_usd:increase1d{sel()} / ignoring (period) "
-                   f'(claude_code_budget_usd{sel(DAY)} > 0)',
-                   "{{user}} {{instance}}"), w=12, h=6, thresholds=BUDGET, maximum=1),
-            bars("Monthly budget used, per exporter", "Last 30 days spend / monthly budget for "
-                 "each exporter (ClaudeCodeMonthlyBudgetExceeded).", "percentunit",
-                 Q(f"claude_code:cost_usd:increase30d{sel()} / ignoring (period) "
-                   f'(claude_code_budget_usd{sel(MONTH)} > 0)',
-                   "{{user}} {{instance}}"), w=12, h=6, thresholds=BUDGET, maximum=1),
+                   "configuration (budget_day_usd), summed over the selected exporters.",
+                   "currencyUSD", Q(f"sum(claude_code_budget_usd{sel(DAY)} > 0)", instant=True),
+                   no_value="not set", w=4, h=5),
+            bars("Today / daily budget", "Spend since midnight / daily budget, per "
+                 "exporter. The alert ClaudeCodeDailyBudgetExceeded compares a rolling 24 hours "
+                 "instead (it has no time zone), so it can fire before this reaches 100 % in the "
+                 "morning after a busy evening.", "percentunit",
+                 Q(f"{PER_EXPORTER} ({in_range(COST)}) / {PER_EXPORTER} "
+                   f"(claude_code_budget_usd{sel(DAY)} > 0)", EXPORTER_LEGEND, instant=True),
+                 time=TODAY, thresholds=BUDGET, maximum=1, no_value="no daily budget", w=4, h=5),
+            single("Spent, last 30 days", "Estimated USD of the last 30 days (rolling), from the "
+                   "exporters' cost counters: complete from the first scrape after a backfill. "
+                   "Needs a Prometheus retention over 30 days. " + all_scope, "currencyUSD",
+                   Q(f"sum({in_range(COST, window='30d')})", instant=True), decimals=2, w=4, h=5),
+            single("Monthly budget", "claude_code_budget_usd{period=\"month\"} "
+                   "(budget_month_usd), summed over the selected exporters.", "currencyUSD",
+                   Q(f"sum(claude_code_budget_usd{sel(MONTH)} > 0)", instant=True),
+                   no_value="not set", w=4, h=5),
+            bars("30 days / monthly budget", "Rolling 30-day spend / monthly "
+                 "budget per exporter, as ClaudeCodeMonthlyBudgetExceeded compares them.",
+                 "percentunit",
+                 Q(f"{PER_EXPORTER} ({in_range(COST, window='30d')}) / {PER_EXPORTER} "
+                   f"(claude_code_budget_usd{sel(MONTH)} > 0)", EXPORTER_LEGEND, instant=True),
+                 thresholds=BUDGET, maximum=1, no_value="no monthly budget", w=4, h=5),
+            timeseries("Cost per day, last 30 days (dashed: daily budget)", "Estimated USD "
+                       "per calendar day (midnight to midnight in the dashboard's time zone) by "
+                       "model, today so far on the right; the dashed line is today's daily "
+                       "budget. The legend's Total is the 30 days. " + all_scope, "currencyUSD",
+                       Q(f"sum by (model) ({per_bar(COST, window='1d')}) > 0", "{{model}}"),
+                       Q(f"sum(claude_code_budget_usd{sel(DAY)} @ {NOW_S} > 0)", "daily budget"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=LAST_30_DAYS,
+                       decimals=2, overrides=[dashed_line("daily budget", "red")], w=24, h=9),
         ],
     )
-    costs = row(
-        "Cost",
+    money = row(
+        "Where the money goes (model $model, project $project)",
         [
-            timeseries("Spend rate by model (USD/h)", "Estimated USD per hour, by model, for the "
-                       "selected models and projects.", "currencyUSD",
-                       Q(f"sum by (model) (rate({cost}{sel(*mp)}[$__rate_interval])) * 3600",
-                         "{{model}}"), stacked=True),
-            timeseries("Spend rate by token type (USD/h)", "Estimated USD per hour by token type: "
+            timeseries("Cost per hour by model", "Estimated USD per hour (each bar is one "
+                       "hour, the current one still growing), by model. The legend's Total is "
+                       "the selected range.", "currencyUSD",
+                       Q(f"sum by (model) ({per_bar(COST, *mp)}) > 0", "{{model}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY, decimals=2,
+                       h=9),
+            timeseries("Cost per hour by token type", "Estimated USD per hour by token type: "
                        "input, output, cache_read, cache_write_5m, cache_write_1h. Cache writes "
-                       "cost 1.25x (5 min) or 2x (1 h) input, reads 0.1x.", "currencyUSD",
-                       Q(f"sum by (type) (rate({cost}{sel(*mp)}[$__rate_interval])) * 3600",
-                         "{{type}}"), stacked=True),
-            bars("Cost by model, selected range", "Estimated USD per model in the time range.",
-                 "currencyUSD",
-                 Q(f"sum by (model) (increase({cost}{sel(*mp)}{in_range}))", "{{model}}",
-                   instant=True)),
-            bars("Cost by token type, selected range", "Estimated USD per token type in the time "
-                 "range.", "currencyUSD",
-                 Q(f"sum by (type) (increase({cost}{sel(*mp)}{in_range}))", "{{type}}",
-                   instant=True)),
+                       "cost 1.25x (5 min) or 2x (1 h) the input price, reads 0.1x.",
+                       "currencyUSD", Q(f"sum by (type) ({per_bar(COST, *mp)}) > 0", "{{type}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY, decimals=2,
+                       h=9),
+            single("Spent in the selected range", "Estimated USD in the dashboard's time range "
+                   "for the selected models and projects.", "currencyUSD",
+                   Q(f"sum({in_range(COST, *mp)})", instant=True), decimals=2, w=4, h=7),
+            single("Cache-read share, selected range", "Cache reads / all prompt tokens (input "
+                   "+ cache reads + cache writes). Agent workloads read 85-97 % of their prompt "
+                   "from the cache; the seed report: 96.9 %.", "percentunit",
+                   Q(f"sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
+                     f"sum({in_range(TOKENS, *mp, PROMPT_TYPES)})", instant=True),
+                   thresholds=thresholds((None, "red"), (0.5, "orange"), (0.85, "green")),
+                   decimals=1, w=4, h=7),
             bars("Top projects by cost, selected range", "The ten projects with the highest "
                  "estimated USD in the time range (project label policy: project_label).",
                  "currencyUSD",
-                 Q(f"topk(10, sum by (project) (increase({cost}{sel(*mp)}{in_range})))",
-                   "{{project}}", instant=True)),
-            timeseries("Spend per exporter, hourly average (USD/h)", "USD per hour over the last "
-                       "hour per exporter (recording rule claude_code:cost_usd_per_hour:rate1h). "
-                       "All models and projects.", "currencyUSD",
-                       Q(f"sum by (instance, user) (claude_code:cost_usd_per_hour:rate1h{sel()})",
-                         "{{user}} {{instance}}")),
-            timeseries("Spend by model, hourly average (USD/h)", "USD per hour over the last hour "
-                       "by model (recording rule claude_code:cost_usd_per_hour_by_model:rate1h).",
-                       "currencyUSD",
-                       Q("sum by (model) "
-                         f"(claude_code:cost_usd_per_hour_by_model:rate1h{sel(MODEL)})",
-                         "{{model}}")),
+                 Q(f"topk(10, sum by (project) ({in_range(COST, *mp)}) > 0)", "{{project}}",
+                   instant=True), decimals=2, w=8, h=7),
+            bars("Top projects by requests, selected range", "The ten projects with the most "
+                 "billed requests in the time range (projects without any are left out).",
+                 "short",
+                 Q(f"topk(10, round(sum by (project) ({in_range(REQUESTS, *mp)})) > 0)",
+                   "{{project}}", instant=True), w=8, h=7),
         ],
     )
     tokens = row(
-        "Tokens and requests",
+        "Requests and tokens (model $model, project $project)",
         [
-            timeseries("Tokens by type", "Tokens per second by type. Prompt tokens are input + "
-                       "cache_read + cache writes; agent workloads are mostly cache reads.",
-                       "count:tok/s",
-                       Q("sum by (type) (rate(claude_code_tokens_total"
-                         f"{sel(*mp)}[$__rate_interval]))", "{{type}}"), stacked=True),
-            timeseries("Requests by source", "Billed API requests per second: main chain, "
-                       "subagents (sidechains) and compaction calls.", "reqps",
-                       Q("sum by (source) (rate(claude_code_requests_total"
-                         f"{sel(*mp)}[$__rate_interval]))", "{{source}}"), stacked=True),
-            single("Requests, selected range", "Billed API requests in the time range (the seed: "
-                   "1,299 requests in 4 sessions over 3 days).", "short",
-                   Q(f"sum(increase(claude_code_requests_total{sel(*mp)}{in_range}))",
-                     instant=True), w=4, h=8),
+            timeseries("Requests per hour by source", "Billed API requests per hour: main "
+                       "chain, subagents (sidechains) and compaction calls.", "short",
+                       Q(f"round(sum by (source) ({per_bar(REQUESTS, *mp)})) > 0", "{{source}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY),
+            timeseries("Tokens per hour by type", "Tokens per hour by type. Prompt tokens are "
+                       "input + cache_read + cache writes; agent workloads are mostly cache "
+                       "reads.", "count:tok",
+                       Q(f"round(sum by (type) ({per_bar(TOKENS, *mp)})) > 0", "{{type}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY),
+            single("Requests, selected range", "Billed API requests in the time range (the "
+                   "seed report: 1,299 requests in 4 sessions over 3 days).", "short",
+                   Q(f"round(sum({in_range(REQUESTS, *mp)}))", instant=True), w=4),
             single("Tokens, selected range", "All tokens (every type) in the time range.",
-                   "count:tok",
-                   Q(f"sum(increase(claude_code_tokens_total{sel(*mp)}{in_range}))",
-                     instant=True), w=4, h=8),
-            single("Unpriced tokens, selected range", "Tokens of models with no known price: "
-                   "their cost is missing from every USD figure. Add the model under [pricing] "
-                   "in the exporter's config.", "count:tok",
-                   Q(f"sum(increase(claude_code_unpriced_tokens_total{sel(MODEL)}{in_range}))",
+                   "count:tok", Q(f"round(sum({in_range(TOKENS, *mp)}))", instant=True), w=4),
+            single("Unpriced tokens (all projects)", "Tokens of models with no known price in "
+                   "the time range: their cost is missing from every USD figure. Add the model "
+                   "under [pricing] in the exporter's config. This counter has a model label "
+                   "but no project label, so $project does not apply.", "count:tok",
+                   Q(f"round(sum({in_range('claude_code_unpriced_tokens_total', MODEL)}))",
                      instant=True),
-                   thresholds=_thresholds((None, "green"), (1, "orange")), w=4, h=8),
-            bars("Requests by project, selected range", "The ten projects with the most requests "
-                 "in the time range.", "short",
-                 Q("topk(10, sum by (project) (increase(claude_code_requests_total"
-                   f"{sel(*mp)}{in_range})))", "{{project}}", instant=True), w=12, h=8),
+                   thresholds=thresholds((None, "green"), (1, "orange")), w=4),
+            note("Sessions", "**Top sessions are not here.** The metrics carry no session "
+                 "label (one series per session would grow without bound), so Prometheus "
+                 "cannot rank sessions. The exporter's ledger can: run "
+                 "`claude-code-exporter report` on the machine.", w=12, h=4),
         ],
     )
     return board(
         "claude-code-usage", "Claude Code / Usage & cost",
-        "Estimated list-price spend of Claude Code against the budgets, by model, token type "
-        "and project, from claude-code-exporter.",
-        variables("model", "project"), [spend, costs, tokens],
+        "Estimated list-price spend of Claude Code: today against the daily budget, cost per "
+        "day and per hour by model, token type and project, requests and tokens.",
+        variables("model", "project"), [budgets, money, tokens],
     )
 
 
 GAP_NAMES = {"first": "first request", "lt_5m": "≤ 5 min", "5m_to_1h": "5 min – 1 h",
              "gt_1h": "> 1 h"}
+#: Row order of the gap table: by gap, the first request of a session (no gap) last.
+GAP_ORDER = {"lt_5m": "1", "5m_to_1h": "2", "gt_1h": "3", "first": "4"}
+#: Coarse ranges of the gap histogram (upper bounds in seconds, None: +Inf)
+#: with their names and colours: green within the 5-minute cache TTL, orange
+#: where only a 1-hour cache survives, red past both.
+GAP_RANGES = (
+    (None, "10", "≤ 10 s", "green"), ("10", "30", "10-30 s", "green"),
+    ("30", "60", "30-60 s", "green"), ("60", "120", "1-2 min", "green"),
+    ("120", "300", "2-5 min", "green"), ("300", "900", "5-15 min", "orange"),
+    ("900", "3600", "15-60 min", "orange"), ("3600", "14400", "1-4 h", "red"),
+    ("14400", "86400", "4-24 h", "red"), ("86400", None, "> 24 h", "red"),
+)
+NO_MODEL_NO_PROJECT = ("These counters have no model or project label: $model and $project do "
+                       "not apply.")
 
 
-def _gap_share(le: str, above: bool) -> str:
-    """Share of idle gaps at or below (or above) the bucket bound ``le`` seconds."""
-    bound = f'le="{le}"'
-    gaps = f"sum(increase(claude_code_request_gap_seconds_count{sel()}[$__range]))"
-    below = f"sum(increase(claude_code_request_gap_seconds_bucket{sel(bound)}[$__range]))"
-    return f"({gaps} - {below}) / {gaps}" if above else f"{below} / {gaps}"
+def _gap_ordered(expr: str) -> str:
+    """``expr`` with an ``order`` label by gap bucket, for sorting the table's rows."""
+    for gap, order in GAP_ORDER.items():
+        expr = f'label_replace({expr}, "order", "{order}", "gap", "{gap}")'
+    return expr
 
 
-def _rewritten(gaps: str) -> str:
-    """Share of prompt tokens written to the cache for requests after the ``gaps`` buckets."""
-    tokens = "claude_code_prompt_tokens_after_gap_total"
-    bucket = f'gap=~"{gaps}"'
-    write = f"sum(increase({tokens}{sel(bucket, CACHE_WRITE)}[$__range]))"
-    every = f"sum(increase({tokens}{sel(bucket, GAP_TYPES)}[$__range]))"
-    return f"{write} / ({every} > 0)"
+def _gap_range(low: str | None, high: str | None) -> str:
+    """Requests whose idle gap fell in (low, high] seconds, in the selected range."""
+    gap = "claude_code_request_gap_seconds_bucket"
+    upto = f"sum({in_range(gap, 'le=' + _le(high))})"
+    if low is None:
+        return f"round({upto})"
+    return f"round({upto} - sum({in_range(gap, 'le=' + _le(low))}))"
+
+
+def _le(bound: str | None) -> str:
+    """A quoted ``le`` value: the bound, or ``+Inf`` for None."""
+    return '"+Inf"' if bound is None else f'"{bound}"'
+
+
+def _gap_bars() -> bargauge.Panel:
+    """Requests per coarse gap range in the selected range, coloured by the TTLs they outlived."""
+    queries = [Q(_gap_range(low, high), name, instant=True)
+               for low, high, name, _ in GAP_RANGES]
+    return bars(
+        "Idle gap before each request, selected range", "Main-chain requests by the time since "
+        "the session's previous request. Green: within the 5-minute cache TTL; orange: only a "
+        "1-hour cache survives; red: both expired, the whole context is written again. "
+        + NO_MODEL_NO_PROJECT, "short", *queries,
+        overrides=[colour(f"^{name}$", hue) for _, _, name, hue in GAP_RANGES], w=6, h=9,
+    )
 
 
 def cache() -> dm.Dashboard:
-    """Cache & context: cache reads, rewrite after idle gaps, context and output sizes."""
+    """Cache & context: cache-read share, cache rewrites after idle gaps, context sizes."""
     mp = (MODEL, PROJECT)
     ctx, out, gap = ("claude_code_request_context_tokens", "claude_code_request_output_tokens",
                      "claude_code_request_gap_seconds")
     after_gap = "claude_code_requests_after_gap_total"
     prompt_after_gap = "claude_code_prompt_tokens_after_gap_total"
-    share_steps = _thresholds((None, "red"), (0.5, "orange"), (0.85, "green"))
+    share_steps = thresholds((None, "red"), (0.5, "orange"), (0.85, "green"))
     prompt_cache = row(
-        "Prompt cache",
+        "Prompt cache (model $model, project $project)",
         [
             single("Cache-read share, selected range", "Cache reads / all prompt tokens (input + "
-                   "cache reads + cache writes). The seed: 96.9 %; agent workloads 85-97 %. "
-                   "Under 50 % with real traffic raises ClaudeCodeCacheReadShareLow.",
-                   "percentunit",
-                   Q("sum(increase(claude_code_tokens_total"
-                     f"{sel(*mp, CACHE_READ)}[$__range])) / "
-                     f"sum(increase(claude_code_tokens_total{sel(*mp, PROMPT_TYPES)}[$__range]))",
-                     instant=True), thresholds=share_steps, decimals=1, w=6),
-            single("Prompt rewritten after ≤ 5 min idle", "Share of the prompt written to the "
-                   "cache by requests that followed at most 5 minutes idle (gap bucket lt_5m), "
-                   "selected range. The seed: 2.1 %.", "percentunit",
-                   Q(_rewritten("lt_5m"), instant=True), decimals=1, w=6),
-            single("Prompt rewritten after > 5 min idle", "The same for requests after more than "
-                   "5 minutes idle (buckets 5m_to_1h and gt_1h): the 5-minute cache has expired.",
-                   "percentunit", Q(_rewritten("5m_to_1h|gt_1h"), instant=True), decimals=1,
-                   w=6),
-            single("Prompt rewritten after > 1 h idle", "The same after more than an hour idle "
-                   "(gt_1h): both cache TTLs have expired and the whole context is re-written. "
-                   "The seed: 85.5 %.", "percentunit",
-                   Q(_rewritten("gt_1h"), instant=True), decimals=1, w=6),
-            tabular("Idle gap and cache rewrite (the seed's table)", "Per gap bucket (time since "
-                    "the session's previous main-chain request): requests, their share of all "
-                    "gaps (the first request of a session has none), and the share of their "
-                    "prompt tokens written to the cache, selected range. The seed: ≤ 5 min "
-                    "96.5 % of gaps / 2.1 % written; > 1 h 1.0 % / 85.5 %.", "percentunit",
-                    Q(f"sum by (gap) (increase({after_gap}{sel()}[$__range]))",
+                   "cache reads + cache writes). The seed report: 96.9 %; agent workloads "
+                   "85-97 %. Under 50 % in an hour with real traffic raises "
+                   "ClaudeCodeCacheReadShareLow.", "percentunit",
+                   Q(f"sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
+                     f"sum({in_range(TOKENS, *mp, PROMPT_TYPES)})", instant=True),
+                   thresholds=share_steps, decimals=1, w=6, h=8),
+            timeseries("Cache-read share per hour", "Cache reads / prompt tokens of each hour "
+                       "(hours without requests have no bar); the dashed line is the 50 % "
+                       "threshold of ClaudeCodeCacheReadShareLow.", "percentunit",
+                       Q(f"sum({per_bar(TOKENS, *mp, CACHE_READ)}) / "
+                         f"(sum({per_bar(TOKENS, *mp, PROMPT_TYPES)}) > 0)", "cache-read share"),
+                       drawn_as_bars=True, time=HOURLY, max_value=1,
+                       lines=thresholds((None, "red"), (0.5, "green")), w=9, h=8),
+            timeseries("Prompt tokens per hour by type", "Prompt tokens per hour: input, cache "
+                       "reads and cache writes (5-minute and 1-hour TTL).", "count:tok",
+                       Q(f"round(sum by (type) ({per_bar(TOKENS, *mp, PROMPT_TYPES)})) > 0",
+                         "{{type}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY, w=9, h=8),
+        ],
+    )
+    gaps = row(
+        "Idle gaps and cache rewrites (all models and projects)",
+        [
+            tabular("Idle gap and cache rewrite (the seed report's table)", "Per gap bucket "
+                    "(time since the session's previous main-chain request): requests, their "
+                    "share of all gaps (a session's first request has none), and the share of "
+                    "their prompt tokens written to the cache, selected range. The seed report: "
+                    "≤ 5 min 96.5 % of gaps / 2.1 % written; > 1 h 1.0 % / 85.5 %. "
+                    + NO_MODEL_NO_PROJECT, "percentunit",
+                    Q(_gap_ordered(f"round(sum by (gap) ({in_range(after_gap)}))"),
                       instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    Q(f"sum by (gap) (increase({after_gap}{sel(NOT_FIRST)}[$__range]))"
-                      " / on () group_left () "
-                      f"sum(increase({after_gap}{sel(NOT_FIRST)}[$__range]))",
+                    Q(_gap_ordered(f"sum by (gap) ({in_range(after_gap, NOT_FIRST)})"
+                                   " / on () group_left () "
+                                   f"sum({in_range(after_gap, NOT_FIRST)})"),
                       instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    Q(f"sum by (gap) (increase({prompt_after_gap}"
-                      f"{sel(CACHE_WRITE)}[$__range])) / (sum by (gap) "
-                      f"(increase({prompt_after_gap}"
-                      f"{sel(GAP_TYPES)}[$__range])) > 0)",
+                    Q(_gap_ordered(f"sum by (gap) ({in_range(prompt_after_gap, CACHE_WRITE)}) "
+                                   f"/ (sum by (gap) ({in_range(prompt_after_gap, GAP_TYPES)})"
+                                   " > 0)"),
                       instant=True, fmt=pm.PromQueryFormat.TABLE),
                     renames={"gap": "Idle gap before the request", "Value #A": "Requests",
                              "Value #B": "Share of gaps",
                              "Value #C": "Share of prompt written to cache"},
-                    units={"Requests": "short"},
-                    mappings={"Idle gap before the request": GAP_NAMES}),
-            timeseries("Prompt rewritten after idle, per exporter (24 h)", "Recording rules "
-                       "claude_code:cache_write_share_after_5m_idle:rate1d and "
-                       "..._after_1h_idle:rate1d, and the ≤ 5 min bucket of "
-                       "claude_code:cache_write_share_by_gap:rate1d: rolling one-day shares per "
-                       "exporter.", "percentunit",
-                       Q(f"claude_code:cache_write_share_by_gap:rate1d{sel(LT_5M)}",
-                         "{{user}} {{instance}} ≤ 5 min"),
-                       Q(f"claude_code:cache_write_share_after_5m_idle:rate1d{sel()}",
-                         "{{user}} {{instance}} > 5 min"),
-                       Q(f"claude_code:cache_write_share_after_1h_idle:rate1d{sel()}",
-                         "{{user}} {{instance}} > 1 h")),
-            timeseries("Cache-read share per exporter (1 h)", "Recording rule "
-                       "claude_code:cache_read_share:rate1h; the dashed line is the 50 % "
-                       "threshold of ClaudeCodeCacheReadShareLow.", "percentunit",
-                       Q(f"claude_code:cache_read_share:rate1h{sel()}", "{{user}} {{instance}}"),
-                       lines=_thresholds((None, "red"), (0.5, "green"))),
-            timeseries("Prompt tokens by type", "Prompt tokens per second: input, cache reads and "
-                       "cache writes (5 min and 1 h TTL).", "count:tok/s",
-                       Q("sum by (type) (rate(claude_code_tokens_total"
-                         f"{sel(*mp, PROMPT_TYPES)}[$__rate_interval]))", "{{type}}"),
-                       stacked=True),
+                    units={"Requests": "short"}, hidden=("order",), sort_by="order",
+                    mappings={"Idle gap before the request": GAP_NAMES}, w=12, h=9),
+            single("Gap p50, selected range", "Median idle gap between a session's main-chain "
+                   "requests (interpolated within histogram buckets). The seed report: "
+                   "10.7-15.2 s.", "s", Q(quantile(0.5, gap, "$__range"), instant=True),
+                   w=3, h=9),
+            single("Gap p90, selected range", "90th percentile of the gap. The seed report: "
+                   "35-89 s.", "s", Q(quantile(0.9, gap, "$__range"), instant=True),
+                   w=3, h=9),
+            _gap_bars(),
+            timeseries("Requests per hour by idle gap", "Main-chain requests per hour by the "
+                       "gap before them: green within the 5-minute TTL, orange past it, red "
+                       "past an hour (a cold restart), blue a session's first request. "
+                       + NO_MODEL_NO_PROJECT, "short",
+                       Q(f"round(sum by (gap) ({per_bar(after_gap)})) > 0", "{{gap}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY,
+                       overrides=[renamed(key, GAP_NAMES[key], hue) for key, hue in
+                                  (("lt_5m", "green"), ("5m_to_1h", "orange"),
+                                   ("gt_1h", "red"), ("first", "blue"))], w=18, h=8),
+            single("Active sessions now", "Sessions whose last request is younger than the "
+                   "cache TTL (5 minutes, 1 hour): the caches the provider keeps warm for you. "
+                   "A live gauge (not in a backfill). The seed report: at most 3 sessions in "
+                   "one 10-minute window.", "short",
+                   Q(f"sum by (ttl) (claude_code_active_sessions{sel()})", "TTL {{ttl}}",
+                     instant=True), no_value="none", w=6, h=8),
         ],
     )
     context = row(
-        "Context size per request",
+        "Context and output per request (model $model; all projects)",
         [
-            single("Context p50, selected range", "Median prompt size (input + cache read + cache "
-                   "writes) per request, from the histogram (interpolated within buckets). The "
-                   "seed: 456,875 tokens.", "count:tok",
-                   Q(quantile(0.5, ctx, "$__range", MODEL), instant=True), w=4, h=8),
-            single("Context p90, selected range", "90th percentile of the prompt size. The seed: "
-                   "842,140 tokens.", "count:tok",
-                   Q(quantile(0.9, ctx, "$__range", MODEL), instant=True), w=4, h=8),
+            single("Context p50, selected range", "Median prompt size (input + cache read + "
+                   "cache writes) per request, from the histogram (interpolated within "
+                   "buckets). The seed report: 456,875 tokens. The histograms have a model "
+                   "label but no project label.", "count:tok",
+                   Q(f"round({quantile(0.5, ctx, '$__range', MODEL)})", instant=True)),
+            single("Context p90, selected range", "90th percentile of the prompt size. The "
+                   "seed report: 842,140 tokens.", "count:tok",
+                   Q(f"round({quantile(0.9, ctx, '$__range', MODEL)})", instant=True)),
             single("Context mean, selected range", "Mean prompt size per request.", "count:tok",
-                   Q(f"sum(increase({ctx}_sum{sel(MODEL)}[$__range])) / "
-                     f"sum(increase({ctx}_count{sel(MODEL)}[$__range]))", instant=True),
-                   w=4, h=8),
-            timeseries("Context p50 / p90, 1-hour window", "Percentiles of the prompt size over "
-                       "the preceding hour.", "count:tok",
-                       Q(quantile(0.5, ctx, "1h", MODEL), "p50"),
-                       Q(quantile(0.9, ctx, "1h", MODEL), "p90")),
-            heat("Context size distribution", "Requests per context-size bucket over time "
-                 "(bucket bounds 1k ... 1M tokens). Long agent sessions climb towards the top "
-                 "until a compaction.", "count:tok", Q(buckets(ctx, MODEL), "{{le}}",
-                                                       fmt=pm.PromQueryFormat.HEATMAP), w=24),
-        ],
-    )
-    gaps = row(
-        "Idle gaps (prompt-cache TTL 5 min and 1 h)",
-        [
-            single("Gaps ≤ 5 min", "Share of gaps between a session's main-chain requests of at "
-                   "most 5 minutes: the 5-minute cache is still warm. The seed: 96.5 %.",
-                   "percentunit", Q(_gap_share("300", above=False), instant=True), decimals=1),
-            single("Gaps > 5 min", "Share of gaps over 5 minutes (5-minute cache expired). The "
-                   "seed: 3.5 %.", "percentunit", Q(_gap_share("300", above=True), instant=True),
-                   decimals=1),
-            single("Gaps > 1 h", "Share of gaps over an hour (both TTLs expired). The seed: "
-                   "1.0 % (13 requests).", "percentunit",
-                   Q(_gap_share("3600", above=True), instant=True), decimals=1),
-            single("Requests after > 1 h idle", "Requests after more than an hour idle in the "
-                   "time range: each re-writes its whole context to the cache.", "short",
-                   Q(f"sum(increase({after_gap}{sel(GT_1H)}[$__range]))", instant=True)),
-            single("Gap p50, selected range", "Median gap between a session's requests. The seed: "
-                   "10.7-15.2 s.", "s", Q(quantile(0.5, gap, "$__range"), instant=True)),
-            single("Gap p90, selected range", "90th percentile of the gap. The seed: 35-89 s.",
-                   "s", Q(quantile(0.9, gap, "$__range"), instant=True)),
-            heat("Idle gap before each request", "Requests per gap bucket over time; the rows "
-                 "le=300 and le=3600 end at the 5-minute and 1-hour cache TTLs.", "s",
-                 Q(buckets(gap), "{{le}}", fmt=pm.PromQueryFormat.HEATMAP)),
-            timeseries("Gap p50 / p90, 1-hour window", "Percentiles of the idle gap over the "
-                       "preceding hour; the dashed lines are the cache TTLs (300 s, 3600 s).",
-                       "s", Q(quantile(0.5, gap, "1h"), "p50"), Q(quantile(0.9, gap, "1h"), "p90"),
-                       lines=_thresholds((None, "green"), (300, "orange"), (3600, "red")),
-                       log=True),
-            _gap_bars(),
-            timeseries("Requests by gap bucket", "Main-chain requests per second by the gap "
-                       "before them (first, lt_5m, 5m_to_1h, gt_1h).", "reqps",
-                       Q(f"sum by (gap) (rate({after_gap}{sel()}[$__rate_interval]))", "{{gap}}"),
-                       stacked=True),
-        ],
-    )
-    output = row(
-        "Output and sessions",
-        [
-            single("Output p50, selected range", "Median output tokens per request. The seed: "
-                   "582.", "count:tok", Q(quantile(0.5, out, "$__range", MODEL), instant=True),
-                   w=6, h=8),
-            single("Output p90, selected range", "90th percentile of output tokens per request. "
-                   "The seed: 3,321.", "count:tok",
-                   Q(quantile(0.9, out, "$__range", MODEL), instant=True), w=6, h=8),
-            timeseries("Active sessions", "Sessions whose last request is younger than the cache "
-                       "TTL (5 min, 1 h). The seed: at most 3 sessions in one 10-minute window.",
-                       "short",
-                       Q(f"sum by (ttl) (claude_code_active_sessions{sel()})", "TTL {{ttl}}"),
-                       h=8),
-            heat("Output size distribution", "Requests per output-size bucket over time (10 ... "
-                 "64k tokens): long prefixes, short outputs.", "count:tok",
-                 Q(buckets(out, MODEL), "{{le}}", fmt=pm.PromQueryFormat.HEATMAP), w=24, h=8),
+                   Q(f"round(sum({in_range(ctx + '_sum', MODEL)}) / "
+                     f"sum({in_range(ctx + '_count', MODEL)}))", instant=True)),
+            single("Output p50, selected range", "Median output tokens per request. The seed "
+                   "report: 582.", "count:tok",
+                   Q(f"round({quantile(0.5, out, '$__range', MODEL)})", instant=True), w=6),
+            single("Output p90, selected range", "90th percentile of output tokens per "
+                   "request. The seed report: 3,321.", "count:tok",
+                   Q(f"round({quantile(0.9, out, '$__range', MODEL)})", instant=True), w=6),
+            heat("Context size per request, per hour", "Requests per hour per context-size "
+                 "bucket (bounds 1k ... 1M tokens). Long agent sessions climb towards the top "
+                 "until a compaction.", "count:tok",
+                 Q(buckets(ctx, MODEL), "{{le}}", fmt=pm.PromQueryFormat.HEATMAP), w=24, h=9),
         ],
     )
     return board(
         "claude-code-cache", "Claude Code / Cache & context",
         "Prompt-cache behaviour of Claude Code: cache-read share, cache rewrites after idle "
-        "gaps (5 min and 1 h TTLs), context and output sizes, active sessions.",
-        variables("model", "project"), [prompt_cache, context, gaps, output],
+        "gaps (5-minute and 1-hour TTLs), context and output sizes, active sessions.",
+        variables("model", "project"), [prompt_cache, gaps, context],
     )
 
 
-def _gap_bars() -> bargauge.Panel:
-    """Requests per gap bucket in the range, coloured by which cache TTLs they outlived."""
-    warm = "1|2|5|10|15|20|30|45|60|90|120|180|240|300"
-    only_1h = "600|900|1800|3600"
-    cold = "7200|14400|43200|86400|\\+Inf"
-    panel = bars(
-        "Gap distribution, selected range", "Requests per gap bucket (upper bound in seconds). "
-        "Green: within the 5-minute TTL; orange: only a 1-hour cache survives; red: both "
-        "expired.", "short",
-        Q(f"sum by (le) (increase(claude_code_request_gap_seconds_bucket{sel()}[$__range]))",
-          "≤ {{le}} s", instant=True, fmt=pm.PromQueryFormat.HEATMAP),
-        w=12, h=9,
-    )
-    for regexp, properties in (colour(f"^≤ ({warm}) s$", "green"),
-                               colour(f"^≤ ({only_1h}) s$", "orange"),
-                               colour(f"^≤ ({cold}) s$", "red")):
-        panel = panel.override_by_regexp(regexp, properties)
-    return panel
+ESTIMATES = """**Estimates, not measurements.** Anthropic does not publish its models' \
+architecture. These panels apply two *public reference architectures* to the sizes of your \
+requests, to give orders of magnitude:
+
+- `mla`: DeepSeek-V3-like multi-head latent attention, 61 layers × 576 dims × 2 bytes = \
+**70,272 B of KV cache per token**;
+- `gqa`: Llama-3.1-405B-like grouped-query attention, 126 layers × 8 KV heads × 128 dims × \
+2 (K and V) × 2 bytes = **516,096 B per token**;
+- upload: the API is stateless, so every request re-sends the whole conversation: \
+prompt tokens × **4 bytes per token** of request body.
+
+The constants are exporter settings (`kv_bytes_per_token`, `upload_bytes_per_token`). \
+To scale a figure to a provider, multiply: a million sessions like one of yours \
+at 1 Mbit/s each would upload 1 Tbit/s."""
+ASSUMED = " An estimate: see \"About these estimates\" at the top for the assumptions."
 
 
 def _kv_at(q: float, label: str) -> str:
@@ -676,202 +485,211 @@ def _kv_at(q: float, label: str) -> str:
 
 
 def serving() -> dm.Dashboard:
-    """Serving-side estimates: KV-cache bytes, transfer times, warm KV, upload bandwidth."""
+    """Serving-side estimates: KV-cache bytes, transfer times, warm KV, upload."""
     kv_both = f"({_kv_at(0.5, 'p50')} or {_kv_at(0.9, 'p90')})"
-    upload = f"sum(claude_code:upload_bytes_per_second:rate5m{sel()}) * 8"
-    per_session = f'{upload} / sum(claude_code_active_sessions{sel(TTL_5M)})'
     up_hist = "claude_code_request_upload_bytes"
-    p90_hour = quantile(0.9, "claude_code_request_context_tokens", "1h", MODEL)
     transfer_queries = [Q(f"{kv_both} * 8 / {g}e9", instant=True, fmt=pm.PromQueryFormat.TABLE)
                         for g in GBITS]
+    about = row("About these estimates", [note("About these estimates", ESTIMATES, h=5)])
     kv = row(
-        "KV cache per request (estimate)",
+        "KV cache per request (estimates)",
         [
-            bars("KV bytes per token", "Reference architectures (exporter setting "
-                 "kv_bytes_per_token): mla = DeepSeek-V3-like, 61 layers x 576 dims x 2 bytes = "
-                 "70,272 B; gqa = Llama-3.1-405B-like, 126 layers x 8 KV heads x 128 dims x 2 "
-                 "(K, V) x 2 bytes = 516,096 B. Anthropic does not publish its models' shape: "
-                 "these are orders of magnitude.", "decbytes",
+            bars("KV bytes per token, reference architectures", "The constants behind every "
+                 "KV figure (exporter setting kv_bytes_per_token): mla = DeepSeek-V3-like "
+                 "(61 x 576 x 2 B = 70,272 B), gqa = Llama-3.1-405B-like (126 x 8 x 128 x 2 x "
+                 "2 B = 516,096 B), the same for all models. Not Anthropic's models, whose shape "
+                 "is not published.",
+                 "decbytes",
                  Q(f"max by (arch) (claude_code_kv_bytes_per_token{sel()})", "{{arch}}",
                    instant=True), w=6, h=8),
-            tabular("KV cache of the median and p90 context, and its transfer time",
-                    "Context p50 / p90 of the selected range x bytes per token, and the time to "
-                    "move it over one link (bytes x 8 / rate). The seed: 457k tokens -> 32 GB "
-                    "(mla) / 236 GB (gqa); 0.64 s / 4.7 s at 400 Gb/s.", "s",
+            tabular("KV cache of the median and p90 context (model $model), and its transfer "
+                    "time", "Context p50 / p90 of the selected range x bytes per token of each "
+                    "reference architecture, and the time to move that cache over one link "
+                    "(bytes x 8 / rate). The seed report: 457k tokens -> 32 GB (mla) / 236 GB "
+                    "(gqa); 0.64 s / 4.7 s at 400 Gb/s." + ASSUMED, "s",
                     Q(kv_both, instant=True, fmt=pm.PromQueryFormat.TABLE), *transfer_queries,
                     renames={"arch": "Architecture", "context": "Context",
                              "Value #A": "KV bytes",
                              **{f"Value #{chr(ord('B') + i)}": f"at {g} Gb/s"
                                 for i, g in enumerate(GBITS)}},
                     units={"KV bytes": "decbytes"}, w=18, h=8),
-            heat("KV cache per request ($arch)", "Requests per bucket of estimated KV-cache size "
-                 "(context x bytes per token of the chosen architecture).", "decbytes",
+            heat("KV cache per request ($arch, all models), per hour", "Requests per hour per "
+                 "bucket of estimated KV-cache size (context x bytes per token of the chosen "
+                 "architecture). This histogram has no model label." + ASSUMED, "decbytes",
                  Q(buckets("claude_code_request_kv_cache_bytes", ARCH), "{{le}}",
-                   fmt=pm.PromQueryFormat.HEATMAP)),
-            timeseries("Transfer time of the p90 context's KV at 400 Gb/s", "KV bytes of the "
-                       "p90 context of the preceding hour x 8 / 400 Gb/s, per architecture: "
-                       "moving a session's cache inside a fast fabric takes seconds; across "
-                       "regions it is usually cheaper to recompute.", "s",
-                       Q(f"scalar({p90_hour}) * max by (arch) "
-                         f"(claude_code_kv_bytes_per_token{sel()}) * 8 / 400e9",
-                         "{{arch}}")),
+                   fmt=pm.PromQueryFormat.HEATMAP), w=24, h=8),
         ],
     )
-    warm = row(
-        "KV held and computed by the provider (estimate)",
+    provider = row(
+        "KV held and computed by the provider (estimates, all models)",
         [
-            timeseries("KV cache held warm", "Estimated KV bytes kept warm for the sessions "
-                       "whose cache has not expired (last context x bytes per token).",
+            single("KV cache held warm now (estimate)", "Estimated KV bytes the provider keeps "
+                   "warm for your sessions whose cache has not expired: each session's last "
+                   "context x bytes per token (5-minute TTL, 1 hour where the session wrote "
+                   "1-hour cache). A live gauge (not in a backfill)." + ASSUMED, "decbytes",
+                   Q(f"sum by (arch) (claude_code_warm_kv_cache_bytes{sel()})", "{{arch}}",
+                     instant=True), no_value="no active session", w=6, h=8),
+            timeseries("KV computed by the provider per hour (estimate)", "Estimated KV bytes "
+                       "the provider had to compute each hour: input + cache writes (the "
+                       "prefill the cache did not save) x bytes per token." + ASSUMED,
                        "decbytes",
-                       Q(f"sum by (arch) (claude_code_warm_kv_cache_bytes{sel()})", "{{arch}}")),
-            timeseries("KV computed by the provider", "Estimated KV bytes per second the provider "
-                       "had to compute (input + cache writes, i.e. the prefill the cache did not "
-                       "save), recording rule claude_code:kv_recomputed_bytes_per_second:rate5m.",
-                       "Bps",
-                       Q("sum by (arch) "
-                         f"(claude_code:kv_recomputed_bytes_per_second:rate5m{sel()})",
-                         "{{arch}}")),
+                       Q(f"sum by (arch) ({per_bar('claude_code_kv_recomputed_bytes_total')}) > 0",
+                         "{{arch}}"), drawn_as_bars=True, time=HOURLY, w=18),
         ],
     )
     uploads = row(
-        "Upload to the API (estimate)",
+        "Upload to the API (estimates, all models)",
         [
-            single("Upload bandwidth now", "Estimated bits per second sent to the API (every "
-                   "request re-sends the whole conversation), recording rule "
-                   "claude_code:upload_bytes_per_second:rate5m x 8.", "bps", Q(upload),
-                   sparkline=True),
-            single("Per active session", "Upload bandwidth / sessions active in the last "
-                   "5 minutes. The seed: about 1 Mbit/s per session.", "bps", Q(per_session)),
-            single("At a million such sessions", "Per-session upload x 1,000,000: the seed's "
-                   "back-of-envelope for a large provider, about 1 Tbit/s.", "bps",
-                   Q(f"({per_session}) * 1e6")),
-            single("Request body p50, selected range", "Median estimated request size (context "
-                   "x upload_bytes_per_token). The seed: 1-2 MB.", "decbytes",
-                   Q(quantile(0.5, up_hist, "$__range"), instant=True)),
-            single("Request body p90, selected range", "90th percentile of the request size.",
-                   "decbytes", Q(quantile(0.9, up_hist, "$__range"), instant=True)),
-            single("Uploaded, selected range", "Estimated bytes sent to the API in the time "
-                   "range.", "decbytes",
-                   Q(f"sum(increase(claude_code_upload_bytes_total{sel()}[$__range]))",
-                     instant=True)),
-            timeseries("Upload bandwidth per exporter", "Estimated upload bit rate per exporter "
-                       "(recording rule claude_code:upload_bytes_per_second:rate5m x 8).", "bps",
-                       Q("sum by (instance, user) "
-                         f"(claude_code:upload_bytes_per_second:rate5m{sel()}) * 8",
-                         "{{user}} {{instance}}")),
-            heat("Request body size", "Requests per bucket of estimated request size.",
-                 "decbytes", Q(buckets(up_hist), "{{le}}", fmt=pm.PromQueryFormat.HEATMAP)),
+            single("Upload per active session, now", "Estimated request-body bits per second "
+                   "of the last 5 minutes / sessions active in the last 5 minutes. The seed "
+                   "report: about 1 Mbit/s per session." + ASSUMED, "bps",
+                   Q(f"sum(rate(claude_code_upload_bytes_total{sel()}[5m])) * 8 / "
+                     f"sum(claude_code_active_sessions{sel(TTL_5M)} > 0)", instant=True),
+                   no_value="no active session", w=6),
+            single("Request body p50, selected range", "Median estimated request size "
+                   "(context x upload_bytes_per_token). The seed report: 1-2 MB." + ASSUMED,
+                   "decbytes", Q(quantile(0.5, up_hist, "$__range"), instant=True), w=6),
+            single("Request body p90, selected range", "90th percentile of the estimated "
+                   "request size." + ASSUMED, "decbytes",
+                   Q(quantile(0.9, up_hist, "$__range"), instant=True), w=6),
+            single("Uploaded, selected range", "Estimated request-body bytes sent to the API in "
+                   "the time range." + ASSUMED, "decbytes",
+                   Q(f"sum({in_range('claude_code_upload_bytes_total')})", instant=True), w=6),
+            timeseries("Uploaded per hour, per exporter (estimate)", "Estimated request-body "
+                       "bytes sent to the API each hour, per exporter." + ASSUMED, "decbytes",
+                       Q(f"{PER_EXPORTER} ({per_bar('claude_code_upload_bytes_total')}) > 0",
+                         EXPORTER_LEGEND), drawn_as_bars=True, stacked=True, totals=True,
+                       time=HOURLY),
+            heat("Request body size per hour (estimate)", "Requests per hour per bucket of "
+                 "estimated request size." + ASSUMED, "decbytes",
+                 Q(buckets(up_hist), "{{le}}", fmt=pm.PromQueryFormat.HEATMAP), h=8),
         ],
     )
     return board(
         "claude-code-serving", "Claude Code / Serving-side estimates",
-        "What Claude Code's requests mean on the serving side, estimated from reference "
-        "architectures: KV-cache bytes, transfer times at 100/400/800 Gb/s, warm KV, upload "
-        "bandwidth.",
-        variables("model", "arch"), [kv, warm, uploads],
+        "What Claude Code's requests mean on the serving side, estimated for public reference "
+        "architectures (not Anthropic's): KV-cache bytes and transfer times, KV held warm and "
+        "computed, upload to the API.",
+        variables("model", "arch"), [about, kv, provider, uploads],
     )
 
 
 def exporter() -> dm.Dashboard:
-    """Exporter health: targets, lines read and rejected, ledger, lag, alerts."""
+    """Exporter health: targets, lines read and rejected, lag, alerts."""
     by_target = "max by (job, instance, user)"
-    up_names = {"0": "down", "1": "up"}
     targets = row(
-        "Exporters",
+        "Exporters (job $job)",
         [
-            single("Exporters up", "Targets of the selected jobs answering scrapes (up == 1).",
-                   "short", Q(f"sum(up{sel()})"), w=4, h=8),
-            single("Exporters down", "Targets not answering (up == 0): their figures are stale "
-                   "and budget alerts cannot fire for them (ClaudeCodeExporterDown).", "short",
-                   Q(f"count(up{sel()} == 0) or vector(0)"),
-                   thresholds=_thresholds((None, "green"), (1, "red")), w=4, h=8),
+            single("Exporters up", "Targets of the exporter jobs answering scrapes (up == 1). "
+                   "Only jobs whose targets expose claude_code_exporter_build_info count: a "
+                   "blackbox probe or any other job of the same Prometheus does not.", "short",
+                   Q(f"sum(up{sel()})", instant=True), w=3, h=7),
+            single("Exporters down", "Exporter targets not answering (up == 0): their figures "
+                   "are stale and budget alerts cannot fire for them "
+                   "(ClaudeCodeExporterDown).", "short",
+                   Q(f"count(up{sel()} == 0) or vector(0)", instant=True),
+                   thresholds=thresholds((None, "green"), (1, "red")), w=3, h=7),
             single("Newest request age", "Time since the newest request any selected exporter "
                    "has seen. Growing while you are working means the exporter is not "
                    "following the transcripts.", "s",
-                   Q(f"time() - max(claude_code_last_request_timestamp_seconds{sel()})"), w=4, h=8),
-            tabular("Exporters", "One row per target: version, up, rows in the ledger, files "
-                    "watched, age of the newest request.", "short",
-                    Q(f"max by (job, instance, user, version) "
-                      f"(claude_code_exporter_build_info{sel()})",
-                      instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    Q(f"{by_target} (up{sel()})", instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    Q(f"{by_target} (claude_code_exporter_ledger_requests{sel()})",
-                      instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    Q(f"{by_target} (claude_code_exporter_files_watched{sel()})",
-                      instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    Q(f"time() - {by_target} (claude_code_last_request_timestamp_seconds{sel()})",
-                      instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    renames={"Value #A": "build_info", "Value #B": "Up",
-                             "Value #C": "Ledger rows", "Value #D": "Files watched",
-                             "Value #E": "Newest request age"},
-                    units={"Newest request age": "s"}, mappings={"Up": up_names}, w=12),
+                   Q(f"time() - max(claude_code_last_request_timestamp_seconds{sel()})",
+                     instant=True), w=4, h=7),
+            tabular("Exporters", "One row per target: version, up, rows in the ledger (never "
+                    "fewer: rows outlive the transcripts Claude Code deletes), transcript files "
+                    "known, age of the newest request, scrape duration.", "short",
+                    _table_q(f"max by (job, instance, user, version) "
+                             f"(claude_code_exporter_build_info{sel()})"),
+                    _table_q(f"{by_target} (up{sel()})"),
+                    _table_q(f"{by_target} (claude_code_exporter_ledger_requests{sel()})"),
+                    _table_q(f"{by_target} (claude_code_exporter_files_watched{sel()})"),
+                    _table_q(f"time() - {by_target} "
+                             f"(claude_code_last_request_timestamp_seconds{sel()})"),
+                    _table_q(f"{by_target} (scrape_duration_seconds{sel()})"),
+                    renames={"instance": "Instance", "user": "User", "version": "Version",
+                             "Value #B": "Up", "Value #C": "Ledger rows",
+                             "Value #D": "Files watched", "Value #E": "Newest request age",
+                             "Value #F": "Scrape duration"},
+                    hidden=("job", "Value #A"),
+                    units={"Up": "short", "Ledger rows": "short", "Files watched": "short",
+                           "Newest request age": "s", "Scrape duration": "s"},
+                    mappings={"Up": {"0": "down", "1": "up"}}, w=14, h=7),
         ],
     )
     lines = row(
         "Transcript lines",
         [
-            timeseries("Lines read by result", "Transcript lines per second: usage (a new "
-                       "request), duplicate (a request already known), other (no usage), "
-                       "rejected (malformed).", "count:lines/s",
-                       Q("sum by (result) (rate(claude_code_exporter_lines_total"
-                         f"{sel()}[$__rate_interval]))", "{{result}}"), stacked=True),
-            timeseries("Rejected lines", "Malformed lines per second by reason, and all reasons "
-                       "over 5 minutes (recording rule "
-                       "claude_code:rejected_lines_per_second:rate5m). Rejected usage is missing "
-                       "from every figure.", "count:lines/s",
-                       Q("sum by (reason) (rate(claude_code_exporter_rejected_lines_total"
-                         f"{sel()}[$__rate_interval]))", "{{reason}}"),
-                       Q(f"sum(claude_code:rejected_lines_per_second:rate5m{sel()})",
-                         "all reasons (5 min)")),
-            bars("Rejected lines by reason, selected range", "Malformed lines in the time range "
-                 "by reason (invalid_json, invalid_utf8, not_object, bad_usage, negative_tokens, "
-                 "missing_id, bad_timestamp, bad_message, too_long).", "short",
-                 Q("sum by (reason) (increase(claude_code_exporter_rejected_lines_total"
-                   f"{sel()}[$__range]))", "{{reason}}", instant=True)),
-            timeseries("Transcript bytes read", "Bytes of transcript read per second.", "Bps",
-                       Q("sum by (instance) (rate(claude_code_exporter_bytes_read_total"
-                         f"{sel()}[$__rate_interval]))", "{{instance}}"), w=8),
+            timeseries("Lines read per hour by result", "Transcript lines per hour: usage (a "
+                       "new request), duplicate (a request already known), other (no usage), "
+                       "rejected (malformed). The exporter's first scan, before Prometheus "
+                       "first scraped it, is in no hour.", "short",
+                       Q(f"round(sum by (result) "
+                         f"({per_bar('claude_code_exporter_lines_total')})) > 0", "{{result}}"),
+                       stacked=True, drawn_as_bars=True, totals=True, time=HOURLY, w=12),
+            bars("Rejected lines since the exporter started", "Malformed lines the running "
+                 "exporter rejected, by reason (only reasons with any). Rejected usage is "
+                 "missing from every figure.", "short",
+                 Q("round(sum by (reason) (claude_code_exporter_rejected_lines_total"
+                   f"{sel()})) > 0", "{{reason}}", instant=True),
+                 no_value="none", w=6),
+            timeseries("Rejected lines per hour", "Malformed lines per hour by reason (hours "
+                       "and reasons without any are left out). Rejections in every 5 minutes "
+                       "for 15 minutes raise ClaudeCodeRejectedLinesRising.", "short",
+                       Q(f"round(sum by (reason) "
+                         f"({per_bar('claude_code_exporter_rejected_lines_total')})) > 0",
+                         "{{reason}}"),
+                       stacked=True, drawn_as_bars=True, time=HOURLY, no_value="none", w=6),
+            timeseries("Transcript bytes read per hour", "Bytes of transcript read each hour, "
+                       "per exporter.", "decbytes",
+                       Q(f"{PER_EXPORTER} "
+                         f"({per_bar('claude_code_exporter_bytes_read_total')}) > 0",
+                         EXPORTER_LEGEND), drawn_as_bars=True, stacked=True, time=HOURLY,
+                       w=18, h=7),
             single("Late updates, selected range", "Request upgrades that arrived after the "
-                   "request had entered the histograms (counters took them, histograms kept the "
-                   "earlier values).", "short",
-                   Q(f"sum(increase(claude_code_exporter_late_updates_total{sel()}[$__range]))",
-                     instant=True), w=8, h=8),
+                   "request had entered the histograms (counters took them, histograms kept "
+                   "the earlier values).", "short",
+                   Q(f"round(sum({in_range('claude_code_exporter_late_updates_total')}))",
+                     instant=True), w=6, h=7),
         ],
     )
-    ledger = row(
-        "Ledger and scrapes",
+    alerts = row(
+        "Alerts",
         [
-            timeseries("Ledger rows", "Requests in each exporter's ledger (never decreases: rows "
-                       "outlive the transcripts Claude Code deletes).", "short",
-                       Q(f"sum by (instance) (claude_code_exporter_ledger_requests{sel()})",
-                         "{{instance}}"), w=8),
-            timeseries("Files watched", "Transcript files each exporter knows.", "short",
-                       Q(f"sum by (instance) (claude_code_exporter_files_watched{sel()})",
-                         "{{instance}}"), w=8),
-            timeseries("Scrape duration", "How long Prometheus takes to scrape each exporter.",
-                       "s", Q(f"max by (instance) (scrape_duration_seconds{sel()})",
-                              "{{instance}}"), w=8),
             tabular("Claude Code alerts", "Pending and firing alerts of the shipped rules "
                     "(deploy/prometheus/rules), per exporter.", "none",
-                    Q("max by (alertname, alertstate, severity, instance, user) "
-                      f"(ALERTS{sel(CLAUDE_ALERTS)})",
-                      instant=True, fmt=pm.PromQueryFormat.TABLE),
-                    renames={"Value #A": "active"}, w=24, h=6),
+                    _table_q("max by (alertname, alertstate, severity, instance, user) "
+                             f"(ALERTS{sel(CLAUDE_ALERTS)})"),
+                    renames={"alertname": "Alert", "alertstate": "State",
+                             "severity": "Severity", "instance": "Instance", "user": "User"},
+                    hidden=("Value #A",), w=24, h=6),
         ],
     )
     return board(
         "claude-code-exporter", "Claude Code / Exporter health",
-        "Health of claude-code-exporter: targets up, lines read and rejected, ledger rows, "
-        "lag, late updates, alerts.",
-        variables(), [targets, lines, ledger],
+        "Health of claude-code-exporter: targets up and down, lines read and rejected, ledger "
+        "rows, lag, late updates, alerts.",
+        variables(), [targets, lines, alerts],
     )
 
 
-DASHBOARDS = {
+def _team() -> dm.Dashboard:
+    """The team dashboard of grafana/team.py, which builds on the helpers above."""
+    from grafana.team import team  # noqa: PLC0415 -- grafana.team imports this module
+    return team()
+
+
+def _table_q(expr: str) -> Q:
+    """An instant query in table format (one row per series, labels as columns)."""
+    return Q(expr, instant=True, fmt=pm.PromQueryFormat.TABLE)
+
+
+#: Dashboard file name -> builder. Further dashboards (modules of this package) add
+#: their entry here.
+DASHBOARDS: dict[str, Callable[[], dm.Dashboard]] = {
     "claude-code-usage.json": usage,
     "claude-code-cache.json": cache,
     "claude-code-serving.json": serving,
     "claude-code-exporter.json": exporter,
+    "claude-code-team.json": _team,
 }
 
 
@@ -898,15 +716,15 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     stale = []
-    for name, text in render_all().items():
+    for name, content in render_all().items():
         path = args.out / name
         current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
+        if current == content:
             continue
         stale.append(name)
         if not args.check:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            path.write_text(content, encoding="utf-8")
     if args.check and stale:
         print(f"stale: {', '.join(stale)}; run python3 -m grafana.build", file=sys.stderr)
         return 1

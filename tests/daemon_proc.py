@@ -48,8 +48,9 @@ def poll(check: Callable[[], T | None], deadline_s: float = 30.0, what: str = ""
 class Daemon:
     """A serve process with its own state dir, port and log file."""
 
-    def __init__(self, data: Path, state: Path, *extra: str, env: dict[str, str] | None = None):
-        self.port = free_port()
+    def __init__(self, data: Path, state: Path, *extra: str, env: dict[str, str] | None = None,
+                 port: int | None = None):
+        self.port = port or free_port()  # a restart passes the old port: the same target
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = state.parent / f"daemon-{self.port}.log"
         state.parent.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,8 @@ DEBIAN_PACKAGE = {
     "promtool": "prometheus",
     "prometheus-blackbox-exporter": "prometheus-blackbox-exporter",
     "openssl": "openssl",
+    "victoria-metrics": "victoria-metrics",
+    "vmalert": "victoria-metrics",
 }
 
 
@@ -249,18 +251,12 @@ class PromServer:
         for attempt in range(1, attempts + 1):
             self.port = free_port()
             storage = self.storage or self.workdir / f"data-{attempt}"
-            argv = [
-                self.binary,
-                f"--config.file={self.config_path}",
-                f"--storage.tsdb.path={storage}",
-                f"--web.listen-address={LOOPBACK}:{self.port}",
-                "--log.level=warn",
-                *self.extra_args,
-            ]
-            self.process = ManagedProcess(argv, self.workdir / f"prometheus-{attempt}.log")
+            argv = [*self.command(storage), *self.extra_args]
+            log = self.workdir / f"{Path(self.binary).name}-{attempt}.log"
+            self.process = ManagedProcess(argv, log)
             self.process.start()
             try:
-                self.process.wait_http_ok(f"{self.url}/-/ready", ready_timeout)
+                self.process.wait_http_ok(f"{self.url}{self.ready_path}", ready_timeout)
             except ProcessExitedError:
                 self.process.stop()
                 if "address already in use" in self.process.log_text() and attempt < attempts:
@@ -271,6 +267,19 @@ class PromServer:
                 raise
             return self
         raise AssertionError("unreachable")  # pragma: no cover
+
+    #: The path that answers 200 once the server is ready.
+    ready_path = "/-/ready"
+
+    def command(self, storage: Path) -> list[str]:
+        """The server's command line for ``storage`` and the current port."""
+        return [
+            self.binary,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={storage}",
+            f"--web.listen-address={LOOPBACK}:{self.port}",
+            "--log.level=warn",
+        ]
 
     def stop(self) -> None:
         """Stop the server (terminate, wait, kill); safe to call twice."""

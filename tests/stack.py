@@ -70,6 +70,7 @@ ALERTS_FILE = RULES_DIR / "claude-code-alerts.yml"
 JOB = "claude-code"
 USER = "alice"  # target label of the daemon
 DEAD_USER = "bob"  # target label of the refusing target
+TEAM = "platform"  # team target label of both (the team dashboard lists it)
 DAY_BUDGET_USD = 0.01  # tiny: any spend in the last 24 h exceeds it
 MONTH_BUDGET_USD = 1_000_000.0  # huge: never exceeded
 HISTORY_MIN = 120  # backfilled minutes before "now"
@@ -360,7 +361,7 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Stack:
         snapshots.append(Snapshot(at, _families_and_text(daemon)[1]))
 
     address = f"{LOOPBACK}:{daemon.port}"
-    labels = f'job="{JOB}",instance="{address}",user="{USER}"'
+    labels = f'job="{JOB}",instance="{address}",user="{USER}",team="{TEAM}"'
     start_ts, end_ts = int(now) - HISTORY_MIN * 60, int(now) - STEP_S
     om_file = base / "history.om.txt"
     om_file.write_text(backfill_text(snapshots, start_ts, end_ts, labels))
@@ -382,8 +383,8 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Stack:
     scrape = {
         "job_name": JOB,
         "static_configs": [
-            {"targets": [address], "labels": {"user": USER}},
-            {"targets": [dead_address], "labels": {"user": DEAD_USER}},
+            {"targets": [address], "labels": {"user": USER, "team": TEAM}},
+            {"targets": [dead_address], "labels": {"user": DEAD_USER, "team": TEAM}},
         ],
     }
     prom = PromServer(_config([scrape], [RECORDING_FILE, ALERTS_FILE]), base / "prometheus")

@@ -35,6 +35,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 FEW = settings(FUZZ, max_examples=max(1, EXAMPLES // 5))
+NOW = datetime(2026, 12, 1, tzinfo=UTC).timestamp()  # the clock the parser and oracle share
 
 Outcome = tuple[str, Any]  # ("usage", Request) | ("other", None) | ("rejected", reason)
 
@@ -42,7 +43,7 @@ Outcome = tuple[str, Any]  # ("usage", Request) | ("other", None) | ("rejected",
 # --------------------------------------------------------------------------- helpers
 def classify(line: bytes, *, compaction_file: bool = False, fast: bool = True) -> Outcome:
     """How the parser classifies one line (which must not contain a newline)."""
-    parsed = parse_lines(line + b"\n", compaction_file=compaction_file, fast=fast)
+    parsed = parse_lines(line + b"\n", compaction_file=compaction_file, fast=fast, now=NOW)
     assert parsed.counts.total == 1, (line[:200], parsed.counts)
     if parsed.counts.rejected:
         (reason,) = parsed.counts.rejected
@@ -111,7 +112,10 @@ def _epoch(value: Any) -> float:
         moment = datetime.fromisoformat(value)
     except ValueError:
         raise RejectError(RejectReason.BAD_TIMESTAMP) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    ts = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    if ts > NOW + 86_400:  # more than a day ahead of the clock: not a real request time
+        raise RejectError(RejectReason.BAD_TIMESTAMP)
+    return ts
 
 
 def _text(value: Any) -> str:
@@ -220,7 +224,8 @@ timestamps = st.one_of(
               st.none() | st.just(UTC) | offsets)
     .map(lambda pair: pair[0].replace(tzinfo=pair[1]).isoformat()),
     st.sampled_from(["2026-10-01T12:00:00.000Z", "2026-10-01", "2026-10-01T12:00:00+14:00",
-                     "yesterday", "", "2026-13-01T00:00:00Z", "2026-10-01T25:00:00Z"]),
+                     "yesterday", "", "2026-13-01T00:00:00Z", "2026-10-01T25:00:00Z",
+                     "9999-12-31T23:59:59Z", "2026-12-02T00:00:00Z", "2026-12-02T00:00:01Z"]),
     st.text(max_size=20), st.integers(), st.none(),
 )
 cache_creation = st.fixed_dictionaries({}, optional={
@@ -375,7 +380,7 @@ def test_batch_merges_like_the_oracle(values: list[Any], crlf: bool) -> None:
         else:
             other += 1
     end = b"\r\n" if crlf else b"\n"
-    parsed = parse_lines(b"".join(dump(v, False) + end for v in values))
+    parsed = parse_lines(b"".join(dump(v, False) + end for v in values), now=NOW)
     assert parsed.requests == want
     assert (parsed.counts.usage_lines, parsed.counts.other) == (usage, other)
     assert parsed.counts.rejected == reasons

@@ -252,3 +252,44 @@ def test_rewrites_and_truncations_are_reread_never_skipped(steps: list[tuple[str
         read()
         assert reader.parsed.requests == want
         assert reader.data == complete_part(content)
+
+
+@FUZZ
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=30),
+       st.lists(st.integers(1, 120), min_size=1, max_size=40), st.integers(8, 100),
+       st.sampled_from([16, 64, 1 << 20]))
+def test_over_long_lines_are_skipped_exactly_whatever_the_appends(
+    lengths: list[int], sizes: list[int], max_line: int, limit: int,
+) -> None:
+    """Lines over max_line, written in random pieces, are each counted once as too long.
+
+    The other lines come back exactly once, in order, whatever the read size;
+    no returned line is longer than one read.
+    """
+    lines = [b"%d:" % i + b"x" * n + b"\n" for i, n in enumerate(lengths)]
+    data = b"".join(lines) + b"y" * (lengths[0] % 7)  # may end inside a line
+    kept = b"".join(ln for ln in lines if len(ln) - 1 <= max_line)
+    skipped = sum(1 for ln in lines if len(ln) - 1 > max_line)
+    with scratch() as path:
+        path.write_bytes(b"")
+        cp: Checkpoint | None = None
+        got, too_long, pos, k = b"", 0, 0, 0
+        while True:
+            if pos < len(data):
+                with path.open("ab") as fh:
+                    fh.write(data[pos : pos + sizes[k % len(sizes)]])
+                pos, k = pos + sizes[k % len(sizes)], k + 1
+            while (chunk := read_new(str(path), cp, limit, max_line=max_line)) is not None:
+                assert not chunk.restarted
+                got += chunk.data
+                too_long += chunk.too_long
+                cp = chunk.checkpoint
+                if not chunk.data:
+                    break
+            if pos >= len(data):
+                break
+    # A long line that fits in one read comes back whole, for the parser to reject.
+    returned = got.splitlines(keepends=True)
+    assert b"".join(ln for ln in returned if len(ln) - 1 <= max_line) == kept
+    assert too_long + sum(1 for ln in returned if len(ln) - 1 > max_line) == skipped
+    assert all(len(ln) <= max(limit, max_line) + 1 for ln in returned)

@@ -1,9 +1,11 @@
-"""The HTTP endpoint: routes, health status, TLS and basic auth on loopback."""
+"""The HTTP endpoint: routes, health status, TLS, basic auth and limits on loopback."""
 
 from __future__ import annotations
 
 import base64
 import json
+import select
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from exporter.serve.http import BasicAuth, HttpServer, make_app
+from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
 from tests.tls import self_signed
 
 
@@ -121,3 +123,76 @@ def test_burst_of_scrapers_is_not_dropped() -> None:
     finally:
         srv.close()
     assert results == [200] * 20
+
+
+# ---- limits (issue 13, items 7 and 10) -------------------------------------------------
+def _raw(port: int, request: bytes, timeout: float = 10) -> bytes:
+    """Send raw bytes, return everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def _limited(**kw: Any) -> HttpServer:
+    return HttpServer(make_app(_registry(), lambda: (True, {}), "1"), "127.0.0.1", 0,
+                      limits=Limits(**kw))
+
+
+def test_oversized_or_too_many_headers_get_431() -> None:
+    """30 headers of 1 kB, or 80 tiny ones, are refused with 431 before the app runs."""
+    srv = _limited()
+    try:
+        big = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(30))
+        reply = _raw(srv.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+        assert reply.startswith(b"HTTP/1.0 431 "), reply[:80]
+        many = b"".join(b"X-%d: 1\r\n" % i for i in range(80))
+        reply = _raw(srv.port, b"GET /metrics HTTP/1.1\r\n" + many + b"\r\n")
+        assert reply.startswith(b"HTTP/1.0 431 "), reply[:80]
+        line = _raw(srv.port, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+        assert line.startswith(b"HTTP/1.0 414 "), line[:80]
+        assert _get(f"http://127.0.0.1:{srv.port}/metrics")[0] == 200
+    finally:
+        srv.close()
+
+
+def test_silent_connections_give_their_slot_to_a_scrape() -> None:
+    """All slots held by clients that send nothing: a scrape still gets through."""
+    srv = _limited(max_connections=4)
+    silent = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(12)]
+    try:
+        for _ in range(3):
+            status, body = _get(f"http://127.0.0.1:{srv.port}/metrics")
+            assert status == 200 and "claude_code_probe_total" in body
+        assert srv.stats.evicted >= 8
+        assert len(srv.stats.slots) <= 4
+    finally:
+        for sock in silent:
+            sock.close()
+        srv.close()
+
+
+def test_a_trickling_request_is_cut_at_the_whole_request_deadline() -> None:
+    """A byte every 0.2 s keeps every read alive, but not the connection past its deadline."""
+    srv = _limited(timeout_seconds=1.0)
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            request = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"z" * 100 + b"\r\n\r\n"
+            cut, sent = False, 0
+            for byte in request:  # bounded: 20 s if never cut
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    cut = True
+                    break
+                sent += 1
+                readable, _, _ = select.select([sock], [], [], 0.2)  # the trickle's pace
+                if readable and not sock.recv(1):
+                    cut = True
+                    break
+            assert cut and sent < 40, f"still connected after {sent} bytes"
+        assert srv.stats.timed_out >= 1
+    finally:
+        srv.close()

@@ -1,9 +1,12 @@
-"""Static checks run with the tests: ruff and mypy must be clean."""
+"""Static checks run with the tests: ruff, mypy and the import contract must be clean."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -22,3 +25,31 @@ def test_mypy_strict_is_clean() -> None:
     """Mypy --strict (configured in pyproject.toml) finds nothing in the package, tests, bench."""
     proc = _run(sys.executable, "-m", "mypy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """Run import-linter on the package under ``root`` with the project's contract."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    # The console script's own entry point: importlinter.cli has no ``__main__`` guard.
+    code = "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())"
+    return subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=root,
+                          capture_output=True, text=True, check=False, env=env)
+
+
+def test_import_contract_is_kept() -> None:
+    """No stage imports a later one: the import-linter contracts in pyproject.toml all hold."""
+    proc = _lint_imports(ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout
+
+
+def test_import_contract_catches_a_back_edge(tmp_path: Path) -> None:
+    """A copy of the package where ingest imports the HTTP server breaks the contract."""
+    shutil.copytree(ROOT / "exporter", tmp_path / "exporter",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    tail = tmp_path / "exporter" / "ingest" / "tail.py"
+    tail.write_text(tail.read_text() + "\nimport exporter.serve.http  # a deliberate back edge\n")
+    proc = _lint_imports(tmp_path)
+    assert proc.returncode != 0
+    assert "ingest imports no projection and no serving code BROKEN" in proc.stdout

@@ -34,6 +34,7 @@ RULES_DIR = PROM_DIR / "rules"
 TESTS_DIR = PROM_DIR / "tests"
 ALERTS_FILE = RULES_DIR / "claude-code-alerts.yml"
 RECORDING_FILE = RULES_DIR / "claude-code-recording.yml"
+PLAN_FILE = RULES_DIR / "claude-code-plan.yml"  # plan-limit alerts (tests/test_plan_rules.py)
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
 RULE_TEST_FILES = sorted(TESTS_DIR.glob("*.yml"))
 
@@ -168,6 +169,8 @@ def test_exporter_job_scrapes_default_port_on_loopback() -> None:
     assert [str(RULES_DIR / Path(p).name) for p in config["rule_files"]] == [
         str(RECORDING_FILE),
         str(ALERTS_FILE),
+        str(PLAN_FILE),
+        str(RULES_DIR / "claude-code-team.yml"),
     ]
     managers = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
     assert managers == ["127.0.0.1:9093"]
@@ -211,7 +214,13 @@ def test_every_alert_has_firing_and_quiet_unit_test() -> None:
         for group in load_yaml(path).get("tests", []):
             for case in group.get("alert_rule_test", []) or []:
                 (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
-    names = {rule["alert"] for rule in alert_rules()}
+    names = {
+        rule["alert"]
+        for path in RULE_FILES
+        for group in load_yaml(path)["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
     assert names - firing == set(), "alerts without a firing test case"
     assert names - quiet == set(), "alerts without a not-firing test case"
     assert (firing | quiet) - names == set(), "test cases for alerts that do not exist"

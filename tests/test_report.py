@@ -33,7 +33,7 @@ def summarised(tmp_path_factory: pytest.TempPathFactory) -> Summary:
         req("a", 0.0, input=1, output=582, cache_read=456_000, cache_write_5m=874),
         req("b", 12.0, input=1, output=3321, cache_read=457_000, cache_write_5m=1000),
         req("c", 4000.0, input=2, output=100, cache_write_1h=458_000),
-        req("d", 30.0, "18d79b2f-bbbb", model="claude-opus-5-5", output=10, cache_read=1000),
+        req("d", 30.0, "18d79b2f-bbbb", model="claude-nova-9", output=10, cache_read=1000),
         req("e", 31.0, source=Source.SUBAGENT, output=5, cache_read=2000),
     ]
     with report_ledgers.real(requests, Path(tmp_path_factory.mktemp("l"))) as ledger:
@@ -106,7 +106,7 @@ def test_render_contains_key_figures(summarised: Summary, figures: dict[str, Any
     assert tokens(figures["context_tokens"]["p50"]) in text
     assert "p90 3,321" in text  # output p90
     assert "≤ 5 min" in text and "> 1 h" in text
-    assert "claude-opus-5-5" in text and "n/a" in text  # unpriced model: no cost, not $0
+    assert "claude-nova-9" in text and "n/a" in text  # unpriced model: no cost, not $0
     assert "subagent" in text
     assert "3324d49f" in text and "3324d49f-aaaa" not in text  # session ids shortened
     assert "mla · p50" in text and "at 400 Gb/s" in text
@@ -127,7 +127,7 @@ def test_render_fits_an_80_column_pipe(summarised: Summary) -> None:
     """At 80 columns nothing is cut: whole model ids, no ellipses, no line wider than 80."""
     text = render(summarised, width=80)
     assert "…" not in text
-    assert any("claude-opus-5-5" in line and "n/a" in line for line in text.splitlines())
+    assert any("claude-nova-9" in line and "n/a" in line for line in text.splitlines())
     assert max(map(len, text.splitlines())) <= 80
 
 

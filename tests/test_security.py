@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import DEFAULT_PORT, load_settings
-from exporter.projections.labels import MAX_VALUE_LEN
+from exporter.projections.labels import MAX_VALUE_LEN, LabelPolicy
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.daemon_proc import poll
@@ -53,7 +53,7 @@ FLOOD_MODELS = 100  # distinct model ids, more than the label cap
 def _hostile_lines() -> bytes:
     """Usage lines with hostile model ids and working directories, and a flood of models."""
     recs: list[Any] = []
-    early, late = "2026-09-01T00:00:00Z", "2027-01-01T00:00:00Z"  # hostile ids label first
+    early, late = "2026-09-01T00:00:00Z", "2026-11-01T00:00:00Z"  # hostile ids label first
     for i, model in enumerate(HOSTILE_MODELS):
         recs.append(assistant(f"msg_hm_{i}", f"req_hm_{i}", model=model, session=f"sh{i}",
                               ts=early))
@@ -265,3 +265,14 @@ def test_default_bind_is_loopback_and_telemetry_port_refused(
                               cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
         assert proc.returncode == 2, (listen, proc.stderr)
         assert re.search(r"listen", proc.stderr), proc.stderr
+
+
+def test_a_session_in_a_home_directory_does_not_label_the_user_name() -> None:
+    """A home directory as cwd: the basename policy says ``~``, never the user name."""
+    policy = LabelPolicy("basename", home="/home/alice")
+    for cwd in ("/home/alice", "/home/alice/", "/home/bob", "/Users/carol", "/root"):
+        assert policy.project(cwd) == "~", cwd
+    assert policy.project("/home/alice/src/app") == "app"
+    assert policy.project("/srv/home") == "home"
+    assert LabelPolicy("basename", home="/data/u/alice").project("/data/u/alice") == "~"
+    assert LabelPolicy("full", home="/home/alice").project("/home/alice") == "/home/alice"

@@ -29,7 +29,7 @@ from tests.conftest import REPORT_KEYS, request
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"
-UNPRICED = "claude-opus-5-5"
+UNPRICED = "claude-nova-9"
 KV = {"mla": 70_272, "gqa": 516_096}
 LINES = {"usage": 9, "duplicate": 4, "other": 20, "rejected": 3}
 REJECTED = {"not_json": 2, "bad_usage": 1}

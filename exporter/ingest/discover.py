@@ -4,18 +4,32 @@ Roots, in order: every entry of ``$CLAUDE_CONFIG_DIR`` (a comma list), then
 ``~/.claude`` and ``$XDG_CONFIG_HOME/claude`` (default ``~/.config/claude``).
 Explicit data directories replace the defaults. Each root may be a Claude
 config directory (``…/projects`` below it) or a ``projects`` directory itself.
-The walk is recursive (subagent, compaction and workflow files sit deeper)
-and never follows directory symlinks, so a link loop cannot trap it.
+The walk is recursive (subagent, compaction and workflow files sit deeper),
+iterative (no recursion limit to hit), bounded in depth, and never follows
+directory symlinks, so a link loop cannot trap it.
+
+File names are bytes to the kernel and need not be UTF-8. Paths travel
+through the pipeline as *keys*: the path itself when it is valid UTF-8 (every
+name Claude Code writes), else an escaped form (``fsbytes:/p/caf%E9.jsonl``)
+that the ledger can store. ``fs_path`` turns a key back into the path for a
+system call.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Final
+from urllib.parse import unquote_to_bytes
 
 OnProblem = Callable[[str, str, str], None]
 """Called as ``on_problem(event, path, detail)`` for a missing or unreadable directory."""
+
+MAX_DEPTH: Final = 32
+"""Directory levels below a projects dir that are walked (Claude Code uses about 5)."""
+
+KEY_PREFIX: Final = "fsbytes:"  # cannot start an absolute path, so no real path is taken for it
 
 
 def default_roots(env: Mapping[str, str], home: Path) -> list[Path]:
@@ -41,29 +55,79 @@ def projects_dirs(roots: Iterable[Path]) -> list[Path]:
     return _unique(out)
 
 
-def find_transcripts(dirs: Sequence[Path], on_problem: OnProblem | None = None) -> list[str]:
-    """Every ``*.jsonl`` file below ``dirs``, sorted, as absolute path strings."""
+def find_transcripts(
+    dirs: Sequence[Path], on_problem: OnProblem | None = None, *, max_depth: int = MAX_DEPTH,
+) -> list[str]:
+    """Every ``*.jsonl`` file below ``dirs``, sorted, as absolute path keys.
+
+    Directories deeper than ``max_depth`` levels are not entered; each walk
+    that met some reports them once, with their number, as
+    ``transcript_dirs_too_deep``.
+    """
     found: set[str] = set()
     for top in dirs:
         if not top.is_dir():
             if on_problem:
-                on_problem("transcript_root_missing", str(top), "not a directory")
+                on_problem("transcript_root_missing", path_key(str(top)), "not a directory")
             continue
-        found.update(_walk(top, on_problem))
+        found.update(_walk(os.path.abspath(top), on_problem, max_depth))
     return sorted(found)
 
 
-def _walk(top: Path, on_problem: OnProblem | None) -> Iterable[str]:
-    """Yield transcript paths below one directory, reporting unreadable parts."""
+def _walk(top: str, on_problem: OnProblem | None, max_depth: int) -> Iterator[str]:
+    """Yield the transcript keys below one directory, depth first, without recursion."""
+    stack = [(top, 0)]
+    too_deep = 0
+    while stack:
+        where, depth = stack.pop()
+        try:
+            with os.scandir(where) as entries:
+                listed = list(entries)
+        except OSError as err:
+            if on_problem:
+                on_problem("transcript_dir_unreadable", path_key(where), err.strerror or str(err))
+            continue
+        for entry in listed:
+            if _is_dir(entry):
+                if entry.is_symlink():
+                    continue  # a link loop (or a link out of the tree) is never followed
+                if depth + 1 > max_depth:
+                    too_deep += 1
+                else:
+                    stack.append((entry.path, depth + 1))
+            elif entry.name.endswith(".jsonl"):
+                yield path_key(entry.path)
+    if too_deep and on_problem:
+        noun = "directory" if too_deep == 1 else "directories"
+        on_problem("transcript_dirs_too_deep", path_key(top),
+                   f"{too_deep} {noun} deeper than {max_depth} levels skipped")
 
-    def onerror(err: OSError) -> None:
-        if on_problem:
-            on_problem("transcript_dir_unreadable", str(err.filename), err.strerror or str(err))
 
-    for dirpath, _dirnames, filenames in os.walk(top, onerror=onerror, followlinks=False):
-        for name in filenames:
-            if name.endswith(".jsonl"):
-                yield os.path.abspath(os.path.join(dirpath, name))
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """True for a directory (or a link to one), as ``os.walk`` decides; False if it vanished."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def path_key(path: str) -> str:
+    """The text a path is known by: itself, or an escaped form if its bytes are not UTF-8."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # os.fsdecode gave surrogates for the undecodable bytes
+        raw = os.fsencode(path)
+        return KEY_PREFIX + "".join(
+            chr(b) if 0x20 < b < 0x7F and b != 0x25 else f"%{b:02X}" for b in raw
+        )
+    return path
+
+
+def fs_path(key: str) -> str:
+    """The path for system calls of a key made by ``path_key``."""
+    if not key.startswith(KEY_PREFIX):
+        return key
+    return os.fsdecode(unquote_to_bytes(key[len(KEY_PREFIX):]))
 
 
 def is_compaction_file(path: str) -> bool:

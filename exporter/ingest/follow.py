@@ -1,24 +1,37 @@
 """Following: keep the ledger current while transcripts grow.
 
 File-system events (inotify through watchfiles) wake an ingestion pass within
-milliseconds; a periodic full rescan is the safety net for missed events,
-roots that appear later and filesystems without events. In polling mode
-there is no watcher, only the rescan at a short interval. Every second the
-loop also lets the projection settle requests that went quiet.
+milliseconds, and that pass reads only the files the events name; a periodic
+full rescan is the safety net for missed events, roots that appear later and
+filesystems without events. In polling mode there is no watcher, only the
+rescan at a short interval. Every second the loop also lets the projection
+settle requests that went quiet, and checks that each watched directory is
+still the one being watched: a directory deleted and created again (or
+replaced) gets a new watcher and a full pass within a second.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import watchfiles
 
 TICK_SECONDS = 1.0  # settle cadence; a wake-up a second costs nothing measurable
+MAX_EVENT_PATHS: Final = 10_000  # more changed paths than this before a pass: walk everything
+RESTART_BACKOFF: Final = (0.5, 30.0)  # first and longest wait before restarting a failed watcher
+
+RunPass = Callable[[Collection[str] | None], Any]
+"""Ingests once: the paths events named, or everything (None)."""
+
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/:'\"]+/)+([^\s/:'\"]+)")
 
 
 @dataclass(slots=True)
@@ -27,9 +40,15 @@ class FollowState:
 
     last_pass_ok: bool = True
     last_pass_at: float = 0.0  # monotonic
-    last_error: str = ""
+    last_error: str = ""  # without directory names: /healthz may be seen by others
     watcher_alive: bool = False
     passes: int = 0
+    watcher_restarts: int = 0
+
+
+def public_error(exc: BaseException) -> str:
+    """An exception's message with every absolute path cut to its last part."""
+    return _PATH.sub(r"\1", str(exc))
 
 
 class Follower:
@@ -37,7 +56,7 @@ class Follower:
 
     def __init__(
         self,
-        run_pass: Callable[[], Any],
+        run_pass: RunPass,
         dirs: Callable[[], Sequence[Path]],
         *,
         settle: Callable[[], int],
@@ -55,7 +74,10 @@ class Follower:
         self.log = log
         self._mono = monotonic
         self._wake = threading.Event()
-        self._watched: tuple[Path, ...] = ()
+        self._lock = threading.Lock()
+        self._changed: set[str] = set()
+        self._everything = False  # an event batch too large, or lost: walk everything
+        self._watched: tuple[tuple[str, int, int], ...] = ()
         self._watch_stop: threading.Event | None = None
         self.state = FollowState()
 
@@ -67,22 +89,28 @@ class Follower:
             woke = self._wake.wait(timeout)
             if stop.is_set():
                 break
-            if woke or self._mono() >= next_rescan:
-                self._wake.clear()
-                if self._mono() >= next_rescan:
-                    self._ensure_watcher(stop)
-                    next_rescan = self._mono() + self.rescan_seconds
-                self.run_pass()
+            self._wake.clear()
+            due = self._mono() >= next_rescan
+            if self._ensure_watcher(stop, due):
+                due = True  # a directory came back or was replaced: walk it now
+            if due:
+                self._take()
+                next_rescan = self._mono() + self.rescan_seconds
+                self.run_pass(None)
+            elif woke:
+                changed = self._take()
+                if changed is None or changed:
+                    self.run_pass(changed)
             self._settle()
         self._stop_watcher()
 
-    def run_pass(self) -> None:
+    def run_pass(self, paths: Collection[str] | None = None) -> None:
         """One ingestion pass, recording its outcome for health checks."""
         try:
-            self._run_pass()
+            self._run_pass(paths)
         except Exception as exc:  # keep following: the next pass may succeed
             self.state.last_pass_ok = False
-            self.state.last_error = str(exc)
+            self.state.last_error = public_error(exc)
             self.log.warning("pass_failed", error=str(exc), kind=type(exc).__name__)
         else:
             self.state.last_pass_ok = True
@@ -90,40 +118,80 @@ class Follower:
         self.state.last_pass_at = self._mono()
         self.state.passes += 1
 
-    def wake(self) -> None:
-        """Ask for a pass now (used by the watcher and by tests)."""
+    def wake(self, paths: Iterable[str] | None = None) -> None:
+        """Ask for a pass now over ``paths`` (None: over everything)."""
+        with self._lock:
+            if paths is None:
+                self._everything = True
+            else:
+                self._changed.update(paths)
+                if len(self._changed) > MAX_EVENT_PATHS:
+                    self._everything = True
+                    self._changed.clear()
         self._wake.set()
 
-    def _ensure_watcher(self, stop: threading.Event) -> None:
-        """(Re)start the event watcher when the set of existing directories changed."""
+    def _take(self) -> set[str] | None:
+        """The paths changed since the last pass (None: everything), and reset them."""
+        with self._lock:
+            changed, everything = self._changed, self._everything
+            self._changed, self._everything = set(), False
+        return None if everything else changed
+
+    def _ensure_watcher(self, stop: threading.Event, due: bool) -> bool:
+        """(Re)start the watcher when the existing directories, or their identity, changed.
+
+        A watcher that failed on the same directories is retried only when a
+        rescan is ``due``. Returns True when directories appeared or were
+        replaced (a full pass should follow).
+        """
         if self.poll:
-            return
-        present = tuple(d for d in self._dirs() if d.is_dir())
-        alive = self.state.watcher_alive
-        if present == self._watched and (alive or not present):
-            return
+            return False
+        present = _identities(self._dirs())
+        moved = present != self._watched
+        if not moved and (self.state.watcher_alive or not present or not due):
+            return False
         self._stop_watcher()
         self._watched = present
         if not present:
-            return
+            return False
         mine = threading.Event()
         self._watch_stop = mine
+        dirs = tuple(Path(p) for p, _, _ in present)
         thread = threading.Thread(
-            target=self._watch, args=(present, mine, stop), name="watcher", daemon=True
+            target=self._watch, args=(dirs, mine, stop), name="watcher", daemon=True
         )
         self.state.watcher_alive = True
         thread.start()
-        self.log.info("watching", dirs=[str(d) for d in present])
+        self.log.info("watching", dirs=[str(d) for d in dirs])
+        return moved
 
     def _watch(self, dirs: tuple[Path, ...], mine: threading.Event, stop: threading.Event) -> None:
-        """Watcher thread: wake the loop on every batch of file events."""
+        """Watcher thread: hand every batch of file events to the loop."""
         halt = _Either(mine, stop)
+        backoff = RESTART_BACKOFF[0]
         try:
-            for _changes in watchfiles.watch(
-                *dirs, stop_event=halt, debounce=50, step=20, raise_interrupt=False,
-                ignore_permission_denied=True, yield_on_timeout=False,
-            ):
-                self._wake.set()
+            while not halt.is_set():
+                started = self._mono()
+                try:
+                    for changes in watchfiles.watch(
+                        *dirs, stop_event=halt, debounce=50, step=20, raise_interrupt=False,
+                        ignore_permission_denied=True, yield_on_timeout=False,
+                    ):
+                        self.wake(path for _change, path in changes)
+                    return
+                except Exception as exc:
+                    if not _restartable(exc):
+                        raise
+                    # A batch naming a file that is not UTF-8 kills the watch. Its events,
+                    # and any until the watch resumes, are lost: a full pass follows.
+                    self.state.watcher_restarts += 1
+                    self.log.info("watcher_restarted", error=str(exc), kind=type(exc).__name__)
+                    if self._mono() - started > 60:
+                        backoff = RESTART_BACKOFF[0]
+                    if mine.wait(backoff) or stop.is_set():
+                        return
+                    backoff = min(backoff * 2, RESTART_BACKOFF[1])
+                    self.wake(None)
         except Exception as exc:  # a dead watcher is reported; the rescan still runs
             self.log.warning("watcher_failed", error=str(exc))
         finally:
@@ -136,6 +204,24 @@ class Follower:
             self._watch_stop.set()
             self._watch_stop = None
         self.state.watcher_alive = False
+
+
+def _identities(dirs: Iterable[Path]) -> tuple[tuple[str, int, int], ...]:
+    """(path, device, inode) of each directory that exists now."""
+    out = []
+    for d in dirs:
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out.append((str(d), st.st_dev, st.st_ino))
+    return tuple(out)
+
+
+def _restartable(exc: Exception) -> bool:
+    """True for a watcher error caused by one event, not by the watch itself."""
+    return "decode" in str(exc).lower()  # watchfiles: "Unable to decode path ... to string"
 
 
 class _Either:

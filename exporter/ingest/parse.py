@@ -13,10 +13,16 @@ objects. Two schemas share one set of rules:
 
 The fast path only accepts what the tolerant path would accept with the same
 result (a property test holds them equal). The parser never raises on input.
+
+A timestamp more than ``FUTURE_SLACK_SECONDS`` ahead of the clock is not a
+time a request was made (a broken clock, an edited file, year 9999): such a
+line is rejected as ``bad_timestamp`` rather than kept as a session that
+stays "active" and a last-request time far in the future.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -25,7 +31,8 @@ import msgspec
 
 from exporter.records import Parsed, Request, Source
 
-MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024  # default limit; the largest real line seen is ~630 KB
+FUTURE_SLACK_SECONDS: Final = 86_400.0  # a day: any time zone mix-up, any skew between hosts
 MAX_TOKENS: Final = 2**53  # anything larger is not a token count (and breaks SQLite)
 SYNTHETIC_MODEL: Final = "<synthetic>"
 
@@ -142,16 +149,19 @@ class _RejectError(Exception):
 
 def parse_lines(
     data: bytes, *, compaction_file: bool = False, into: Parsed | None = None,
-    fast: bool = True,
+    fast: bool = True, now: float | None = None, max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Parsed:
     """Classify every complete line of ``data`` (which must end with a newline).
 
     ``compaction_file`` marks a file named ``agent-acompact-*``: its sidechain
     records are compaction calls even when they carry no ``agentId``.
     ``fast=False`` sends every line through the tolerant schema (the reference
-    the fast path must agree with; tests compare the two).
+    the fast path must agree with; tests compare the two). ``now`` is the
+    clock (epoch seconds, default the system's) that far-future timestamps
+    are judged against; lines over ``max_line_bytes`` are ``too_long``.
     """
     out = into if into is not None else Parsed()
+    horizon = (time.time() if now is None else now) + FUTURE_SLACK_SECONDS
     decode = _FAST.decode if fast else _TOLERANT.decode
     lines = data.split(b"\n")
     if lines and not lines[-1]:
@@ -161,7 +171,8 @@ def parse_lines(
     other = usage = 0
     for line in lines:
         try:
-            req = _classify(line, compaction_file, known, decode)
+            req = _classify(line, compaction_file, known, decode, horizon=horizon,
+                            max_line_bytes=max_line_bytes)
         except _RejectError as exc:
             rejected[exc.reason] += 1
             continue
@@ -178,10 +189,10 @@ def parse_lines(
 
 def _classify(
     line: bytes, compaction_file: bool, known: dict[str, Request],
-    decode: Callable[[bytes], _Line],
+    decode: Callable[[bytes], _Line], *, horizon: float, max_line_bytes: int,
 ) -> Request | None:
     """The request one line carries, None for a valid line without one."""
-    if len(line) > MAX_LINE_BYTES:
+    if len(line) > max_line_bytes:
         raise _RejectError(RejectReason.TOO_LONG)
     if not line.isascii():
         try:
@@ -201,11 +212,13 @@ def _classify(
         raise _RejectError(RejectReason.INVALID_JSON) from None
     kind = rec.type
     if kind == "assistant":
-        return _from_record(rec, rec, known, embedded=False, compaction_file=compaction_file)
+        return _from_record(rec, rec, known, horizon, embedded=False,
+                            compaction_file=compaction_file)
     if kind == "progress" and isinstance(rec.data, _Data):
         inner = rec.data.message
         if isinstance(inner, _Embedded) and inner.type == "assistant":
-            return _from_record(inner, rec, known, embedded=True, compaction_file=compaction_file)
+            return _from_record(inner, rec, known, horizon, embedded=True,
+                                compaction_file=compaction_file)
     return None
 
 
@@ -226,8 +239,8 @@ def _tolerant(line: bytes) -> _Line:
 
 
 def _from_record(
-    rec: _Line | _Embedded, outer: _Line, known: dict[str, Request], *, embedded: bool,
-    compaction_file: bool,
+    rec: _Line | _Embedded, outer: _Line, known: dict[str, Request], horizon: float, *,
+    embedded: bool, compaction_file: bool,
 ) -> Request | None:
     """Build a request from an assistant record (possibly embedded in a progress line).
 
@@ -257,6 +270,8 @@ def _from_record(
     request_id = rec.requestId
     key = f"{msg.id}\x1f{request_id}" if isinstance(request_id, str) and request_id else msg.id
     ts = _timestamp(rec.timestamp)
+    if ts > horizon:
+        raise _RejectError(RejectReason.BAD_TIMESTAMP)
     source = _source(rec, outer, embedded=embedded, compaction_file=compaction_file)
     old = known.get(key)
     if (

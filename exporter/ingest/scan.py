@@ -4,15 +4,20 @@ A pass stats every transcript, reads only files that changed since their
 checkpoint, parses the new complete lines and commits them to the ledger in
 batches of about ``BATCH_BYTES``. Big cold scans fan out over processes
 (parsing is CPU-bound and the merge is order-free, so workers need no
-coordination); the parent alone writes the ledger.
+coordination); the parent alone writes the ledger, and the workers die
+with it (``die_with_parent``). A pass may be limited to the paths that file
+events named; the full walk belongs to the periodic rescan.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +25,14 @@ from typing import Any, Final
 
 import structlog
 
-from exporter.ingest.discover import find_transcripts, is_compaction_file, projects_dirs
-from exporter.ingest.parse import parse_lines
+from exporter.ingest.discover import (
+    find_transcripts,
+    fs_path,
+    is_compaction_file,
+    path_key,
+    projects_dirs,
+)
+from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason, parse_lines
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ledger import Applied, Ledger
 from exporter.records import Appearance, Checkpoint, Parsed
@@ -46,6 +57,8 @@ class ScanResult:
     upgraded_requests: int = 0
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    rereads: int = 0  # files read again from byte 0: truncated, replaced or rewritten
+    checked: int = 0  # files stat'ed: all on a full pass, the named ones on an event pass
 
 
 @dataclass(slots=True)
@@ -58,6 +71,7 @@ class _Batch:
     errors: list[tuple[str, str]]
     # (path, session, keys) of each file that carried requests: the provenance
     seen: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
+    rereads: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
     def absorb(self, other: _Batch) -> _Batch:
         """Fold another group's output into this one (merging is order-free)."""
@@ -66,20 +80,32 @@ class _Batch:
         self.bytes_read += other.bytes_read
         self.errors.extend(other.errors)
         self.seen.extend(other.seen)
+        self.rereads.extend(other.rereads)
         return self
 
 
 # Top-level (not a method) so that a process pool can pickle it.
-def read_files(work: Sequence[tuple[str, Checkpoint | None]]) -> _Batch:
-    """Read and parse the new lines of some files (runs in a worker or inline)."""
+def read_files(
+    work: Sequence[tuple[str, Checkpoint | None]], now: float | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+) -> _Batch:
+    """Read and parse the new lines of some files (runs in a worker or inline).
+
+    ``now`` is the clock far-future timestamps are judged against.
+    """
     batch = _Batch(Parsed(), [], 0, [])
     for path, start_cp in work:
         cp = start_cp
         # Each file parsed on its own, then folded in: its keys are its provenance.
         local = Parsed()
         try:
-            while (chunk := read_new(path, cp)) is not None:
-                parse_lines(chunk.data, compaction_file=is_compaction_file(path), into=local)
+            while (chunk := read_new(path, cp, max_line=max_line_bytes)) is not None:
+                parse_lines(chunk.data, compaction_file=is_compaction_file(path), into=local,
+                            now=now, max_line_bytes=max_line_bytes)
+                if chunk.too_long:  # skipped unread by the tail stage, counted like parsed ones
+                    local.counts.rejected[RejectReason.TOO_LONG] += chunk.too_long
+                if chunk.restarted:
+                    batch.rereads.append((path, chunk.reason))
                 batch.bytes_read += len(chunk.data)
                 cp = chunk.checkpoint
                 if not chunk.data:
@@ -95,6 +121,33 @@ def read_files(work: Sequence[tuple[str, Checkpoint | None]]) -> _Batch:
     return batch
 
 
+def die_with_parent(parent: int) -> None:
+    """Pool initializer: a parser process ends when the process that started it does.
+
+    Otherwise a ``kill -9`` of the daemon leaves its workers blocked for good on
+    the pool's queue (each worker holds the queue's write end, so no EOF comes),
+    and they ignore SIGTERM through the daemon's handler, inherited by fork.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent; then this dies
+    if sys.platform.startswith("linux"):
+        import ctypes  # noqa: PLC0415 - only workers need it
+
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    else:  # no death signal: watch the parent instead
+        threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+
+
+def _orphan_watch(parent: int) -> None:
+    """Exit this worker once its parent is gone (where no death signal exists)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)  # a cheap poll; nothing waits on this thread
+    os._exit(1)
+
+
 class Scanner:
     """Runs ingestion passes over some transcript directories into a ledger."""
 
@@ -108,10 +161,18 @@ class Scanner:
         log: Any = None,
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
         batch_bytes: int = BATCH_BYTES,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool)."""
         self.parallel_min_bytes = parallel_min_bytes
         self.batch_bytes = batch_bytes
+        self.max_line_bytes = max_line_bytes
+        self.clock = clock
+        # The ledger's checkpoints, read on every full pass and kept current between
+        # them, so that a pass over a few event paths does not load 100,000 rows.
+        self._cps: dict[str, Checkpoint] | None = None
+        self._known_files = 0
         self.ledger = ledger
         self.dirs = list(dirs)
         # Each worker holds a batch in memory (~40 MB): past 8 the disk is the limit anyway.
@@ -123,6 +184,7 @@ class Scanner:
     def root_of(self, path: str) -> str:
         """The transcript directory ``path`` was found under (the deepest that holds it)."""
         best = ""
+        path = fs_path(path)  # a key of a name that is not UTF-8: compare the real path
         for top in self.dirs:
             root = os.path.abspath(top)
             if (path.startswith(root.rstrip("/") + "/") or path == root) and len(root) > len(best):
@@ -135,17 +197,24 @@ class Scanner:
         # then only it is read (not the root's other *.jsonl, such as history.jsonl).
         return find_transcripts(projects_dirs(self.dirs), self._problem)
 
-    def scan(self, progress: Progress | None = None) -> ScanResult:
-        """One pass: read everything new, commit it, return what happened."""
+    def scan(
+        self, progress: Progress | None = None, paths: Collection[str] | None = None,
+    ) -> ScanResult:
+        """One pass: read everything new, commit it, return what happened.
+
+        ``paths`` (what file events named: files or new directories) limits the
+        pass to those; without it the pass walks every directory.
+        """
         started = time.perf_counter()
         result = ScanResult()
-        paths = self.files()
-        result.files = len(paths)
-        work, total = self._plan(paths, result)
+        full = paths is None
+        files = self.files() if paths is None else self._named(paths)
+        work, total = self._plan(files, result, full)
+        result.files = self._known_files
         done = 0
         pending: _Batch | None = None
         with self.ledger.bulk(total // BYTES_PER_REQUEST):
-            for batch in self._run(work, total):
+            for batch in self._run(work, total, self.clock()):
                 # Workers hand in small groups (load balance); the ledger takes them in
                 # larger transactions: each commit has a fixed cost, and all are atomic.
                 pending = batch if pending is None else pending.absorb(batch)
@@ -160,20 +229,47 @@ class Scanner:
         result.seconds = time.perf_counter() - started
         return result
 
+    def _named(self, paths: Collection[str]) -> list[str]:
+        """The transcripts among event paths: files as named, directories walked."""
+        tops = [os.path.abspath(d) for d in projects_dirs(self.dirs)]
+        found: set[str] = set()
+        for raw in paths:
+            path = os.path.abspath(raw)
+            if not any(path == t or path.startswith(t + os.sep) for t in tops):
+                continue  # beside projects/ (history.jsonl, todos): not a transcript
+            if os.path.isdir(path):
+                found.update(find_transcripts([Path(path)], self._problem))
+            elif path.endswith(".jsonl") and os.path.lexists(path):
+                found.add(path_key(path))
+        return sorted(found)
+
+    def _checkpoints(self, full: bool) -> dict[str, Checkpoint]:
+        """The ledger's checkpoints: read on full passes, kept in memory between them."""
+        if full or self._cps is None:
+            self._cps = self.ledger.checkpoints()
+        return self._cps
+
     def _plan(
-        self, paths: list[str], result: ScanResult
+        self, paths: list[str], result: ScanResult, full: bool = True,
     ) -> tuple[list[list[tuple[str, Checkpoint | None]]], int]:
         """Group the files that changed into work units of about GROUP_BYTES."""
-        cps = self.ledger.checkpoints()
-        present = set(paths)
-        gone = [p for p in cps if p not in present and not os.path.exists(p)]
-        if gone:
-            self.ledger.forget_files(gone)
+        cps = self._checkpoints(full)
+        result.checked = len(paths)
+        if full:  # only a full walk can tell that a file is gone
+            self._known_files = len(paths)
+            present = set(paths)
+            gone = [p for p in cps if p not in present and not os.path.exists(fs_path(p))]
+            if gone:
+                self.ledger.forget_files(gone)
+                for p in gone:
+                    cps.pop(p, None)
+        else:
+            self._known_files += sum(1 for p in paths if p not in cps)
         groups: list[list[tuple[str, Checkpoint | None]]] = [[]]
         size = total = 0
         for path in paths:
             try:
-                st = os.stat(path)
+                st = os.stat(fs_path(path))
             except OSError as exc:
                 why = exc.strerror or str(exc)
                 self._problem("transcript_unreadable", path, why)
@@ -191,14 +287,18 @@ class Scanner:
             total += max(pending, 0)
         return [g for g in groups if g], total
 
-    def _run(self, work: list[list[tuple[str, Checkpoint | None]]], total: int) -> Any:
+    def _run(
+        self, work: list[list[tuple[str, Checkpoint | None]]], total: int, now: float,
+    ) -> Any:
         """Yield each group's batch, from a process pool when it pays off."""
+        limit = self.max_line_bytes
         if self.workers < 2 or total < self.parallel_min_bytes or len(work) < 2:
-            yield from (read_files(g) for g in work)
+            yield from (read_files(g, now, limit) for g in work)
             return
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(work)), mp_context=ctx) as pool:
-            futures = [pool.submit(read_files, g) for g in work]
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(work)), mp_context=ctx,
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+            futures = [pool.submit(read_files, g, now, limit) for g in work]
             for fut in as_completed(futures):
                 yield fut.result()
 
@@ -210,6 +310,11 @@ class Scanner:
         seen = [Appearance(path, self.root_of(path), session, keys)
                 for path, session, keys in batch.seen]
         applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read, seen)
+        if self._cps is not None:  # committed: the cache follows the ledger
+            self._cps.update((cp.path, cp) for cp in batch.checkpoints)
+        for path, reason in batch.rereads:
+            self.log.info("transcript_reread", path=path, reason=reason)
+        result.rereads += len(batch.rereads)
         result.files_read += len(batch.checkpoints)
         result.bytes_read += batch.bytes_read
         result.new_requests += len(applied.new)

@@ -1,28 +1,48 @@
 """Tail stage: read the complete new lines of one transcript file.
 
-A checkpoint remembers how far a file was read and what its first bytes
-looked like. A file that shrank, changed inode, or whose first bytes differ
-was truncated or replaced: it is read again from byte 0 (the ledger merges
-by key, so a second reading adds nothing twice). An incomplete last line is
-left for the next read.
+A checkpoint remembers how far a file was read and what it looked like: the
+digest of its first bytes and of the bytes just before the offset. A file
+that shrank, changed inode, or whose remembered bytes differ was truncated,
+replaced or rewritten in place (an insertion or a longer or shorter edit
+anywhere before the offset shifts the bytes before it). Such a file is read
+again from byte 0 (the ledger merges by key, so a second reading adds
+nothing twice), and the chunk says why. A file rewritten with the same
+content is not read again (its line counters stay exact); the price is that
+an edit of the same length that touches neither window goes unseen.
+
+An incomplete last line is left for the next read, and the checkpoint notes
+how far it is known to run without a newline, so a line that grows slowly is
+searched once, not once per read. A line longer than ``max_line`` bytes is
+skipped without ever being held in memory, and counted.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import stat
-from typing import BinaryIO, Final
+from dataclasses import dataclass
+from typing import Final
 
+from exporter.ingest.discover import fs_path
+from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.records import Checkpoint, Chunk
 
 FINGERPRINT_BYTES: Final = 4096
+TAIL_BYTES: Final = 4096  # checked before the offset: edits, insertions and cuts shift them
 READ_LIMIT: Final = 64 * 1024 * 1024  # one chunk at most; long files come in pieces
+SCAN_BLOCK: Final = 1024 * 1024  # newline search step over a long line: bounded memory
+
+# Restart reasons (Chunk.reason), logged and counted by the scanner.
+TRUNCATED: Final = "truncated"
+REPLACED: Final = "replaced"  # another inode, or other first bytes
+REWRITTEN: Final = "rewritten"  # same inode and first bytes, other bytes before the offset
 
 
 def fingerprint(head: bytes) -> str:
-    """A short digest of a file's first bytes."""
+    """A short digest of some bytes of a file."""
     return hashlib.blake2b(head, digest_size=16).hexdigest()
 
 
@@ -37,25 +57,60 @@ def unchanged(st: os.stat_result, cp: Checkpoint | None) -> bool:
     )
 
 
-def read_new(path: str, cp: Checkpoint | None, limit: int = READ_LIMIT) -> Chunk | None:
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """What a checkpoint's ``fingerprint`` text holds.
+
+    ``2:<head>:<tail>:<probe>``: digests of the first ``fp_len`` bytes and of
+    the ``min(TAIL_BYTES, offset)`` bytes before the offset, and the file
+    position up to which the line at the offset is known to have no newline.
+    A bare digest is a checkpoint from before the tail check (head only).
+    Packed into the one text column so that the ledger schema needs no change.
+    """
+
+    head: str
+    tail: str | None = None
+    probe: int = 0
+
+    def text(self) -> str:
+        """The fingerprint text of these marks."""
+        return f"2:{self.head}:{self.tail or ''}:{self.probe}"
+
+    @classmethod
+    def parse(cls, text: str) -> _Marks:
+        """Marks from a stored fingerprint text (either form)."""
+        parts = text.split(":")
+        if len(parts) == 4 and parts[0] == "2" and parts[3].isdigit():
+            return cls(parts[1], parts[2] or None, int(parts[3]))
+        return cls(text)
+
+
+def read_new(
+    path: str, cp: Checkpoint | None, limit: int = READ_LIMIT, *,
+    max_line: int = MAX_LINE_BYTES,
+) -> Chunk | None:
     """Read the complete lines after ``cp`` (at most about ``limit`` bytes).
 
-    Returns None when nothing is new. Raises OSError when the file cannot be
+    ``path`` is a path key (see ``discover.path_key``). Returns None when
+    nothing is new. Lines longer than ``max_line`` bytes are skipped and
+    counted in ``Chunk.too_long``. Raises OSError when the file cannot be
     read; the caller decides how to report it.
     """
     # O_NONBLOCK: a FIFO named *.jsonl must not block the pass waiting for a writer.
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+    fd = os.open(fs_path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
-        start = _resume_offset(fh, st, cp)
+        start, probe, reason = _resume(fh, st, cp)
         restarted = cp is not None and start == 0 and cp.offset > 0
         if start >= st.st_size and not restarted:
             return None
-        fh.seek(start)
-        data = _read_complete(fh, min(limit, max(0, st.st_size - start)))
-        end = start + len(data)
-        head = data[:FINGERPRINT_BYTES] if start == 0 else _head(fh, end)
+        data, begin, end, probe, too_long = _read_lines(fh, st.st_size, start, probe,
+                                                         limit=limit, max_line=max_line)
+        head = data[:FINGERPRINT_BYTES] if begin == 0 else _span(
+            fh, 0, min(FINGERPRINT_BYTES, end))
+        marks = _Marks(fingerprint(head), _tail_digest(fh, end), max(probe, end))
     new_cp = Checkpoint(
         path=path,
         dev=st.st_dev,
@@ -63,44 +118,96 @@ def read_new(path: str, cp: Checkpoint | None, limit: int = READ_LIMIT) -> Chunk
         size=st.st_size,
         offset=end,
         fp_len=len(head),
-        fingerprint=fingerprint(head),
+        fingerprint=marks.text(),
         mtime_ns=st.st_mtime_ns,
     )
-    return Chunk(path=path, data=data, start=start, checkpoint=new_cp, restarted=restarted)
+    return Chunk(path=path, data=data, start=begin, checkpoint=new_cp, restarted=restarted,
+                 too_long=too_long, reason=reason if restarted else "")
 
 
-def _resume_offset(fh: BinaryIO, st: os.stat_result, cp: Checkpoint | None) -> int:
-    """Where to continue: the checkpoint's offset if the file is the same file."""
-    if cp is None or cp.dev != st.st_dev or cp.ino != st.st_ino or st.st_size < cp.offset:
-        return 0
-    fh.seek(0)
-    if fingerprint(fh.read(cp.fp_len)) != cp.fingerprint:
-        return 0
-    return cp.offset
+def _resume(
+    fh: io.BufferedReader, st: os.stat_result, cp: Checkpoint | None,
+) -> tuple[int, int, str]:
+    """(offset, probe, restart reason): where to continue if the file is the same file."""
+    if cp is None:
+        return 0, 0, ""
+    marks = _Marks.parse(cp.fingerprint)
+    reason = _changed(fh, st, cp, marks)
+    if reason:
+        return 0, 0, reason
+    return cp.offset, max(marks.probe, cp.offset), ""
 
 
-def _read_complete(fh: BinaryIO, want: int) -> bytes:
-    """Read about ``want`` bytes, cut after the last newline.
+def _changed(fh: io.BufferedReader, st: os.stat_result, cp: Checkpoint, marks: _Marks) -> str:
+    """Why the file is not the one ``cp`` was taken of any more ("" if it is)."""
+    if cp.dev != st.st_dev or cp.ino != st.st_ino:
+        return REPLACED
+    if st.st_size < cp.offset:
+        return TRUNCATED
+    if fingerprint(_span(fh, 0, cp.fp_len)) != marks.head:
+        return REPLACED
+    if marks.tail is not None and _tail_digest(fh, cp.offset) != marks.tail:
+        return REWRITTEN
+    return ""
 
-    A line longer than ``want`` is read on until its newline, so every call
-    that has a complete line returns at least one.
+
+def _read_lines(
+    fh: io.BufferedReader, size: int, pos: int, probe: int, *, limit: int, max_line: int,
+) -> tuple[bytes, int, int, int, int]:
+    """(data, where it begins, where it ends, probe, lines skipped as too long).
+
+    ``probe`` > ``pos`` says the line at ``pos`` has no newline before
+    ``probe``. Memory stays below ``max(limit, max_line)`` plus one block
+    whatever the file holds, and every call makes progress or returns.
     """
-    data: bytes = fh.read(want)
-    cut = data.rfind(b"\n")
-    while cut < 0:
-        more: bytes = fh.read(READ_LIMIT)
-        if not more:
-            return b""  # only an incomplete line so far
-        base = len(data)
-        data += more
-        cut = more.find(b"\n")
-        if cut >= 0:
-            cut += base
-    return data[: cut + 1]
+    too_long = 0
+    while True:
+        want = min(limit, size - pos)
+        if probe > pos:  # inside a line already known to be long: find its end first
+            newline = _find_newline(fh, probe, size)
+            if newline < 0:
+                return b"", pos, pos, size, too_long  # still no newline: wait, unread
+            if newline - pos > max_line:
+                too_long += 1
+                pos = probe = newline + 1
+                continue
+            want = max(want, newline + 1 - pos)  # the line fits: read it whole
+        fh.seek(pos)
+        data: bytes = fh.read(want)
+        cut = data.rfind(b"\n")
+        if cut >= 0:  # and what was read after the cut holds no newline either
+            return data[: cut + 1], pos, pos + cut + 1, pos + len(data), too_long
+        probe = pos + len(data)
+        if probe >= size or not data:
+            return b"", pos, pos, probe, too_long  # only an incomplete line so far
 
 
-def _head(fh: BinaryIO, end: int) -> bytes:
-    """The first bytes of the file (at most up to ``end``), for the fingerprint."""
-    fh.seek(0)
-    head: bytes = fh.read(min(FINGERPRINT_BYTES, end))
-    return head
+def _find_newline(fh: io.BufferedReader, start: int, end: int) -> int:
+    """The position of the first newline in ``[start, end)``, or -1; one block in memory."""
+    fh.seek(start)
+    pos = start
+    block = bytearray(SCAN_BLOCK)  # reused: no allocation per block
+    view = memoryview(block)
+    while pos < end:
+        got = fh.readinto(view[: min(SCAN_BLOCK, end - pos)])
+        if not got:
+            return -1
+        found = block.find(b"\n", 0, got)
+        if found >= 0:
+            return pos + found
+        pos += got
+    return -1
+
+
+def _tail_digest(fh: io.BufferedReader, offset: int) -> str | None:
+    """The digest of the bytes just before ``offset`` (None at the start of the file)."""
+    if offset <= 0:
+        return None
+    return fingerprint(_span(fh, max(0, offset - TAIL_BYTES), offset))
+
+
+def _span(fh: io.BufferedReader, start: int, end: int) -> bytes:
+    """The file's bytes in ``[start, end)`` (fewer if it is shorter)."""
+    fh.seek(start)
+    data: bytes = fh.read(max(0, end - start))
+    return data

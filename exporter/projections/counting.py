@@ -151,7 +151,7 @@ class Counting:
         pricing = self.pricing
         facts: dict[str, Any] = {
             "version": RULES_VERSION, "bounds": HIST_BOUNDS, "kv": self.kv,
-            "upload": self.upload, "aliases": dict(sorted(pricing.aliases.items())),
+            "upload": self.upload, "aliases": dict(sorted(pricing.keys.items())),
             "long": {f: (p.long_context_threshold if p.long_context else None)
                      for f, p in sorted(pricing.models.items())},
             "periods": {f: list(_boundaries(pricing, f)) for f in sorted(pricing.models)},

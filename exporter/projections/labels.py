@@ -4,26 +4,38 @@ Transcripts are input we do not control: a model id or a cwd could be long,
 odd, or (in a hostile file) different on every line. Values are shortened,
 and past a cap every new value becomes ``other``, so the number of series
 stays bounded whatever the files say.
+
+A session started in a home directory has that directory as its cwd, and
+its base name is the user name: under the ``basename`` policy such a cwd
+(the user's own home, ``/root``, or ``/home/<name>`` and ``/Users/<name>``)
+is labelled ``~`` instead.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable
 from typing import Final
 
 MAX_VALUE_LEN: Final = 120
 OTHER: Final = "other"
+HOME: Final = "~"
+_HOME_DIR = re.compile(r"^(?:/home/[^/]+|/Users/[^/]+|/root|/var/root)$")
 
 
 class LabelPolicy:
     """Maps models and project paths to bounded label values."""
 
     def __init__(self, project_policy: str = "basename", max_models: int = 64,
-                 max_projects: int = 256) -> None:
-        """``project_policy`` is ``basename``, ``full``, ``hash`` or ``none``."""
+                 max_projects: int = 256, home: str | None = None) -> None:
+        """``project_policy`` is ``basename``, ``full``, ``hash`` or ``none``.
+
+        ``home`` is this user's home directory (default: ``~`` expanded).
+        """
         self.project_policy = project_policy
+        self._home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
         self._models: dict[str, str] = {}
         self._projects: dict[str, str] = {}
         self._max_models = max_models
@@ -47,7 +59,10 @@ class LabelPolicy:
             return hashlib.sha256(cwd.encode("utf-8", "replace")).hexdigest()[:12]
         if self.project_policy == "full":
             return cwd
-        return os.path.basename(cwd.rstrip("/")) or "/"
+        path = cwd.rstrip("/")
+        if path and (path == self._home or _HOME_DIR.match(path)):
+            return HOME  # a home directory's name is a user name, not a project
+        return os.path.basename(path) or "/"
 
 
 def _capped(seen: dict[str, str], raw: str, cap: int, make: Callable[[str], str]) -> str:

@@ -1,143 +1,175 @@
-"""List-price cost of a request, from the price table shipped as data.
+"""List-price cost of a request: the genai-prices database plus our rules.
 
-The table is ``exporter/data/pricing.toml`` (see pricing.md); the user's config
-may override any part of it with a mapping of the same shape. A model id is
-normalised (provider prefix, version and date suffixes removed) and then matched
-EXACTLY to a family key: an id that matches nothing is unpriced, never guessed.
+Where prices come from (docs/figures.md, "Prices"): the genai-prices database,
+read once at start into plain float rates per model family and price period
+(``prices.genai``); our rules fill its gaps (``exporter/data/pricing.toml``:
+US-only inference ×1.1, batch ×0.5, fast-mode multipliers it lacks, a missing
+long-context tier); the user's config overrides win over both
+(``prices.rules``). A model id is normalised (provider prefix, version and date
+suffixes removed, ``prices.ids``) and matched EXACTLY to a family key: an id
+that matches nothing is unpriced, never guessed and never $0.
+
+Per-request pricing is two dict lookups and, for the few families whose prices
+change on a date, one bisect; both caches are bounded.
 """
 
 from __future__ import annotations
 
-import math
-import re
+import time
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
+from exporter.projections.prices.genai import (
+    PriceData,
+    PriceUpdateError,
+    bundled,
+    default_cache_dir,
+    fetch_latest,
+)
+from exporter.projections.prices.ids import MAX_MODEL_ID, normalise_model_id
+from exporter.projections.prices.rates import RATE_NAMES, Family, ModelPrice, Rates
+from exporter.projections.prices.rules import MULTIPLIER_FIELDS, apply
 from exporter.records import Request
 
-RATE_NAMES = ("input", "cache_write_5m", "cache_write_1h", "cache_read", "output")
-MULTIPLIER_FIELDS = ("inference_geo", "service_tier")
-_MODEL_KEYS = frozenset((*RATE_NAMES, "long_context", "long_context_threshold", "fast_multiplier"))
-_TOP_KEYS = frozenset(("models", "aliases", "multipliers"))
-_PER_TOKEN = 1e-6  # rates are USD per million tokens
+__all__ = [
+    "MAX_MODEL_ID", "MULTIPLIER_FIELDS", "RATE_NAMES", "ModelPrice", "PriceData",
+    "PriceUpdateError", "Pricing", "Rates", "fetch_prices", "normalise_model_id",
+]
 
-_PREFIX = re.compile(r"^(?:anthropic/|(?:(?:us|eu|apac|global)\.)?anthropic\.)")
-# Stripped repeatedly from the end, so "…-20250929-v1:0" and "…@20241022" both go.
-_SUFFIX = re.compile(r"(?:\[1m\]|-v\d+(?::\d+)?|@\d{8}|-\d{8}|-latest)$")
-_DOTTED_VERSION = re.compile(r"(?<=\d)\.(?=\d)")  # "claude-sonnet-4.5" (OpenRouter style)
-
-
-def normalise_model_id(model: str) -> str:
-    """Return the family form of a model id: lowercase, prefixes and suffixes removed."""
-    name = _PREFIX.sub("", model.strip().lower())
-    while True:
-        shorter = _SUFFIX.sub("", name)
-        if shorter == name:
-            break
-        name = shorter
-    return _DOTTED_VERSION.sub("-", name)
+# Distinct raw ids remembered; beyond it the memo starts over (ids come from
+# transcripts, so an attacker could otherwise grow it without bound).
+MAX_CACHED_IDS: Final = 4096
+_NO_MULTIPLIERS: Final[Mapping[str, float]] = {}
 
 
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """USD per million tokens for each token type of a request."""
+def fetch_prices(url: str | None = None, timeout: float = 10.0) -> PriceData:
+    """The newest genai-prices data from the network (``--update-prices``).
 
-    input: float
-    cache_write_5m: float
-    cache_write_1h: float
-    cache_read: float
-    output: float
-
-    def scaled(self, factor: float) -> Rates:
-        """Return these rates multiplied by a whole-request factor (geo, tier, speed)."""
-        if factor == 1.0:
-            return self
-        return Rates(*(getattr(self, name) * factor for name in RATE_NAMES))
-
-    def cost(
-        self, input: int, output: int, cache_read: int, cache_write_5m: int, cache_write_1h: int
-    ) -> dict[str, float]:
-        """USD per token type for the given token counts."""
-        return {
-            "input": input * self.input * _PER_TOKEN,
-            "output": output * self.output * _PER_TOKEN,
-            "cache_read": cache_read * self.cache_read * _PER_TOKEN,
-            "cache_write_5m": cache_write_5m * self.cache_write_5m * _PER_TOKEN,
-            "cache_write_1h": cache_write_1h * self.cache_write_1h * _PER_TOKEN,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ModelPrice:
-    """The price of one model family, long-context premium and fast mode included."""
-
-    rates: Rates
-    long_context: Rates | None = None
-    long_context_threshold: int = 200_000
-    fast_multiplier: float = 1.0
-
-    def is_long(self, prompt_tokens: int) -> bool:
-        """Whether a request with this prompt size bills all its tokens at the premium."""
-        return self.long_context is not None and prompt_tokens > self.long_context_threshold
+    Raises :class:`PriceUpdateError` with a one-line reason; pass the result to
+    :meth:`Pricing.load` as ``data``.
+    """
+    return fetch_latest(url, timeout)
 
 
 class Pricing:
-    """The price table: model id → family → rates, plus whole-request multipliers."""
+    """Model id → family → rates in force at a time, plus whole-request multipliers."""
 
     def __init__(
         self,
-        models: Mapping[str, ModelPrice],
-        aliases: Mapping[str, str] | None = None,
+        families: Mapping[str, Family],
+        keys: Mapping[str, str],
         multipliers: Mapping[str, Mapping[str, float]] | None = None,
+        meta: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        """Build from already validated parts; most callers want :meth:`load`."""
-        self.models = dict(models)
-        self.aliases = dict(aliases or {})
+        """Build from validated parts; most callers want :meth:`load`."""
+        self.families = dict(families)
+        self.keys = dict(keys)
         mult = multipliers or {}
-        self._geo = {k.lower(): v for k, v in mult.get("inference_geo", {}).items()}
-        self._tier = {k.lower(): v for k, v in mult.get("service_tier", {}).items()}
-        # Called once per request on hot paths: memoise by the raw id / rate class.
-        self._families: dict[str, str | None] = {}
-        self._rates: dict[tuple[str, str, str, str, bool], Rates | None] = {}
+        self._geo = dict(mult.get("inference_geo", _NO_MULTIPLIERS))
+        self._tier = dict(mult.get("service_tier", _NO_MULTIPLIERS))
+        self.meta = dict(meta or {})
+        self._clock = clock
+        # Memos for the hot path: raw id -> family (bounded), and per rate class.
+        # A rate class key holds only bounded values (family, period, factors), so
+        # that memo is bounded by the table itself, whatever the transcripts say.
+        self._families: dict[str, Family | None] = {}
+        self._rates: dict[tuple[str, int, bool, float, float, bool], Rates] = {}
+        self._by_labels: dict[
+            tuple[str, str, str, str], tuple[Family | None, tuple[Rates, ...]]] = {}
 
     @classmethod
-    def load(cls, overrides: Mapping[str, Any] | None = None) -> Pricing:
-        """Read the shipped table and apply the user's overrides (same shape).
+    def load(
+        cls,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        data: PriceData | None = None,
+        cache_dir: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> Pricing:
+        """The database (or ``data``), our rules, then the user's ``overrides``.
 
-        Raises ValueError naming the offending key when the result is invalid.
+        ``cache_dir`` holds the table built from genai-prices (default: the user
+        cache directory). Raises ValueError naming the offending key when the
+        overrides are invalid.
         """
+        if data is None:
+            data = bundled(cache_dir or default_cache_dir())
         text = resources.files("exporter").joinpath("data/pricing.toml").read_text("utf-8")
-        table = tomllib.loads(text)
+        families, keys, multipliers = apply(
+            data.families, data.keys, tomllib.loads(text), overrides or {}
+        )
+        meta = dict(data.meta)
         if overrides:
-            table = _merged(table, overrides)
-        return _parse(table)
+            meta["overrides"] = "config"
+        return cls(families, keys, multipliers, meta, clock)
 
-    def family(self, model: str) -> str | None:
-        """Return the family key pricing ``model``, or None when the model is unpriced."""
+    # --- lookups -------------------------------------------------------------------
+
+    def _family(self, model: str) -> Family | None:
+        """The family pricing ``model`` (memoised), or None when unpriced."""
         try:
             return self._families[model]
         except KeyError:
             pass
-        name = normalise_model_id(model)
-        name = self.aliases.get(name, name)
-        found = name if name in self.models else None
+        if len(model) > MAX_MODEL_ID:
+            return None  # not a real id; not remembered either
+        key = self.keys.get(normalise_model_id(model))
+        found = None if key is None else self.families[key]
+        if len(self._families) >= MAX_CACHED_IDS:
+            self._families.clear()
         self._families[model] = found
         return found
 
-    def price(self, model: str) -> ModelPrice | None:
-        """Return the family price of ``model``, or None when unpriced."""
-        family = self.family(model)
-        return None if family is None else self.models[family]
+    def family(self, model: str) -> str | None:
+        """Return the family key pricing ``model``, or None when the model is unpriced."""
+        fam = self._family(model)
+        return None if fam is None else fam.key
 
-    def long_context_threshold(self, model: str) -> int | None:
-        """Prompt size above which ``model`` bills at premium, or None if it never does."""
-        price = self.price(model)
-        if price is None or price.long_context is None:
+    def _index(self, fam: Family, at: float | None) -> int:
+        """The period of ``fam`` in force at ``at`` (None: now)."""
+        if not fam.starts:
+            return 0
+        return fam.index(self._clock() if at is None else at)
+
+    def price(self, model: str, *, at: float | None = None) -> ModelPrice | None:
+        """Return the family price of ``model`` in force at ``at``, or None when unpriced."""
+        fam = self._family(model)
+        return None if fam is None else fam.periods[self._index(fam, at)]
+
+    @property
+    def models(self) -> dict[str, ModelPrice]:
+        """Each family's price in force now."""
+        return {key: fam.periods[self._index(fam, None)] for key, fam in self.families.items()}
+
+    def long_context_threshold(self, model: str, *, at: float | None = None) -> int | None:
+        """Prompt size above which ``model`` bills at its tier, or None if it never does.
+
+        Without ``at``: the lowest threshold of any period, so that a caller that
+        classifies requests by it and passes each request's date to
+        :meth:`rates` prices every period right.
+        """
+        fam = self._family(model)
+        if fam is None:
             return None
-        return price.long_context_threshold
+        if at is None:
+            return fam.long_context_threshold()
+        price = fam.periods[self._index(fam, at)]
+        return price.long_context_threshold if price.long_context is not None else None
+
+    def boundaries(self, model: str) -> tuple[float, ...]:
+        """Sorted epoch seconds at which ``model``'s prices change; empty if never.
+
+        Requests between two boundaries share one price: group by period, price
+        each class once.
+        """
+        fam = self._family(model)
+        return () if fam is None else fam.starts
+
+    # --- rates and cost ------------------------------------------------------------
 
     def rates(
         self,
@@ -147,145 +179,121 @@ class Pricing:
         inference_geo: str = "",
         service_tier: str = "",
         speed: str = "",
+        at: float | None = None,
     ) -> Rates | None:
         """Effective rates with every multiplier folded in, or None when unpriced.
 
-        ``long_context`` is the per-request decision (see :meth:`ModelPrice.is_long`).
+        ``long_context`` is the per-request decision (prompt above
+        :meth:`long_context_threshold`); ``at`` the request's epoch seconds
+        (None: now), for prices that change on a date.
         """
-        key = (model, inference_geo, service_tier, speed, long_context)
+        fam = self._family(model)
+        if fam is None:
+            return None
+        return self._class_rates(fam, self._index(fam, at), long_context,
+                                 (inference_geo, service_tier, speed))
+
+    def _class_rates(
+        self, fam: Family, period: int, long_context: bool, labels: tuple[str, str, str]
+    ) -> Rates:
+        """Memoised rates of one price class; ``labels`` is (inference_geo, service_tier, speed)."""
+        geo, tier, speed = labels
+        g = self._geo.get(geo) or self._geo.get(geo.lower(), 1.0)
+        t = self._tier.get(tier) or self._tier.get(tier.lower(), 1.0)
+        fast = speed == "fast" or (speed != "" and speed.lower() == "fast")
+        price = fam.periods[period]
+        long_context = long_context and price.long_context is not None
+        key = (fam.key, period, long_context, g, t, fast)
         try:
             return self._rates[key]
         except KeyError:
             pass
-        price = self.price(model)
-        result: Rates | None = None
-        if price is not None:
-            base = price.long_context if long_context and price.long_context else price.rates
-            factor = self._geo.get(inference_geo.lower(), 1.0)
-            factor *= self._tier.get(service_tier.lower(), 1.0)
-            if speed.lower() == "fast":
-                factor *= price.fast_multiplier
-            result = base.scaled(factor)
+        result = price.select(long_context, fast).scaled(g * t)
         self._rates[key] = result
         return result
 
     def request_rates(self, req: Request) -> Rates | None:
-        """Effective rates for one request (long context decided on its prompt)."""
-        price = self.price(req.model)
-        if price is None:
+        """Effective rates for one request (its date, and long context on its prompt).
+
+        The hot path: one memo lookup by the request's raw labels gives the family
+        and the rates of each (period, long context) class, so a request costs a
+        dict lookup, a prompt comparison and, for dated families, one bisect.
+        """
+        labels = (req.model, req.inference_geo, req.service_tier, req.speed)
+        entry = self._by_labels.get(labels)
+        if entry is None:
+            entry = self._labels_entry(labels)
+        fam, table = entry
+        if fam is None:
             return None
-        return self.rates(
-            req.model,
-            long_context=price.is_long(req.context),
-            inference_geo=req.inference_geo,
-            service_tier=req.service_tier,
-            speed=req.speed,
-        )
+        period = fam.index(req.ts) if fam.starts else 0
+        price = fam.periods[period]
+        long_context = price.long_context is not None and (
+            req.context > price.long_context_threshold)
+        return table[2 * period + long_context]
+
+    def _labels_entry(
+        self, labels: tuple[str, str, str, str]
+    ) -> tuple[Family | None, tuple[Rates, ...]]:
+        """The family of a label set and its rates per ``2 * period + long``; memoised."""
+        model, geo, tier, speed = labels
+        fam = self._family(model)
+        table: tuple[Rates, ...] = ()
+        if fam is not None:
+            table = tuple(
+                self._class_rates(fam, period, long_context, (geo, tier, speed))
+                for period in range(len(fam.periods)) for long_context in (False, True)
+            )
+        entry = (fam, table)
+        if sum(map(len, labels)) <= MAX_MODEL_ID:  # raw strings from transcripts: bounded
+            if len(self._by_labels) >= MAX_CACHED_IDS:
+                self._by_labels.clear()
+            self._by_labels[labels] = entry
+        return entry
 
     def cost(self, req: Request) -> dict[str, float] | None:
-        """USD per token type for one request, or None when its model is unpriced."""
+        """USD per token type for one request, or None when its model is unpriced.
+
+        A request that carries ``web_search_requests`` (when the ledger records
+        them) also gets a ``web_search`` entry.
+        """
         rates = self.request_rates(req)
         if rates is None:
             return None
         return rates.cost(
-            req.input, req.output, req.cache_read, req.cache_write_5m, req.cache_write_1h
+            req.input, req.output, req.cache_read, req.cache_write_5m, req.cache_write_1h,
+            web_search=getattr(req, "web_search_requests", 0),
         )
 
+    # --- telling the user ----------------------------------------------------------
 
-def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``over`` into a copy of ``base``: tables merge, values replace."""
-    out = dict(base)
-    for key, value in over.items():
-        old = out.get(key)
-        if isinstance(value, Mapping) and isinstance(old, Mapping):
-            out[key] = _merged(old, value)
-        else:
-            out[key] = value
-    return out
+    def describe(self) -> dict[str, str]:
+        """Where the prices come from: package, version, data date, origin.
 
+        For ``build_info`` labels and ``report``. ``data_date`` is the latest date
+        from which any Anthropic price in the data applies; ``origin`` is
+        ``bundled`` (the installed package), ``fetched <UTC time>``
+        (``--update-prices``), ``not installed`` or ``unusable (<why>)`` (then
+        nothing but config overrides is priced).
+        """
+        out = {k: self.meta.get(k, "") for k in ("package", "version", "data_date", "origin")}
+        out["overrides"] = self.meta.get("overrides", "none")
+        return out
 
-def _fail(path: str, problem: str) -> ValueError:
-    """Build a uniform error naming the bad key of the pricing table."""
-    return ValueError(f"invalid pricing table at {path!r}: {problem}")
-
-
-def _table(value: Any, path: str) -> Mapping[str, Any]:
-    """Check that ``value`` is a table (mapping)."""
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected a table, got {value!r}")
-    return value
-
-
-def _number(value: Any, path: str) -> float:
-    """Check a finite non-negative number (bools are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, f"expected a number, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise _fail(path, f"expected a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _unknown(table: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
-    """Reject keys the table does not know (typos must not be silently ignored)."""
-    for key in table:
-        if key not in allowed:
-            raise _fail(f"{path}{key}", f"unknown key; expected one of {sorted(allowed)}")
-
-
-def _parse_rates(value: Any, path: str) -> Rates:
-    """Five rates, all present."""
-    table = _table(value, path)
-    _unknown(table, frozenset(RATE_NAMES), path + ".")
-    values = []
-    for name in RATE_NAMES:
-        if name not in table:
-            raise _fail(f"{path}.{name}", "missing rate")
-        values.append(_number(table[name], f"{path}.{name}"))
-    return Rates(*values)
-
-
-def _parse_model(value: Any, path: str) -> ModelPrice:
-    """One family's table: five rates, optional long-context rates and fast multiplier."""
-    table = _table(value, path)
-    _unknown(table, _MODEL_KEYS, path + ".")
-    rates = _parse_rates({k: v for k, v in table.items() if k in RATE_NAMES}, path)
-    long_context = None
-    if "long_context" in table:
-        long_context = _parse_rates(table["long_context"], path + ".long_context")
-    threshold = table.get("long_context_threshold", 200_000)
-    threshold = _number(threshold, path + ".long_context_threshold")
-    fast = _number(table.get("fast_multiplier", 1.0), path + ".fast_multiplier")
-    return ModelPrice(rates, long_context, int(threshold), fast)
-
-
-def _family_key(key: Any, path: str) -> str:
-    """Check a family key is in normalised form: any other form could never match."""
-    if not isinstance(key, str) or normalise_model_id(key) != key:
-        wanted = normalise_model_id(key) if isinstance(key, str) else "a string"
-        raise _fail(path, f"family keys are normalised model ids; write {wanted!r}")
-    return key
-
-
-def _parse(table: Mapping[str, Any]) -> Pricing:
-    """Validate a whole (merged) table and build the Pricing."""
-    _unknown(table, _TOP_KEYS, "")
-    models = {
-        _family_key(key, f"models.{key}"): _parse_model(value, f"models.{key}")
-        for key, value in _table(table.get("models", {}), "models").items()
-    }
-    aliases: dict[str, str] = {}
-    for key, target in _table(table.get("aliases", {}), "aliases").items():
-        if target not in models:
-            raise _fail(f"aliases.{key}", f"alias target {target!r} is not a model key")
-        aliases[_family_key(key, f"aliases.{key}")] = target
-    raw_mult = _table(table.get("multipliers", {}), "multipliers")
-    _unknown(raw_mult, frozenset(MULTIPLIER_FIELDS), "multipliers.")
-    multipliers = {
-        field: {
-            str(value): _number(factor, f"multipliers.{field}.{value}")
-            for value, factor in _table(raw_mult[field], f"multipliers.{field}").items()
-        }
-        for field in MULTIPLIER_FIELDS
-        if field in raw_mult
-    }
-    return Pricing(models, aliases, multipliers)
+    def unpriced_help(self, model: str) -> str:
+        """One line on how to price ``model``: a config override or a newer database."""
+        if model == "<synthetic>":
+            return "<synthetic> marks Claude Code's own messages: never billed"
+        if len(model) > MAX_MODEL_ID:
+            return f"a model id over {MAX_MODEL_ID} characters is never priced"
+        info = self.describe()
+        family = normalise_model_id(model) or model
+        source = f"{info['package']} {info['version']}".strip()
+        if info["data_date"]:
+            source += f" (prices to {info['data_date']})"
+        return (
+            f"{model!r} has no price in {source}: run `pip install -U genai-prices` "
+            "for newer data, or add "
+            f'[pricing.models."{family}"] with {", ".join(RATE_NAMES)} (USD per MTok) '
+            "to the config"
+        )

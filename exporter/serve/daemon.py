@@ -13,7 +13,7 @@ import signal
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from exporter.ledger import Ledger, LedgerError
 from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
-from exporter.serve.http import BasicAuth, HttpServer, make_app
+from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
 
 
 class Daemon:
@@ -58,7 +58,8 @@ class Daemon:
             lock.release(remove=True)  # a refused file gets no lock file beside it
             raise
         self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log,
-                               batch_bytes=int(settings.batch_mb * 1024 * 1024))
+                               batch_bytes=int(settings.batch_mb * 1024 * 1024),
+                               max_line_bytes=settings.max_line_bytes, clock=clock)
         self._files = 0
         self._pending = 0
         self._clock = clock
@@ -105,7 +106,10 @@ class Daemon:
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"tls_cert_file / tls_key_file: cannot load: {exc}") from exc
         try:
-            self.http = HttpServer(app, host, port, tls)
+            self.http = HttpServer(app, host, port, tls, Limits(
+                max_connections=self.settings.http_max_connections,
+                timeout_seconds=self.settings.http_timeout_seconds,
+                max_header_bytes=self.settings.http_max_header_bytes))
         except OSError as exc:  # a busy port, an address not on this machine
             raise ConfigError(f"listen: cannot serve on {host}:{port}: {exc}") from exc
         self._warn_exposure(host, tls is not None, auth is not None)
@@ -168,9 +172,9 @@ class Daemon:
         self._pending = self.ledger.pending()  # read here, not by the HTTP thread mid-batch
         return len(applied.hists)
 
-    def _pass(self) -> None:
-        """One follow pass."""
-        result = self.scanner.scan()
+    def _pass(self, paths: Collection[str] | None = None) -> None:
+        """One follow pass: over the paths file events named, or everything (None)."""
+        result = self.scanner.scan(paths=paths)
         self._files = result.files
         if result.new_requests or result.upgraded_requests:
             self.log.debug("pass", new=result.new_requests, upgraded=result.upgraded_requests,

@@ -1,48 +1,64 @@
 """Ground truth: every figure of docs/figures.md, from the book of unique requests.
 
-Independent of the exporter on purpose: its own price table (pricing.md, only
-the models the generator uses), its own percentiles and gap buckets, exact
-integer arithmetic (milliseconds, 1e-9 USD) until the final division. A
-disagreement with ``report --json`` therefore points at one of the two.
+Independent of the exporter on purpose: its prices come from the same source
+(the genai-prices database) but through genai-prices' own ``calc_price`` per
+request, in Decimals, not through the exporter's rate table; its own
+percentiles and gap buckets; exact integer arithmetic (milliseconds, 1e-9 USD)
+until the final division. A disagreement with ``report --json`` therefore
+points at one of the two.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, Final
+
+from genai_prices import Usage, calc_price
 
 from exporter.synth.book import SOURCES, Book, Entry
 from exporter.synth.model import NOVA, OPUS, SimRequest
 
-# Prices per token in 1e-8 USD (= USD per MTok × 100), so every product is an
-# integer: (input, cache write 5m, cache write 1h, cache read, output).
-_PRICES: Final[dict[str, tuple[int, int, int, int, int]]] = {
-    "claude-opus-4-6": (500, 625, 1000, 50, 2500),
-    "claude-sonnet-4-5": (300, 375, 600, 30, 1500),
-    "claude-haiku-4-5": (100, 125, 200, 10, 500),
-}
-_SONNET_LONG: Final = (600, 750, 1200, 60, 2250)  # all tokens, when the prompt > 200k
-LONG_CONTEXT: Final = 200_000
 _UNPRICED: Final = (NOVA,)
+# Our rules on top of the database (pricing.md): US-only inference ×1.1, and
+# fast mode ×6 on Opus 4.6, for which genai-prices has no fast-mode price.
+_GEO_US: Final = Decimal("1.1")
+_FAST_MULTIPLIER: Final = {OPUS: 6}
+# A request with no date is priced as on the generator's default start.
+_DEFAULT_DATE: Final = datetime(2026, 10, 1, tzinfo=UTC)
+_NANO: Final = Decimal(10) ** 9
 GAP_BUCKETS: Final = ("first", "lt_5m", "5m_to_1h", "gt_1h")
 _ACTIVE_GAP_MS: Final = 120_000
 
 
-def cost_nano_usd(req: SimRequest) -> int | None:
-    """Cost of one request in 1e-9 USD (None if its model has no price)."""
+def cost_nano_usd(req: SimRequest, ts_ms: int | None = None) -> int | None:
+    """Cost of one request made at ``ts_ms`` in 1e-9 USD (None if its model has no price).
+
+    genai-prices applies the long-context tier (prompt above 200k: every token at
+    the tier's rates) and prices that change on a date; the multipliers are ours.
+    """
     if req.model in _UNPRICED:
         return None
-    family = next(f for f in _PRICES if req.model.startswith(f))
-    rates = _PRICES[family]
-    if family == "claude-sonnet-4-5" and req.context > LONG_CONTEXT:
-        rates = _SONNET_LONG
-    tokens = (req.input, req.cache_write_5m, req.cache_write_1h, req.cache_read, req.output)
-    units = sum(t * r for t, r in zip(tokens, rates, strict=True))  # 1e-8 USD
-    factor = 11 if req.geo == "us" else 10  # US-only inference: ×1.1
-    if req.speed == "fast" and req.model == OPUS:
-        factor *= 6
-    return units * factor
+    when = _DEFAULT_DATE if ts_ms is None else datetime.fromtimestamp(ts_ms / 1000, UTC)
+    usage = Usage(
+        input_tokens=req.context,  # genai-prices counts cache reads and writes in input
+        cache_read_tokens=req.cache_read,
+        cache_write_tokens=req.cache_write_5m + req.cache_write_1h,
+        cache_write_1h_tokens=req.cache_write_1h,
+        output_tokens=req.output,
+    )
+    fast = req.speed == "fast"
+    price = calc_price(usage, req.model, provider_id="anthropic", genai_request_timestamp=when,
+                       price_context={"speed": "fast"} if fast else None)
+    total = price.total_price * (_GEO_US if req.geo == "us" else 1)
+    if fast:
+        total *= _FAST_MULTIPLIER.get(req.model, 1)
+    nano = total * _NANO
+    if nano != nano.to_integral_value():
+        raise ValueError(f"{req.model}: a price below 1e-9 USD per request ({total})")
+    return int(nano)
 
 
 def percentile(values: Sequence[int], p: int) -> int:
@@ -121,7 +137,7 @@ def _totals(entries: Sequence[Entry]) -> tuple[dict[str, Any], dict[str, Any], d
     sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 8)
     for e in entries:
         r = e.req
-        nano = cost_nano_usd(r)
+        nano = cost_nano_usd(r, e.ts_ms)
         row = (
             1,
             r.input,

@@ -1,0 +1,154 @@
+"""The plan-limit figures the metrics (and reports) show, read from the ledger's plan tables.
+
+Read-only: a ledger without plan tables (the status line never ran) gives
+empty figures. One call costs a handful of indexed queries plus one cost
+query per window instance in the estimate's look-back (about 40 for a busy
+week): compute it once per scrape.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from exporter.plan import spool, store
+from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
+
+DAY: Final = 86_400.0
+#: How far back the dollars-per-percent estimate looks, by window: recent enough
+#: to follow a change of plan or of Anthropic's limits, long enough for many instances.
+LOOKBACK: Final[Mapping[str, float]] = {"five_hour": 7 * DAY, "seven_day": 35 * DAY}
+DEFAULT_LOOKBACK: Final = 35 * DAY
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """One rate-limit window (``five_hour``, ``seven_day``) as of now."""
+
+    used_ratio: float  # 0-1 (can pass 1 slightly); 0 once resets_at has passed
+    resets_at: float  # Unix seconds of the current (or last seen) instance's reset
+    exhausted: int  # instances that reached 100 %
+    estimate: Estimate | None  # None when no cost function was given
+
+
+@dataclass(frozen=True, slots=True)
+class PlanFigures:
+    """Everything the plan metric families observe."""
+
+    windows: dict[str, WindowFigures] = field(default_factory=dict)
+    samples: int = 0  # distinct samples stored
+    sample_age_seconds: float | None = None  # None: no sample ever
+    context_used_ratio: float | None = None
+    failures: dict[str, int] = field(default_factory=dict)  # status-line failures by reason
+    rejected: dict[str, int] = field(default_factory=dict)  # bad spool lines by reason
+
+
+def plan_figures(
+    conn: sqlite3.Connection,
+    now: float,
+    cost_between: CostBetween | None = None,
+    *,
+    lookback: Mapping[str, float] = LOOKBACK,
+) -> PlanFigures:
+    """The plan figures at ``now``; the $/% estimate only when ``cost_between`` is given."""
+    if not store.has_schema(conn):
+        return PlanFigures(failures=dict.fromkeys(spool.FAILURE_REASONS, 0),
+                           rejected=dict.fromkeys(store.REJECT_REASONS, 0))
+    counters: dict[tuple[str, str], int] = {
+        (name, label): value
+        for name, label, value in conn.execute("SELECT name, label, value FROM plan_counters")
+    }
+    meta = {name: (t, value) for name, t, value in conn.execute("SELECT * FROM plan_meta")}
+    latest = meta.get("latest_sample")
+    context = meta.get("latest_context")
+    return PlanFigures(
+        windows=_windows(conn, now, cost_between, lookback),
+        samples=counters.get(("samples", ""), 0),
+        sample_age_seconds=None if latest is None else max(0.0, now - latest[0]),
+        context_used_ratio=None if context is None else context[1] / 100.0,
+        failures={r: counters.get(("statusline_failures", r), 0) for r in spool.FAILURE_REASONS},
+        rejected={r: counters.get(("spool_rejected", r), 0) for r in store.REJECT_REASONS},
+    )
+
+
+def _windows(
+    conn: sqlite3.Connection, now: float, cost_between: CostBetween | None,
+    lookback: Mapping[str, float],
+) -> dict[str, WindowFigures]:
+    """Per window name: the newest instance, the exhausted count, the estimate."""
+    newest = conn.execute(
+        "SELECT window, max(resets_at) FROM plan_windows GROUP BY window"
+    ).fetchall()
+    exhausted = dict(conn.execute(
+        "SELECT window, count(*) FROM plan_windows WHERE max_pct >= 100 GROUP BY window"
+    ).fetchall())
+    out: dict[str, WindowFigures] = {}
+    for name, resets_at in sorted(newest):
+        max_pct, reported = conn.execute(
+            "SELECT max_pct, reported_resets_at FROM plan_windows "
+            "WHERE window = ? AND resets_at = ?",
+            (name, resets_at),
+        ).fetchone()
+        used = 0.0 if reported <= now else max_pct / 100.0
+        estimate = None
+        if cost_between is not None:
+            since = now - lookback.get(name, DEFAULT_LOOKBACK)
+            estimate = usd_per_percent(_instances(conn, name, since), cost_between)
+        out[name] = WindowFigures(used, float(reported), exhausted.get(name, 0), estimate)
+    return out
+
+
+def _instances(
+    conn: sqlite3.Connection, name: str, since: float
+) -> list[list[tuple[float, float]]]:
+    """The (pct, first seen) levels of each instance of a window resetting after ``since``."""
+    groups: dict[int, list[tuple[float, float]]] = {}
+    rows = conn.execute(
+        "SELECT resets_at, pct, first_seen FROM plan_levels WHERE window = ? AND resets_at > ?",
+        (name, since),
+    )
+    for resets_at, pct, seen in rows:
+        groups.setdefault(resets_at, []).append((pct, seen))
+    return [groups[k] for k in sorted(groups)]
+
+
+def window_history(
+    conn: sqlite3.Connection, since: float, until: float
+) -> list[tuple[float, str, float, float | None]]:
+    """(first seen, window, used %, resets_at) of every sample in [since, until), in time order.
+
+    For backfilling the used-ratio and reset series from the ledger's history.
+    """
+    if not store.has_schema(conn):
+        return []
+    out: list[tuple[float, str, float, float | None]] = []
+    rows = conn.execute(
+        "SELECT first_seen, windows FROM plan_samples WHERE first_seen >= ? AND first_seen < ? "
+        "AND windows IS NOT NULL ORDER BY first_seen",
+        (since, until),
+    )
+    for seen, text in rows:
+        for name, (pct, resets) in sorted(json.loads(text).items()):
+            out.append((seen, name, pct, resets))
+    return out
+
+
+def limits_rows(figures: PlanFigures, now: float) -> list[dict[str, object]]:
+    """One row per window for a ``report limits`` view (text or JSON)."""
+    rows: list[dict[str, object]] = []
+    for name, win in figures.windows.items():
+        est = win.estimate
+        usd = None if est is None else est.usd_per_percent
+        rows.append({
+            "window": name,
+            "used_percent": round(100 * win.used_ratio, 1),
+            "resets_in_seconds": max(0.0, win.resets_at - now),
+            "windows_exhausted": win.exhausted,
+            "usd_per_percent": usd,
+            "window_usd": None if usd is None else 100 * usd,
+            "pairs": 0 if est is None else est.pairs,
+        })
+    return rows

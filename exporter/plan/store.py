@@ -1,0 +1,375 @@
+"""Moving status-line samples from the spool into the ledger, exactly once.
+
+:func:`ingest_samples` runs inside the ledger's write path (in the caller's
+transaction, or its own): it reads the spool from the offset committed in
+the ledger, stores each new sample, and commits the new offset in the same
+transaction, so a kill -9 at any moment leaves either all of a batch or none
+of it. A sample's key is a hash of its content without its time, so the same
+payload recorded twice (Claude Code refreshes the status line with unchanged
+figures, or a spool is read twice) is stored once, with the first and last
+time it was seen.
+
+Tables (all ``plan_*``, created if missing):
+
+- ``plan_samples``: every distinct sample, the history;
+- ``plan_levels``: per window instance (window, resets_at) and percentage, the
+  first time that percentage was seen: the change points the estimate uses;
+- ``plan_windows``: per window instance, the highest percentage, when seen, and the
+  reset time as reported (the key is rounded to the minute);
+- ``plan_meta``: the newest sample and the newest context-window figure;
+- ``plan_counters``: samples stored, status-line failures, rejected spool lines;
+- ``plan_spool``: how far each spool file (by device, inode, first bytes) was read.
+
+All upserts take minima and maxima, so the order samples arrive in never
+matters. The spool is rotated once it is fully read and 1 MiB long: renamed to
+``plan-samples.jsonl.1``, which is read to its end once more and deleted when
+no writer has touched it for a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from exporter.plan import spool
+
+ROTATE_BYTES: Final = 1 << 20
+RETIRED_GRACE_S: Final = 60.0  # a writer that opened the old name before the rename is done
+READ_CHUNK: Final = 1 << 20
+MAX_READ: Final = 64 << 20  # per call; ``Ingested.more`` says there is more
+FP_LEN: Final = 64  # first bytes identifying a spool file (its first record has a µs time)
+RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbing jitter
+
+REJECT_REASONS: Final = ("too_long", "not_json", "bad_record")
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS plan_samples (
+        key TEXT PRIMARY KEY, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
+        session TEXT, model TEXT, version TEXT, context_pct REAL, context_size INTEGER,
+        session_cost_usd REAL, windows TEXT
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS plan_samples_first_seen ON plan_samples (first_seen)",
+    """CREATE TABLE IF NOT EXISTS plan_levels (
+        window TEXT NOT NULL, resets_at INTEGER NOT NULL, pct REAL NOT NULL,
+        first_seen REAL NOT NULL, PRIMARY KEY (window, resets_at, pct)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_windows (
+        window TEXT NOT NULL, resets_at INTEGER NOT NULL, max_pct REAL NOT NULL,
+        first_seen REAL NOT NULL, last_seen REAL NOT NULL, reported_resets_at INTEGER NOT NULL,
+        PRIMARY KEY (window, resets_at)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_meta (
+        name TEXT PRIMARY KEY, t REAL NOT NULL, value REAL NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_counters (
+        name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL,
+        PRIMARY KEY (name, label)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_spool (
+        dev INTEGER NOT NULL, ino INTEGER NOT NULL, fp TEXT NOT NULL, offset INTEGER NOT NULL,
+        PRIMARY KEY (dev, ino)
+    ) WITHOUT ROWID""",
+)
+
+
+@dataclass(slots=True)
+class Ingested:
+    """What one call moved: new and repeated samples, failures, rejected lines, bytes."""
+
+    new: int = 0
+    repeated: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    more: bool = False  # MAX_READ was reached: call again
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create the plan tables if missing (plain statements: safe inside a transaction)."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+def has_schema(conn: sqlite3.Connection) -> bool:
+    """Whether the plan tables exist (readers never create them)."""
+    row = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'plan_spool'"
+    ).fetchone()
+    return bool(row[0])
+
+
+def ingest_samples(
+    conn: sqlite3.Connection,
+    spool_dir: str | os.PathLike[str] | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> Ingested:
+    """Move new spool lines into the ledger; the spool offsets commit with them.
+
+    Runs in the caller's open transaction when there is one (the ledger's
+    write path), else in its own ``BEGIN IMMEDIATE`` … ``COMMIT``. File
+    renames and deletions happen under that write lock, so two processes
+    ingesting at once cannot both act on the same file. ``spool_dir`` defaults
+    to the ledger file's directory (the state directory).
+    """
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN IMMEDIATE")
+    try:
+        ensure_schema(conn)
+        directory = os.fspath(spool_dir) if spool_dir is not None else _db_dir(conn)
+        result = _Ingest(conn, directory, clock()).run()
+        if own:
+            conn.execute("COMMIT")
+    except BaseException:
+        if own and conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _db_dir(conn: sqlite3.Connection) -> str:
+    """The directory of the connection's main database file."""
+    for _seq, name, path in conn.execute("PRAGMA database_list"):
+        if name == "main" and path:
+            return os.path.dirname(str(path))
+    raise ValueError("the ledger connection has no file: pass spool_dir")
+
+
+@dataclass(slots=True)
+class _File:
+    """One spool file as found on disk, and how far the ledger has read it."""
+
+    path: str
+    dev: int
+    ino: int
+    size: int
+    mtime: float
+    fp: str  # hex of its first bytes, up to FP_LEN
+    offset: int  # committed offset (0 for a file the ledger has not seen)
+
+
+class _Ingest:
+    """One ingest pass over the spool files of a directory."""
+
+    def __init__(self, conn: sqlite3.Connection, directory: str, now: float) -> None:
+        self.conn = conn
+        self.active = os.path.join(directory, spool.SPOOL_NAME)
+        self.retired = os.path.join(directory, spool.RETIRED_NAME)
+        self.now = now
+        self.out = Ingested()
+        self.budget = MAX_READ
+
+    def run(self) -> Ingested:
+        """Rotate or delete finished files, read what is new, forget vanished files."""
+        retired = self._find(self.retired)
+        if retired is not None and self._done(retired, grace=True):
+            _unlink(retired.path)
+            self._forget(retired)
+            retired = None
+        active = self._find(self.active)
+        if (retired is None and active is not None and active.size >= ROTATE_BYTES
+                and self._done(active, grace=False) and _rename(self.active, self.retired)):
+            retired, active = active, None
+            retired.path = self.retired
+        for found in (retired, active):
+            if found is not None:
+                self._read(found)
+        keep = {(f.dev, f.ino) for f in (self._find(self.retired), self._find(self.active)) if f}
+        for dev, ino in self.conn.execute("SELECT dev, ino FROM plan_spool").fetchall():
+            if (dev, ino) not in keep:
+                self.conn.execute("DELETE FROM plan_spool WHERE dev = ? AND ino = ?", (dev, ino))
+        return self.out
+
+    # ------------------------------------------------------------- files
+    def _find(self, path: str) -> _File | None:
+        """The file at ``path`` with its committed offset, or None if absent."""
+        try:
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                head = fh.read(FP_LEN)
+        except OSError:
+            return None
+        fp = head.hex()
+        row = self.conn.execute(
+            "SELECT fp, offset FROM plan_spool WHERE dev = ? AND ino = ?", (st.st_dev, st.st_ino)
+        ).fetchone()
+        offset = 0
+        # Same inode and the same first bytes: the file we read (an inode can be reused).
+        if row is not None and fp.startswith(row[0]) and row[1] <= st.st_size:
+            offset = row[1]
+        return _File(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime, fp, offset)
+
+    def _done(self, found: _File, *, grace: bool) -> bool:
+        """Fully read (and, with ``grace``, untouched for RETIRED_GRACE_S)."""
+        if found.offset < found.size:
+            return False
+        return not grace or self.now - found.mtime >= RETIRED_GRACE_S
+
+    def _forget(self, found: _File) -> None:
+        """Drop a deleted file's offset."""
+        self.conn.execute(
+            "DELETE FROM plan_spool WHERE dev = ? AND ino = ?", (found.dev, found.ino)
+        )
+
+    def _read(self, found: _File) -> None:
+        """Ingest the complete lines after the committed offset; commit the new offset."""
+        offset = found.offset
+        try:
+            with open(found.path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_ino != found.ino:
+                    return  # replaced since _find: the next pass reads it
+                fh.seek(offset)
+                while self.budget > 0:
+                    chunk = fh.read(min(READ_CHUNK, self.budget))
+                    if not chunk:
+                        break
+                    used = self._lines(chunk)
+                    if used == 0:
+                        break  # an incomplete last line: wait for its end
+                    offset += used
+                    self.budget -= used
+                    self.out.bytes_read += used
+                    if used < len(chunk):
+                        fh.seek(offset)
+        except OSError:
+            pass  # unreadable now: what was read so far still commits
+        self.out.more = self.out.more or self.budget <= 0
+        self.conn.execute(
+            "INSERT OR REPLACE INTO plan_spool VALUES (?, ?, ?, ?)",
+            (found.dev, found.ino, found.fp, offset),
+        )
+
+    def _lines(self, chunk: bytes) -> int:
+        """Ingest the complete lines of ``chunk``; return the bytes consumed."""
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            if len(chunk) < spool.MAX_LINE:
+                return 0
+            self._reject("too_long")  # no newline in sight: skip it, resynchronise later
+            return len(chunk)
+        for line in chunk[:end].split(b"\n"):
+            self._line(line)
+        return end + 1
+
+    # ------------------------------------------------------------ records
+    def _line(self, line: bytes) -> None:
+        """Ingest one spool line (empty lines are skipped silently)."""
+        if not line.strip():
+            return
+        if len(line) > spool.MAX_LINE:
+            self._reject("too_long")
+            return
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            self._reject("not_json")
+            return
+        rec = spool.check_record(obj)
+        if rec is None:
+            self._reject("bad_record")
+        elif "failure" in rec:
+            reason = rec["failure"]
+            self._count("statusline_failures", reason, 1)
+            self.out.failures[reason] = self.out.failures.get(reason, 0) + 1
+        else:
+            self._sample(rec)
+
+    def _reject(self, reason: str) -> None:
+        """Count a spool line that is not a record."""
+        self._count("spool_rejected", reason, 1)
+        self.out.rejected[reason] = self.out.rejected.get(reason, 0) + 1
+
+    def _count(self, name: str, label: str, n: int) -> None:
+        """Add to a persistent counter."""
+        self.conn.execute(
+            "INSERT INTO plan_counters VALUES (?, ?, ?) ON CONFLICT (name, label) "
+            "DO UPDATE SET value = value + excluded.value",
+            (name, label, n),
+        )
+
+    def _sample(self, rec: dict[str, Any]) -> None:
+        """Store one sample (or note the repeat of a known one) and its derived rows."""
+        t = rec.pop("t")
+        key = sample_key(rec)
+        windows = rec.get("windows", {})
+        context = rec.get("context") or [None, None]
+        db = self.conn
+        cur = db.execute(
+            "INSERT OR IGNORE INTO plan_samples VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (key, t, t, rec.get("session"), rec.get("model"), rec.get("version"), context[0],
+             context[1], rec.get("cost"), json.dumps(windows, sort_keys=True) if windows else None),
+        )
+        if cur.rowcount == 1:
+            self.out.new += 1
+            self._count("samples", "", 1)
+        else:
+            self.out.repeated += 1
+            db.execute(
+                "UPDATE plan_samples SET first_seen = min(first_seen, ?), "
+                "last_seen = max(last_seen, ?) WHERE key = ?",
+                (t, t, key),
+            )
+        for name, (pct, resets) in windows.items():
+            if resets is None:
+                continue  # cannot be placed in a window instance
+            instance = window_instance(resets)
+            db.execute(
+                "INSERT INTO plan_levels VALUES (?,?,?,?) ON CONFLICT (window, resets_at, pct) "
+                "DO UPDATE SET first_seen = min(first_seen, excluded.first_seen)",
+                (name, instance, pct, t),
+            )
+            db.execute(
+                "INSERT INTO plan_windows VALUES (?,?,?,?,?,?) ON CONFLICT (window, resets_at) "
+                "DO UPDATE SET max_pct = max(max_pct, excluded.max_pct), "
+                "first_seen = min(first_seen, excluded.first_seen), "
+                "last_seen = max(last_seen, excluded.last_seen), "
+                "reported_resets_at = max(reported_resets_at, excluded.reported_resets_at)",
+                (name, instance, pct, t, t, resets),
+            )
+        self._latest("latest_sample", t, 0.0)
+        if context[0] is not None:
+            self._latest("latest_context", t, context[0])
+
+    def _latest(self, name: str, t: float, value: float) -> None:
+        """Keep the value with the greatest time (ties: the greater value)."""
+        self.conn.execute(
+            "INSERT INTO plan_meta VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+            "t = excluded.t, value = excluded.value WHERE excluded.t > plan_meta.t "
+            "OR (excluded.t = plan_meta.t AND excluded.value > plan_meta.value)",
+            (name, t, value),
+        )
+
+
+def sample_key(rec: dict[str, Any]) -> str:
+    """The identity of a sample: a hash of its canonical content without its time."""
+    body = json.dumps({k: v for k, v in rec.items() if k != "t"}, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def window_instance(resets_at: float) -> int:
+    """The key of a window instance: its reset time to the nearest minute."""
+    return round(resets_at / RESETS_QUANTUM) * RESETS_QUANTUM
+
+
+def _rename(src: str, dst: str) -> bool:
+    """Rename, reporting success (a vanished file is not an error)."""
+    try:
+        os.rename(src, dst)
+    except OSError:
+        return False
+    return True
+
+
+def _unlink(path: str) -> None:
+    """Delete if still there."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)

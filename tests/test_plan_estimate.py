@@ -1,0 +1,258 @@
+"""Dollars per 1 % of a plan window: the estimator, the ledger's cost in SQL, and a generated run.
+
+The generated run makes requests (real ledger rows, priced by the shipped
+table) and the status-line refreshes Claude Code would send if each 1 % of
+the window were worth a known number of dollars, then checks that the
+estimate read back through the whole path (status-line command → spool →
+ledger → figures) is within 2 % of that number.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import statusline
+from exporter.ledger import Ledger
+from exporter.plan import spool
+from exporter.plan.cost import ledger_cost, publish_today
+from exporter.plan.estimate import change_points, usd_per_percent
+from exporter.plan.figures import DAY, plan_figures
+from exporter.plan.store import ingest_samples
+from exporter.projections.pricing import Pricing
+from exporter.records import Parsed, Request, Source
+
+T0 = 1_790_000_000.0
+FIVE_HOURS = 5 * 3600.0
+
+
+@pytest.fixture(scope="module")
+def pricing() -> Pricing:
+    """The shipped price table."""
+    return Pricing.load()
+
+
+def store_requests(ledger: Ledger, requests: list[Request]) -> None:
+    """Put requests into the ledger through its own write path."""
+    parsed = Parsed()
+    for req in requests:
+        parsed.add(req)
+    ledger.apply(parsed, [], 0)
+
+
+# ---------------------------------------------------------------- estimator
+
+
+def test_change_points_ignore_stale_lower_figures() -> None:
+    """A lower figure seen later (a stale session) cannot move a higher level's time back."""
+    levels = [(40.0, 100.0), (45.0, 200.0), (42.0, 300.0), (50.0, 400.0)]
+    assert change_points(levels) == [(42.0, 200.0), (45.0, 200.0), (50.0, 400.0)]
+
+
+def test_linear_burn_is_recovered_exactly() -> None:
+    """Cost linear in time and levels seen at the matching times: the exact rate comes back."""
+    usd_per_second = 0.01
+
+    def cost(a: float, b: float) -> float:
+        return (b - a) * usd_per_second
+
+    # 1 % every 300 s → 3 USD per 1 %; two instances, one with a stale repeat.
+    first = [(float(p), 1000.0 + 300 * p) for p in range(10, 40)]
+    second = [(float(p), 50_000.0 + 300 * p) for p in range(0, 15)] + [(3.0, 60_000.0)]
+    est = usd_per_percent([first, second], cost)
+    assert est.usd_per_percent == pytest.approx(3.0)
+    assert (est.windows, est.pairs) == (2, 28 + 13)
+
+
+def test_no_movement_no_estimate() -> None:
+    """Instances with fewer than two change points say nothing (None, zero pairs)."""
+    est = usd_per_percent([[(10.0, 1.0)], [(10.0, 1.0), (11.0, 5.0)], []], lambda a, b: 1.0)
+    assert est.usd_per_percent is None
+    assert (est.pairs, est.windows) == (0, 0)
+
+
+# -------------------------------------------------------------- ledger cost
+
+
+def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricing) -> None:
+    """The grouped SQL prices as Pricing.cost does per request, over a half-open range.
+
+    Long context, US region, fast mode and an unpriced model included.
+    """
+    rng = random.Random(3)
+    reqs = []
+    for i in range(400):
+        model = rng.choice(["claude-opus-4-6", "claude-sonnet-4-5", "claude-haiku-4-5",
+                            "claude-nova-9"])
+        reqs.append(Request(
+            f"m{i}", T0 + i, model, "s", "/p", Source.MAIN, rng.randrange(0, 50_000),
+            rng.randrange(1, 4000), rng.choice([0, 10_000, 180_000, 250_000]),
+            rng.randrange(0, 20_000), rng.choice([0, 0, 5000]), "standard",
+            rng.choice(["", "global", "us"]), rng.choice(["", "", "fast"]),
+        ))
+    led = Ledger(tmp_path / "ledger.sqlite3")
+    store_requests(led, reqs)
+    lo, hi = T0 + 50, T0 + 350
+    expected = 0.0
+    for r in led.requests(lo, hi):
+        priced = pricing.cost(r)
+        expected += sum(priced.values()) if priced else 0.0
+    assert expected > 0
+    assert ledger_cost(led._db, pricing, lo, hi) == pytest.approx(expected, rel=1e-12)
+    assert ledger_cost(led._db, pricing, T0 + 1000, T0 + 2000) == 0.0
+    led.close()
+
+
+def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pricing) -> None:
+    """The exporter publishes today's cost; the status line reads the same figure back."""
+    now = T0 + 10 * 3600
+    midnight = spool.local_midnight(now)
+    reqs = [Request("old", midnight - 60, "claude-opus-4-6", "s", "/p", Source.MAIN,
+                    1_000_000, 0, 0, 0, 0),
+            Request("new", midnight + 60, "claude-opus-4-6", "s", "/p", Source.MAIN,
+                    1_000_000, 0, 0, 0, 0)]
+    led = Ledger(tmp_path / "ledger.sqlite3")
+    store_requests(led, reqs)
+    assert publish_today(led._db, pricing, tmp_path, now) == pytest.approx(5.0)
+    assert spool.read_today(str(tmp_path), now) == pytest.approx(5.0)
+    led.close()
+
+
+# ----------------------------------------------------------- generated run
+
+
+@dataclass
+class Run:
+    """A generated stretch of plan usage: ledger requests and status-line refreshes."""
+
+    usd_per_percent_5h: float
+    usd_per_percent_7d: float
+    foreign_share: float = 0.0  # share of the usage made on other machines (not in the ledger)
+    decimals: int = 0  # the official figure's rounding
+    lag: bool = False  # the figure a response carries leaves out that response's own usage
+    requests: list[Request] = field(default_factory=list)
+    refreshes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+
+
+def generate(run: Run, pricing: Pricing, seed: int = 11) -> Run:
+    """Five 5-hour windows inside one weekly window, each driven to 70-100 %."""
+    rng = random.Random(seed)
+    week_reset = int(T0 + 7 * DAY)
+    week_usd = 0.0
+    history: list[dict[str, Any]] = []
+    for k in range(5):
+        start = T0 + k * 6 * 3600
+        reset = int(start + FIVE_HOURS)
+        target = rng.uniform(0.7, 1.0) * 100 * run.usd_per_percent_5h
+        window_usd, t, n = 0.0, start + 30, 0
+        while window_usd < target and t < reset - 120:
+            t += rng.uniform(2, 12)
+            n += 1
+            req = Request(f"w{k}r{n}", t, "claude-opus-4-6", "sess-a", "/p", Source.MAIN,
+                          rng.randrange(500, 4000), rng.randrange(800, 4000),
+                          rng.randrange(40_000, 160_000), rng.randrange(0, 8000), 0)
+            priced = pricing.cost(req)
+            assert priced is not None
+            usd = sum(priced.values())
+            if rng.random() < run.foreign_share:
+                usd_foreign = usd  # the same request made elsewhere: the window moves, no row
+                window_usd += usd_foreign
+                week_usd += usd_foreign
+                continue
+            run.requests.append(req)
+            lagged = usd if run.lag else 0.0
+            window_usd += usd
+            week_usd += usd
+            five = _official((window_usd - lagged) / run.usd_per_percent_5h, run.decimals)
+            seven = _official((week_usd - lagged) / run.usd_per_percent_7d, run.decimals)
+            doc = _payload("sess-a", five, reset, seven, week_reset, rng=rng)
+            at = t + rng.uniform(0.05, 1.0)
+            run.refreshes.append((at, doc))
+            history.append(doc)
+            if rng.random() < 0.2:  # Claude Code refreshes again with unchanged figures
+                run.refreshes.append((at + rng.uniform(1, 3), doc))
+            if rng.random() < 0.1 and len(history) > 30:  # another session, figures minutes old
+                old = dict(history[-30], session_id="sess-b")
+                run.refreshes.append((at + 0.5, old))
+    return run
+
+
+def _official(percent: float, decimals: int) -> float:
+    """The figure as Claude Code shows it: rounded down to whole (or tenth) percents."""
+    scale = 10.0**decimals
+    return math.floor(percent * scale) / scale
+
+
+def _payload(session: str, five: float, five_reset: int, seven: float, seven_reset: int, *,
+             rng: random.Random) -> dict[str, Any]:
+    """A status-line payload with the given official figures."""
+    return {
+        "session_id": session, "model": {"id": "claude-opus-4-6", "display_name": "Opus 4.6"},
+        "version": "2.1.90",
+        "rate_limits": {"five_hour": {"used_percentage": five, "resets_at": five_reset},
+                        "seven_day": {"used_percentage": seven, "resets_at": seven_reset}},
+        "context_window": {"used_percentage": rng.randrange(5, 90),
+                           "context_window_size": 200_000},
+    }
+
+
+def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
+    """Feed the refreshes to the status-line command, the requests to the ledger; ingest."""
+    env = {spool.STATE_DIR_ENV: str(state)}
+    for at, doc in run.refreshes:
+        out = io.BytesIO()
+        statusline.main([], io.BytesIO(json.dumps(doc).encode()), out, env,
+                        clock=functools.partial(float, at))
+        assert out.getvalue().startswith(b"Opus 4.6")
+    led = Ledger(state / "ledger.sqlite3")
+    store_requests(led, run.requests)
+    ingest_samples(led._db)
+    end = run.refreshes[-1][0] + 60
+
+    def figures() -> Any:
+        return plan_figures(led._db, end, lambda a, b: ledger_cost(led._db, pricing, a, b),
+                            lookback={"five_hour": 30 * DAY, "seven_day": 30 * DAY})
+
+    return figures
+
+
+@pytest.mark.parametrize(("decimals", "lag"), [(0, False), (1, False), (0, True)])
+def test_estimate_within_2_percent_of_the_generating_size(
+    decimals: int, lag: bool, tmp_path: Path, pricing: Pricing
+) -> None:
+    """One machine: the estimate is within 2 % of the window size that generated the figures.
+
+    Whole or tenth percents; figures current or one response behind.
+    """
+    run = generate(Run(2.40, 14.0, decimals=decimals, lag=lag), pricing)
+    assert len(run.requests) > 4000
+    fig = replay(run, tmp_path, pricing)()
+    five = fig.windows["five_hour"].estimate
+    seven = fig.windows["seven_day"].estimate
+    assert five.windows == 5 and five.pairs >= 300
+    assert five.usd_per_percent == pytest.approx(2.40, rel=0.02)
+    assert seven.windows == 1 and seven.pairs >= 50
+    assert seven.usd_per_percent == pytest.approx(14.0, rel=0.02)
+
+
+def test_usage_elsewhere_scales_the_estimate_by_this_machines_share(
+    tmp_path: Path, pricing: Pricing
+) -> None:
+    """A quarter of the usage elsewhere: the estimate is 0.75 x the true size (a lower bound).
+
+    As docs/plan-limits.md says.
+    """
+    run = generate(Run(2.40, 14.0, foreign_share=0.25), pricing, seed=5)
+    fig = replay(run, tmp_path, pricing)()
+    estimate = fig.windows["five_hour"].estimate.usd_per_percent
+    assert estimate == pytest.approx(0.75 * 2.40, rel=0.03)
+    assert estimate < 2.40 * 0.8

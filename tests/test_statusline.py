@@ -1,0 +1,428 @@
+"""The status-line command as Claude Code runs it: a process, JSON on stdin, one line out.
+
+Whatever the input or the state directory, it prints a line and exits 0;
+samples land in the spool (and, through exporter.plan.store, in the ledger)
+exactly once; ``--then`` passes stdin through to the user's own command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import statusline
+from exporter.config import default_state_dir
+from exporter.ledger import Ledger
+from exporter.plan import spool
+from exporter.plan.store import ingest_samples
+from tests.conftest import ROOT
+
+NOW = 1_790_000_000.0
+
+
+def payload(
+    *, five: float | None = 35.0, seven: float | None = 17.0, now: float | None = None,
+    session: str = "6f1c0c4e-8a8b-4b7e-9d55-0a3e6f0a1b2c", context: float | None = 42.0,
+    cost: float = 1.2345,
+) -> dict[str, Any]:
+    """A status-line payload shaped like Claude Code 2.1's (the documented fields)."""
+    t = time.time() if now is None else now
+    doc: dict[str, Any] = {
+        "hook_event_name": "Status",
+        "session_id": session,
+        "transcript_path": f"/home/dev/.claude/projects/-home-dev-app/{session}.jsonl",
+        "cwd": "/home/dev/app",
+        "model": {"id": "claude-opus-4-6", "display_name": "Opus 4.6"},
+        "workspace": {"current_dir": "/home/dev/app", "project_dir": "/home/dev/app"},
+        "version": "2.1.90",
+        "output_style": {"name": "default"},
+        "cost": {"total_cost_usd": cost, "total_duration_ms": 45000,
+                 "total_api_duration_ms": 2300, "total_lines_added": 156,
+                 "total_lines_removed": 23},
+        "context_window": {"total_input_tokens": 15234, "total_output_tokens": 4521,
+                           "context_window_size": 200000, "used_percentage": context,
+                           "remaining_percentage": None if context is None else 100 - context,
+                           "current_usage": {"input_tokens": 8500, "output_tokens": 1200,
+                                             "cache_creation_input_tokens": 5000,
+                                             "cache_read_input_tokens": 2000}},
+        "exceeds_200k_tokens": False,
+    }
+    limits: dict[str, Any] = {}
+    if five is not None:
+        limits["five_hour"] = {"used_percentage": five, "resets_at": int(t) + 9000}
+    if seven is not None:
+        limits["seven_day"] = {"used_percentage": seven, "resets_at": int(t) + 300_000}
+    if limits:
+        doc["rate_limits"] = limits
+    return doc
+
+
+def run(
+    stdin: bytes, *args: str, state: Path | None, env: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m exporter.statusline`` as Claude Code would."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
+    environ["PYTHONPATH"] = str(ROOT)
+    if state is not None:
+        environ[spool.STATE_DIR_ENV] = str(state)
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.statusline", *args], input=stdin,
+        capture_output=True, env=environ, timeout=timeout, check=False,
+    )
+
+
+def line_of(proc: subprocess.CompletedProcess[bytes]) -> str:
+    """The single status line printed (asserting exit 0 and exactly one line)."""
+    assert proc.returncode == 0, proc.stderr.decode()
+    text = proc.stdout.decode()
+    assert text.endswith("\n") and text.count("\n") == 1, repr(text)
+    assert text.strip(), "empty status line"
+    return text.rstrip("\n")
+
+
+def spooled(state: Path) -> list[dict[str, Any]]:
+    """The records in the spool."""
+    path = state / spool.SPOOL_NAME
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+# ----------------------------------------------------------- good payloads
+
+
+def test_full_payload_prints_every_segment_and_records_a_sample(tmp_path: Path) -> None:
+    """A subscriber's payload: model · ctx · 5h with countdown · 7d, and one sample spooled."""
+    doc = payload()
+    line = line_of(run(json.dumps(doc).encode(), state=tmp_path))
+    parts = line.split(" · ")
+    assert parts[0] == "Opus 4.6"
+    assert parts[1] == "ctx 42%"
+    assert parts[2].startswith("5h 35% ↻2h")
+    assert parts[3] == "7d 17%"
+    (rec,) = spooled(tmp_path)
+    assert rec["session"] == doc["session_id"]
+    assert rec["model"] == "claude-opus-4-6"
+    assert rec["version"] == "2.1.90"
+    assert rec["windows"] == {
+        "five_hour": [35.0, doc["rate_limits"]["five_hour"]["resets_at"]],
+        "seven_day": [17.0, doc["rate_limits"]["seven_day"]["resets_at"]],
+    }
+    assert rec["context"] == [42.0, 200000]
+    assert rec["cost"] == 1.2345
+    # Nothing of the payload beyond the figures: no paths, no working directory.
+    assert "/home/dev" not in json.dumps(rec)
+    assert (tmp_path / spool.SPOOL_NAME).stat().st_mode & 0o777 == 0o600
+
+
+def test_payload_without_rate_limits_still_records_the_session(tmp_path: Path) -> None:
+    """API-key users and fresh sessions have no rate_limits: no 5h/7d, a sample all the same."""
+    line = line_of(run(json.dumps(payload(five=None, seven=None)).encode(), state=tmp_path))
+    assert line == "Opus 4.6 · ctx 42%"
+    (rec,) = spooled(tmp_path)
+    assert "windows" not in rec and rec["model"] == "claude-opus-4-6"
+
+
+def test_only_the_five_hour_window_and_null_context(tmp_path: Path) -> None:
+    """Each window may be absent independently; a null context percentage shows no ctx."""
+    line = line_of(run(json.dumps(payload(seven=None, context=None)).encode(), state=tmp_path))
+    assert line.startswith("Opus 4.6 · 5h 35% ↻")
+    assert "7d" not in line and "ctx" not in line
+    (rec,) = spooled(tmp_path)
+    assert set(rec["windows"]) == {"five_hour"}
+    assert rec["context"] == [None, 200000]
+
+
+def test_passed_reset_shows_reset_and_today_cost_from_the_exporter(tmp_path: Path) -> None:
+    """A window past its reset shows "reset"; today's cost comes from the published file."""
+    now = time.time()
+    spool.write_today(str(tmp_path), spool.local_midnight(now), 12.3456, now)
+    doc = payload()
+    doc["rate_limits"]["five_hour"]["resets_at"] = int(now) - 60
+    line = line_of(run(json.dumps(doc).encode(), state=tmp_path))
+    assert " · 5h reset · " in line
+    assert line.endswith(" · today $12.35")
+
+
+def test_yesterdays_cost_file_is_not_shown(tmp_path: Path) -> None:
+    """A cost published for another day is not today's cost."""
+    now = time.time()
+    spool.write_today(str(tmp_path), spool.local_midnight(now - 86_400 * 2), 99.0, now)
+    line = line_of(run(json.dumps(payload()).encode(), state=tmp_path))
+    assert "today" not in line
+
+
+# ------------------------------------------------------------ bad payloads
+
+BAD_INPUTS = {
+    "empty": (b"", "empty"),
+    "whitespace": (b"  \n\t ", "empty"),
+    "not json": (b"hello, status line", "not_json"),
+    "truncated": (json.dumps(payload(now=NOW)).encode()[:150], "not_json"),
+    "json array": (b"[1, 2, 3]", "not_object"),
+    "json string": (b'"Opus"', "not_object"),
+    "invalid utf-8": (b'{"model": "\xff\xfe"}', "not_json"),
+    "nested 100k deep": (b"[" * 100_000 + b"]" * 100_000, "not_json"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_prints_a_line_exits_0_and_counts(name: str, tmp_path: Path) -> None:
+    """Malformed, truncated or empty input: a line, exit 0, one failure record with the reason."""
+    data, reason = BAD_INPUTS[name]
+    line = line_of(run(data, state=tmp_path))
+    assert line == statusline.FALLBACK
+    (rec,) = spooled(tmp_path)
+    assert rec == {"v": 1, "t": rec["t"], "failure": reason}
+
+
+def test_control_characters_from_the_payload_cannot_break_the_line(tmp_path: Path) -> None:
+    """A model name with a newline or a terminal escape still gives exactly one plain line."""
+    doc = payload(five=None, seven=None)
+    doc["model"]["display_name"] = "Opus\n4.6\x1b[2J"
+    assert line_of(run(json.dumps(doc).encode(), state=tmp_path)) == "Opus 4.6 [2J · ctx 42%"
+
+
+def test_wrong_types_everywhere_record_what_is_valid(tmp_path: Path) -> None:
+    """Fields of the wrong type, NaN, negative or absurd numbers are dropped, not trusted."""
+    doc = {
+        "session_id": 12, "model": ["x"], "version": None,
+        "rate_limits": {"five_hour": {"used_percentage": "35", "resets_at": 1},
+                        "seven_day": {"used_percentage": float("nan")},
+                        "Bad Name": {"used_percentage": 5},
+                        "seven_day_opus": {"used_percentage": 1e9},
+                        "seven_day_sonnet": {"used_percentage": 12.5, "resets_at": "soon"}},
+        "context_window": {"used_percentage": -3, "context_window_size": True},
+        "cost": {"total_cost_usd": -1},
+    }
+    line = line_of(run(json.dumps(doc).encode(), state=tmp_path))
+    assert line == statusline.FALLBACK
+    (rec,) = spooled(tmp_path)
+    assert rec == {"v": 1, "t": rec["t"], "windows": {"seven_day_sonnet": [12.5, None]}}
+
+
+def test_huge_payload_is_handled(tmp_path: Path) -> None:
+    """A 3 MB payload (a giant field) is parsed and recorded; a 5 MB one is refused cleanly."""
+    doc = payload()
+    doc["output_style"] = {"name": "x" * 3_000_000}
+    big = json.dumps(doc).encode()
+    assert line_of(run(big, state=tmp_path)).startswith("Opus 4.6 · ctx 42% · 5h 35%")
+    doc["output_style"] = {"name": "x" * 5_000_000}
+    assert line_of(run(json.dumps(doc).encode(), state=tmp_path)) == statusline.FALLBACK
+    sample, failure = spooled(tmp_path)
+    assert "windows" in sample
+    assert failure["failure"] == "too_large"
+    assert max(len(x) for x in (tmp_path / spool.SPOOL_NAME).read_bytes().splitlines()) < 1000
+
+
+def test_more_than_the_stdin_limit_still_prints_a_line(tmp_path: Path) -> None:
+    """Beyond 16 MiB the command stops reading, prints its line and exits 0."""
+    data = b'{"a": "' + b"x" * (statusline.MAX_STDIN + 1000) + b'"}'
+    assert line_of(run(data, state=tmp_path)) == statusline.FALLBACK
+    assert spooled(tmp_path)[0]["failure"] == "too_large"
+
+
+def test_bad_flag_is_shown_in_the_status_line(tmp_path: Path) -> None:
+    """A typo in settings.json shows where the user looks (exit 0: a failure blanks the line)."""
+    line = line_of(run(b"{}", "--thn", "x", state=tmp_path))
+    assert "unknown option '--thn'" in line
+    assert spooled(tmp_path)[0]["failure"] == "usage"
+
+
+def test_help_exits_0() -> None:
+    """--help prints the usage, naming the settings.json snippet."""
+    proc = run(b"", "--help", state=None)
+    assert proc.returncode == 0
+    assert b'"statusLine": {"type": "command", "command": "claude-code-exporter statusline"}' in (
+        proc.stdout
+    )
+
+
+# ----------------------------------------------------------- state dir
+
+
+def test_missing_state_dir_is_created_owner_only(tmp_path: Path) -> None:
+    """A state directory that does not exist yet is created (mode 0700) and the sample lands."""
+    state = tmp_path / "a" / "b"
+    line_of(run(json.dumps(payload()).encode(), state=state))
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert len(spooled(state)) == 1
+
+
+def test_unusable_state_dir_still_prints_the_line(tmp_path: Path) -> None:
+    """A state 'directory' below a regular file: the line still prints, marked, exit 0."""
+    (tmp_path / "file").write_text("")
+    line = line_of(run(json.dumps(payload()).encode(), state=tmp_path / "file" / "state"))
+    assert line.startswith("Opus 4.6 · ctx 42%")
+    assert line.endswith("⚠ not recorded")
+
+
+def test_full_disk_still_prints_the_line(tmp_path: Path) -> None:
+    """A spool on a full disk (/dev/full: every write fails with ENOSPC)."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    (tmp_path / spool.SPOOL_NAME).symlink_to("/dev/full")
+    line = line_of(run(json.dumps(payload()).encode(), state=tmp_path))
+    assert line.endswith("⚠ not recorded")
+
+
+def test_spool_nobody_ingests_stops_growing(tmp_path: Path) -> None:
+    """No exporter running for months: the spool stays at its cap and the line says why."""
+    path = tmp_path / spool.SPOOL_NAME
+    with path.open("wb") as fh:
+        fh.truncate(spool.MAX_SPOOL_BYTES - 10)  # sparse: no real disk use
+    line = line_of(run(json.dumps(payload()).encode(), state=tmp_path))
+    assert line.endswith("⚠ not recorded: spool full, is the exporter running?")
+    assert path.stat().st_size == spool.MAX_SPOOL_BYTES - 10
+
+
+def test_locked_ledger_does_not_block_the_status_line(tmp_path: Path) -> None:
+    """A ledger exclusively locked by another process: the command neither waits nor fails."""
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    ledger.close()
+    holder = sqlite3.connect(tmp_path / "ledger.sqlite3", isolation_level=None)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        line_of(run(json.dumps(payload()).encode(), state=tmp_path, timeout=10))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert len(spooled(tmp_path)) == 1
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"XDG_STATE_HOME": "/x/state", "HOME": "/home/u"},
+        {"XDG_STATE_HOME": "", "HOME": "/home/u"},
+        {"XDG_STATE_HOME": "  ", "HOME": "/home/v"},
+    ],
+)
+def test_default_state_dir_matches_the_exporter(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the override the command writes where the exporter's config looks."""
+    monkeypatch.setenv("HOME", env["HOME"])  # config falls back to Path.home()
+    assert spool.default_state_dir(env) == str(default_state_dir(env))
+    assert spool.default_state_dir({**env, spool.STATE_DIR_ENV: "/elsewhere"}) == "/elsewhere"
+
+
+# ------------------------------------------------------------------ --then
+
+
+def test_then_passes_stdin_through_and_prints_its_output_instead(tmp_path: Path) -> None:
+    """--then: the user's command gets the exact stdin bytes and its output replaces ours."""
+    data = json.dumps(payload()).encode()
+    script = "import hashlib,sys;print('mine', hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
+    cmd = f'{sys.executable} -c "{script}"'
+    proc = run(data, "--then", cmd, state=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.decode() == f"mine {hashlib.sha256(data).hexdigest()}\n"
+    assert len(spooled(tmp_path)) == 1  # the sample is recorded all the same
+
+
+def test_then_multiline_output_is_passed_verbatim(tmp_path: Path) -> None:
+    """A multi-line status line from the wrapped command is printed as it was."""
+    proc = run(json.dumps(payload()).encode(), "--then=printf 'one\\ntwo\\n'", state=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == b"one\ntwo\n"
+
+
+def test_then_failure_falls_back_to_our_line_and_counts(tmp_path: Path) -> None:
+    """A wrapped command that fails silently: our own line, exit 0, counted as then_failed."""
+    line = line_of(run(json.dumps(payload()).encode(), "--then", "exit 3", state=tmp_path))
+    assert line.startswith("Opus 4.6 · ctx 42%")
+    sample, failure = spooled(tmp_path)
+    assert "windows" in sample and failure["failure"] == "then_failed"
+
+
+def test_then_hanging_command_is_killed_with_its_children(tmp_path: Path) -> None:
+    """A command that prints and then hangs (with a background child) is cut off at the timeout."""
+    start = time.monotonic()
+    proc = run(json.dumps(payload()).encode(), "--then", "echo partial; sleep 30 & sleep 30",
+               "--then-timeout", "0.5", state=tmp_path, timeout=20)
+    assert time.monotonic() - start < 15
+    assert proc.returncode == 0 and proc.stdout == b"partial\n"
+    assert spooled(tmp_path)[-1]["failure"] == "then_timeout"
+
+
+def test_then_with_bad_input_still_passes_it_through(tmp_path: Path) -> None:
+    """Even input we cannot read goes to the wrapped command unchanged."""
+    proc = run(b"not json at all", "--then", "cat", state=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == b"not json at all"
+
+
+# -------------------------------------------------------------- into the ledger
+
+
+def test_samples_land_in_the_ledger_exactly_once(tmp_path: Path) -> None:
+    """Three refreshes (one repeated verbatim) and a bad one → 2 samples, 1 failure, once each."""
+    first = json.dumps(payload(five=35.0, now=NOW)).encode()
+    second = json.dumps(payload(five=36.0, now=NOW)).encode()
+    for data in (first, second, first, b"{oops"):
+        line_of(run(data, state=tmp_path))
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    conn = ledger._db
+    got = ingest_samples(conn)
+    assert (got.new, got.repeated, got.failures) == (2, 1, {"not_json": 1})
+    again = ingest_samples(conn)
+    assert (again.new, again.repeated, again.bytes_read) == (0, 0, 0)
+    rows = conn.execute("SELECT first_seen, last_seen FROM plan_samples ORDER BY first_seen")
+    (a_first, a_last), (b_first, b_last) = rows.fetchall()
+    assert a_first < b_first < a_last  # the repeated payload: seen first and last
+    assert b_first == b_last
+    failures = conn.execute(
+        "SELECT value FROM plan_counters WHERE name = 'statusline_failures' AND label = 'not_json'"
+    ).fetchone()
+    assert failures == (1,)
+    ledger.close()
+
+
+def test_in_process_main_is_what_the_cli_calls(tmp_path: Path) -> None:
+    """main(argv, stdin, stdout, environ) with an injected clock: the CLI's seam."""
+    out = io.BytesIO()
+    env = {spool.STATE_DIR_ENV: str(tmp_path)}
+    rc = statusline.main([], io.BytesIO(json.dumps(payload(now=NOW)).encode()), out, env,
+                         clock=lambda: NOW)
+    assert rc == 0
+    assert out.getvalue().decode() == "Opus 4.6 · ctx 42% · 5h 35% ↻2h30m · 7d 17%\n"
+    assert spooled(tmp_path)[0]["t"] == NOW
+
+
+# ------------------------------------------------------------ import weight
+
+HEAVY = ("opentelemetry", "pydantic", "rich", "msgspec", "structlog", "prometheus_client",
+         "argparse", "sqlite3", "subprocess", "importlib.metadata", "typing", "pathlib",
+         "dataclasses", "re", "json", "enum", "collections", "exporter.config", "exporter.cli",
+         "exporter.ledger", "exporter.projections")
+
+
+def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:
+    """Python's -X importtime shows none of the slow modules on a refresh (console-script path).
+
+    ``-S`` leaves out site-packages' start-up hooks, which are this machine's, not ours.
+    """
+    script = "import sys; from exporter.entry import main; sys.exit(main(['statusline']))"
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), spool.STATE_DIR_ENV: str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c", script],
+                          input=json.dumps(payload()).encode(), capture_output=True, env=environ,
+                          timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().startswith("Opus 4.6 · ctx 42%")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert {"exporter.entry", "exporter.statusline", "exporter.plan.spool"} <= imported
+    heavy = {m for m in imported if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    assert heavy == set()
