@@ -27,6 +27,7 @@ from exporter.ledger import Ledger, LedgerError
 from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
+from exporter.serve import page
 from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
 
 
@@ -98,8 +99,10 @@ class Daemon:
             tls = (self.settings.tls_cert_file, self.settings.tls_key_file)
         # With prometheus_enabled off (OTLP only) /metrics is gone but /healthz stays,
         # for container health checks and supervisors.
+        pages = page.routes(page.source_of(self.settings, ledger, dirs, self.pricing,
+                                           clock=self._clock), __version__)
         app = make_app(self.registry, self.health, __version__, auth,
-                       metrics=self.settings.prometheus_enabled)
+                       metrics=self.settings.prometheus_enabled, routes=pages)
         if tls is not None:  # checked apart, so the error names the right setting
             try:
                 ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(tls[0]), str(tls[1]))

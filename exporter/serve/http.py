@@ -26,7 +26,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -67,9 +67,12 @@ class BasicAuth:
 
 def make_app(
     registry: CollectorRegistry, health: Health, version: str, auth: BasicAuth | None = None,
-    *, metrics: bool = True,
+    *, metrics: bool = True, routes: Mapping[str, Callable[..., Iterable[bytes]]] | None = None,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    """The WSGI application with all routes (``metrics=False``: no /metrics)."""
+    """The WSGI application with all routes (``metrics=False``: no /metrics).
+
+    ``routes`` adds handlers by path (the page, exporter.serve.page), behind the same auth.
+    """
     metrics_app = make_wsgi_app(registry)
     landing = _LANDING.format(version=version).encode()
 
@@ -79,6 +82,8 @@ def make_app(
                                        ("Content-Type", "text/plain")])
             return [b"authentication required\n"]
         path = environ.get("PATH_INFO", "/")
+        if routes and path in routes:
+            return routes[path](environ, start)
         if path == "/metrics" and metrics:
             return metrics_app(environ, start)  # type: ignore[no-any-return]
         if path == "/healthz":

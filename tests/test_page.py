@@ -1,0 +1,252 @@
+"""The landing page and /api/summary.json: in headless Chromium over a real daemon, and in parts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
+from exporter.serve import page, svg
+from exporter.serve.http import BasicAuth, HttpServer, make_app
+from tests.daemon_proc import Daemon
+from tests.tls import self_signed
+
+CHARTS = ("daily-cost", "cumulative-cost", "tokens", "by-model", "by-project",
+          "budget-today", "budget-month")
+TOKEN_ROWS = {"input": "input_tokens", "output": "output_tokens",
+              "cache read": "cache_read_tokens", "cache write 5m": "cache_write_5m_tokens",
+              "cache write 1h": "cache_write_1h_tokens"}
+
+
+class _Dom(HTMLParser):
+    """What the tests read off a page: figures, charts and their shapes, table cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[str, str] = {}
+        self.charts: dict[str, int] = {}  # chart name -> drawn shapes (rect/polyline/line)
+        self.tables: dict[str, list[list[str]]] = {}
+        self._figure: str | None = None
+        self._chart: str | None = None
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg" and "data-chart" in a:
+            self._chart = str(a["data-chart"])
+            self.charts[self._chart] = 0
+        elif self._chart and tag in ("rect", "polyline", "line"):
+            self.charts[self._chart] += 1
+        if "data-figure" in a:
+            self._figure = str(a["data-figure"])
+            self.figures[self._figure] = ""
+        if tag == "table" and "data-table" in a:
+            self._table = str(a["data-table"])
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg":
+            self._chart = None
+        elif tag == "b":
+            self._figure = None
+        elif tag == "table":
+            self._table = None
+        elif tag in ("td", "th") and self._table and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._figure:
+            self.figures[self._figure] += data
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _parse(html: str) -> _Dom:
+    dom = _Dom()
+    dom.feed(html)
+    return dom
+
+
+def _get(url: str, headers: dict[str, str] | None = None,
+         context: ssl.SSLContext | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=20, context=context) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _report(state: Path, data: Path, *flags: str) -> dict[str, Any]:
+    """`report --json` beside the running serve (it reads serve's ledger)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(data),
+         "--state-dir", str(state), "--timezone", "UTC", *flags],
+        capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "TZ": "UTC"})
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Path, Path]]:
+    """A daemon over a week of generated sessions ending today, UTC, budgets, hashed projects."""
+    root = tmp_path_factory.mktemp("page")
+    tree, state = root / "tree", root / "state"
+    demo_tree(tree, datetime.now(UTC), days=6)
+    daemon = Daemon(tree, state, *BUDGETS, "--project-label", "hash", env={"TZ": "UTC"})
+    yield daemon, tree, state
+    assert daemon.stop() == 0
+
+
+def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Daemon, Path, Path]) -> None:
+    """Chromium loads / with no console message; every chart is drawn; figures equal report's."""
+    daemon, tree, state = served
+    html, messages = dump_dom(daemon.url + "/")
+    assert messages == []
+    dom = _parse(html)
+    for name in CHARTS:
+        assert dom.charts.get(name, 0) > 0, (name, dom.charts)
+    assert dom.charts["daily-cost"] == page.WINDOW_DAYS + 2  # a bar a day, axis, budget line
+    today = datetime.now(UTC).date()
+    recent = _report(state, tree, "--since", today.fromordinal(today.toordinal() - 29).isoformat())
+    totals = recent["totals"]
+    assert dom.figures["requests"] == f"{totals['requests']:,}"
+    assert dom.figures["sessions"] == f"{recent['sessions']:,}"
+    assert dom.figures["cost-30d"] == page.usd(totals["cost_usd"])
+    assert dom.figures["cache-read-share"] == f"{recent['cache_read_share']:.1%}"
+    tokens = {row[0]: row[1] for row in dom.tables["tokens"][1:]}
+    assert tokens == {label: f"{totals[key]:,}" for label, key in TOKEN_ROWS.items()}
+    for figure, since in (("cost-today", today), ("cost-month", today.replace(day=1))):
+        got = _report(state, tree, "--since", since.isoformat())["totals"]["cost_usd"]
+        assert dom.figures[figure] == page.usd(got), figure
+    sizes = {row[0]: row[1:] for row in dom.tables["sizes"][1:]}
+    assert sizes["context"] == [f"{recent['context_tokens'][k]:,}" for k in ("p50", "p90", "max")]
+
+
+def test_summary_json_is_report_json(served: tuple[Daemon, Path, Path]) -> None:
+    """/api/summary.json carries report --json's object for the page's 30 days, plus the page's."""
+    daemon, tree, state = served
+    status, body = _get(daemon.url + "/api/summary.json")
+    assert status == 200
+    got = json.loads(body)
+    first = datetime.fromisoformat(got["range"]["since"]).date().isoformat()
+    want = _report(state, tree, "--since", first)
+    page_part = got.pop("page")
+    want["by_session"] = []  # no session ids: the scrape has none either
+    assert got == want
+    daily = page_part["daily_cost_usd"]
+    assert len(daily) == page.WINDOW_DAYS and daily[0]["day"] == first
+    assert sum(d["cost_usd"] for d in daily) == pytest.approx(want["totals"]["cost_usd"], abs=1e-5)
+    assert page_part["budget_usd"] == {"day": 120.0, "month": 1500.0}
+    projects = page_part["by_project_cost_usd"]  # under --project-label hash, as the scrape
+    assert projects and all(len(p["project"]) == 12 for p in projects)
+    assert "web_frontend" not in body
+
+
+def test_console_check_sees_a_console_error() -> None:
+    """The console check is not vacuous: a page that logs an error is caught."""
+    _, messages = dump_dom("data:text/html,<script>console.error('page-broken')</script>")
+    assert any("page-broken" in m for m in messages)
+    assert console_messages("[1:2:INFO:CONSOLE(1)] \"x\"\nplain line") == [
+        "[1:2:INFO:CONSOLE(1)] \"x\""]
+
+
+def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
+    """The HTTP app puts / and /api/summary.json behind its TLS and basic auth like /metrics."""
+    cert, key = self_signed(tmp_path)
+    app = make_app(CollectorRegistry(), lambda: (True, {}), "t", BasicAuth("me", "pw"),
+                   routes=page.routes(_sample, "t"))
+    srv = HttpServer(app, "127.0.0.1", 0, (cert, key))
+    try:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        base = f"https://127.0.0.1:{srv.port}"
+        good = {"Authorization": "Basic " + base64.b64encode(b"me:pw").decode()}
+        for path, mark in (("/", "<svg"), ("/api/summary.json", '"totals"')):
+            assert _get(base + path, context=ctx)[0] == 401
+            status, body = _get(base + path, headers=good, context=ctx)
+            assert status == 200 and mark in body
+        assert _get(base + "/metrics", headers=good, context=ctx)[0] == 200
+    finally:
+        srv.close()
+
+
+def test_page_is_cached_for_its_ttl() -> None:
+    """Requests within the TTL reuse one computation; after it, the figures are rebuilt."""
+    calls = []
+    now = [0.0]
+
+    def source() -> page.PageData:
+        calls.append(now[0])
+        return _sample()
+
+    handlers = page.routes(source, "t", ttl=2.0, clock=lambda: now[0])
+
+    def fetch(path: str) -> bytes:
+        return b"".join(handlers[path]({"PATH_INFO": path}, lambda *a: None))
+
+    first = fetch("/")
+    assert b"<svg" in first and fetch("/api/summary.json").startswith(b"{")
+    now[0] = 1.9
+    fetch("/")
+    assert calls == [0.0]
+    now[0] = 2.0
+    fetch("/api/summary.json")
+    assert calls == [0.0, 2.0]
+
+
+def test_bars_scale_to_the_largest_value() -> None:
+    """Bar heights are proportional to the values; a budget line sits at its value."""
+    chart = svg.bars("b", "t", [("a", 1.0), ("b", 4.0)], fmt=str, limit=2.0, height=126)
+    dom = _parse(chart)
+    assert dom.charts["b"] == 4  # axis, two bars, the limit line
+    heights = [float(part.split('height="')[1].split('"')[0])
+               for part in chart.split("<rect")[1:]]
+    assert heights == [22.0, 88.0]  # plot height 88 (126 - 12 - 26)
+    assert 'class="limit"' in chart and 'y1="56"' in chart  # 12 + 88 - 44
+    assert "<script" not in chart
+
+
+def test_meter_clamps_and_turns_red() -> None:
+    """A meter never draws past its track, and is red from 90 %."""
+    over = svg.meter("m", "t", 1.7, width=200)
+    assert 'class="fill" x="0" y="0" width="200"' in over and svg.PALETTE[3] in over
+    assert svg.PALETTE[2] in svg.meter("m", "t", 0.5)
+
+
+def _sample() -> page.PageData:
+    """Page data with no requests (every figure zero)."""
+    from exporter.projections import figures
+    from exporter.projections.facts import ZERO
+    from exporter.projections.periods import UTC_ZONE, Range
+
+    spread = figures.Spread()
+    summary = figures.Summary(
+        covered=figures.Covered(Range(0.0, None, UTC_ZONE), None, None), totals=ZERO,
+        by_model={}, by_source={}, sessions=0, context=spread, output=spread, gap_p50=0.0,
+        gap_p90=0.0, gap_count=0, buckets={}, peak_requests_per_minute=0,
+        max_parallel_sessions_10m=0, generation_tokens_per_second=0.0, kv_bytes={},
+        upload_total=0, upload=spread, lines={}, rejected={}, by_session=())
+    return page.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
+                         periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
+                         daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0})
