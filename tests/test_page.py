@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import ssl
@@ -10,8 +11,8 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
+from exporter.projections import figures
+from exporter.projections.facts import ZERO
+from exporter.projections.periods import UTC_ZONE, Range
 from exporter.serve import page, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app
 from tests.daemon_proc import Daemon
@@ -108,6 +112,11 @@ def _report(state: Path, data: Path, *flags: str) -> dict[str, Any]:
     return result
 
 
+def _first_day(today: date) -> date:
+    """The page's first day: 30 days back, or the month's first day if earlier."""
+    return min(date.fromordinal(today.toordinal() - page.WINDOW_DAYS + 1), today.replace(day=1))
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Path, Path]]:
     """A daemon over a week of generated sessions ending today, UTC, budgets, hashed projects."""
@@ -127,19 +136,21 @@ def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Daemon, Path, Pa
     dom = _parse(html)
     for name in CHARTS:
         assert dom.charts.get(name, 0) > 0, (name, dom.charts)
-    assert dom.charts["daily-cost"] == page.WINDOW_DAYS + 2  # a bar a day, axis, budget line
     today = datetime.now(UTC).date()
-    recent = _report(state, tree, "--since", today.fromordinal(today.toordinal() - 29).isoformat())
+    first = _first_day(today)
+    days = today.toordinal() - first.toordinal() + 1
+    assert dom.charts["daily-cost"] == days + 2  # a bar a day, the axis, the budget line
+    recent = _report(state, tree, "--since", first.isoformat())
     totals = recent["totals"]
     assert dom.figures["requests"] == f"{totals['requests']:,}"
     assert dom.figures["sessions"] == f"{recent['sessions']:,}"
-    assert dom.figures["cost-30d"] == page.usd(totals["cost_usd"])
+    assert dom.figures["cost-30d"] == page.money(totals["cost_usd"])
     assert dom.figures["cache-read-share"] == f"{recent['cache_read_share']:.1%}"
     tokens = {row[0]: row[1] for row in dom.tables["tokens"][1:]}
     assert tokens == {label: f"{totals[key]:,}" for label, key in TOKEN_ROWS.items()}
     for figure, since in (("cost-today", today), ("cost-month", today.replace(day=1))):
         got = _report(state, tree, "--since", since.isoformat())["totals"]["cost_usd"]
-        assert dom.figures[figure] == page.usd(got), figure
+        assert dom.figures[figure] == page.money(got), figure
     sizes = {row[0]: row[1:] for row in dom.tables["sizes"][1:]}
     assert sizes["context"] == [f"{recent['context_tokens'][k]:,}" for k in ("p50", "p90", "max")]
 
@@ -156,7 +167,8 @@ def test_summary_json_is_report_json(served: tuple[Daemon, Path, Path]) -> None:
     want["by_session"] = []  # no session ids: the scrape has none either
     assert got == want
     daily = page_part["daily_cost_usd"]
-    assert len(daily) == page.WINDOW_DAYS and daily[0]["day"] == first
+    assert daily[0]["day"] == first == _first_day(datetime.now(UTC).date()).isoformat()
+    assert daily[-1]["day"] == datetime.now(UTC).date().isoformat()
     assert sum(d["cost_usd"] for d in daily) == pytest.approx(want["totals"]["cost_usd"], abs=1e-5)
     assert page_part["budget_usd"] == {"day": 120.0, "month": 1500.0}
     projects = page_part["by_project_cost_usd"]  # under --project-label hash, as the scrape
@@ -191,28 +203,32 @@ def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
         srv.close()
 
 
-def test_page_is_cached_for_its_ttl() -> None:
-    """Requests within the TTL reuse one computation; after it, the figures are rebuilt."""
-    calls = []
+def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
+    """Within the TTL one computation serves all; past it, the old page while one rebuild runs."""
+    calls: list[float] = []
+    jobs: list[Callable[[], None]] = []
     now = [0.0]
 
     def source() -> page.PageData:
         calls.append(now[0])
-        return _sample()
+        return _sample(requests=len(calls))
 
-    handlers = page.routes(source, "t", ttl=2.0, clock=lambda: now[0])
+    handlers = page.routes(source, "t", ttl=2.0, clock=lambda: now[0], spawn=jobs.append)
 
-    def fetch(path: str) -> bytes:
-        return b"".join(handlers[path]({"PATH_INFO": path}, lambda *a: None))
+    def requests_shown() -> str:
+        html = b"".join(handlers["/"]({"PATH_INFO": "/"}, lambda *a: None)).decode()
+        return _parse(html).figures["requests"]
 
-    first = fetch("/")
-    assert b"<svg" in first and fetch("/api/summary.json").startswith(b"{")
+    assert requests_shown() == "1" and calls == [0.0]  # the first request waits
+    body = b"".join(handlers["/api/summary.json"]({"PATH_INFO": "/"}, lambda *a: None))
+    assert json.loads(body)["totals"]["requests"] == 1
     now[0] = 1.9
-    fetch("/")
-    assert calls == [0.0]
+    assert requests_shown() == "1" and jobs == []
     now[0] = 2.0
-    fetch("/api/summary.json")
-    assert calls == [0.0, 2.0]
+    assert requests_shown() == "1" and requests_shown() == "1"  # stale, one rebuild queued
+    assert len(jobs) == 1 and calls == [0.0]
+    jobs.pop()()
+    assert calls == [0.0, 2.0] and requests_shown() == "2" and jobs == []
 
 
 def test_bars_scale_to_the_largest_value() -> None:
@@ -234,15 +250,12 @@ def test_meter_clamps_and_turns_red() -> None:
     assert svg.PALETTE[2] in svg.meter("m", "t", 0.5)
 
 
-def _sample() -> page.PageData:
-    """Page data with no requests (every figure zero)."""
-    from exporter.projections import figures
-    from exporter.projections.facts import ZERO
-    from exporter.projections.periods import UTC_ZONE, Range
-
+def _sample(requests: int = 0) -> page.PageData:
+    """Page data with ``requests`` requests and every other figure zero."""
     spread = figures.Spread()
     summary = figures.Summary(
-        covered=figures.Covered(Range(0.0, None, UTC_ZONE), None, None), totals=ZERO,
+        covered=figures.Covered(Range(0.0, None, UTC_ZONE), None, None),
+        totals=dataclasses.replace(ZERO, requests=requests),
         by_model={}, by_source={}, sessions=0, context=spread, output=spread, gap_p50=0.0,
         gap_p90=0.0, gap_count=0, buckets={}, peak_requests_per_minute=0,
         max_parallel_sessions_10m=0, generation_tokens_per_second=0.0, kv_bytes={},

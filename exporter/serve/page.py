@@ -9,8 +9,9 @@ script, no external asset, nothing fetched at run time.
 
 The page shows nothing the scrape does not: no session ids (the summary's
 session table is left empty), projects under the ``project_label`` policy.
-The rendered page is cached for ``ttl`` seconds, so a burst of reloads costs
-one computation.
+The rendered page is cached for ``ttl`` seconds and then rebuilt in the
+background while the last copy is served, so no request waits for the SQL
+after the first.
 """
 
 from __future__ import annotations
@@ -27,13 +28,23 @@ from html import escape
 from pathlib import Path
 from typing import Any, Final, cast
 
-from exporter import report
+from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
-from exporter.projections import figures, views
-from exporter.projections.facts import CONTEXT_SQL, Facts, Prices, Selection, total
+from exporter.projections import figures
+from exporter.projections.facts import (
+    CONTEXT_SQL,
+    ZERO,
+    Facts,
+    Prices,
+    Selection,
+    TimeKey,
+    Usage,
+    usd,
+)
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.periods import (
+    DAY,
     Range,
     Zone,
     date_day,
@@ -41,6 +52,8 @@ from exporter.projections.periods import (
     iso,
     local_zone,
     month_start,
+    offset_sql,
+    transitions,
     week_start,
 )
 from exporter.projections.pricing import Pricing
@@ -122,41 +135,58 @@ class LedgerSource:
         now = self._clock()
         zone = self._zone
         today = date_day(zone.local(now).date())
-        first = today - WINDOW_DAYS + 1
+        # At least 30 days, and the whole month (31 days on the 31st).
+        first = min(today - WINDOW_DAYS + 1, month_start(today))
         recent = self._select(zone.midnight(first))
         summary = figures.summary(
             recent, self._prices, kv_bytes_per_token=self._kv,
             upload_bytes_per_token=self._upload, lines=self._ledger.counters("lines"),
             rejected=self._ledger.counters("rejected"), session_rows=0)
-        periods = {name: self._cost(zone.midnight(day)) for name, day in
-                   (("today", today), ("week", week_start(today)),
-                    ("month", month_start(today)))}
-        daily_view = views.build("daily", recent, self._prices, views.Options(now=now))
-        costs = {row.label: row.usage.cost_usd for row in daily_view.rows}
-        daily = tuple((d, costs.get(d, 0.0))
-                      for d in (day_date(n).isoformat() for n in range(first, today + 1)))
+        days, by_project = self._by_day(recent, zone.midnight(first), now)
+        cost = {day: usage.cost_pico for day, usage in days.items()}
+
+        def since(start: int) -> float:
+            return usd(sum(c for d, c in cost.items() if d >= start))
+
+        periods = {"today": since(today), "week": since(week_start(today)),
+                   "month": since(month_start(today))}
+        daily = tuple((day_date(n).isoformat(), usd(cost.get(n, 0)))
+                      for n in range(first, today + 1))
         return PageData(
             summary=summary, now=now, zone=zone, periods=periods, budgets=self._budgets,
-            daily=daily, by_project=self._projects(recent, now), active=self._active(now),
+            daily=daily, by_project=by_project, active=self._active(now),
             plan=self._windows(now))
 
     def _select(self, since: float) -> Selection:
         """The base selection from ``since`` on."""
         return dataclasses.replace(self._base, range=Range(since, None, self._zone))
 
-    def _cost(self, since: float) -> float:
-        """List-price cost of the requests from ``since`` on, USD."""
-        found = Facts(self._select(since), self._prices).collect()
-        return total(f.usage for f in found).cost_usd
+    def _by_day(self, selection: Selection, lo: float, now: float,
+                ) -> tuple[dict[int, Usage], tuple[tuple[str, float], ...]]:
+        """Usage per local day, and cost per project label (most first), from one query.
 
-    def _projects(self, selection: Selection, now: float) -> tuple[tuple[str, float], ...]:
-        """Cost per project label (the scrape's policy), most first."""
+        Days are grouped in SQL like the ``daily`` view does (slot sums where the
+        zone's offsets keep slots whole); projects go through the scrape's
+        ``project_label`` policy, so the page names them as /metrics does.
+        """
+        segments = transitions(self._zone, lo, max(now, lo) + DAY)
+        aligned = all(o % slots.SLOT_SECONDS == 0 for _, o in segments) and all(
+            t % slots.SLOT_SECONDS == 0 for t, _ in segments[1:])
+        utc = len(segments) == 1 and segments[0][1] % DAY == 0
+
+        def day(t: str) -> str:
+            return f"CAST(({t} + {offset_sql(segments, t)}) / {DAY} AS INTEGER)"
+
+        found = Facts(selection, self._prices).collect(TimeKey(day, aligned, day_aligned=utc))
+        days: dict[int, Usage] = {}
         policy = LabelPolicy(self._project_label)
-        out: dict[str, float] = {}
-        for row in views.build("project", selection, self._prices, views.Options(now=now)).rows:
-            label = policy.project(row.label) or "(all projects)"
-            out[label] = out.get(label, 0.0) + row.usage.cost_usd
-        return tuple(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+        projects: dict[str, int] = {}
+        for f in found:
+            days[int(f.key)] = days.get(int(f.key), ZERO) + f.usage
+            label = policy.project(f.attrs.project) or "(all projects)"
+            projects[label] = projects.get(label, 0) + f.usage.cost_pico
+        ranked = sorted(((p, usd(c)) for p, c in projects.items()), key=lambda kv: (-kv[1], kv[0]))
+        return days, tuple(ranked)
 
     def _active(self, now: float) -> dict[str, int]:
         """Sessions whose last request is younger than each cache TTL (an index range)."""
@@ -210,7 +240,7 @@ class _ReadConnection:
 
 
 # ---- rendering ----------------------------------------------------------------------------
-def usd(x: float) -> str:
+def money(x: float) -> str:
     """Dollars as the page prints them: cents, or four decimals below a dollar."""
     return f"${x:,.2f}" if abs(x) >= 1 or x == 0 else f"${x:.4f}"
 
@@ -247,8 +277,8 @@ def _kpi(name: str, label: str, value: str, budget: float | None, spent: float) 
     extra = ""
     if budget:
         ratio = spent / budget
-        extra = (svg.meter(f"budget-{name}", f"{label}: {ratio:.0%} of {usd(budget)}", ratio)
-                 + f"<span>{ratio:.0%} of {escape(usd(budget))} budget</span>")
+        extra = (svg.meter(f"budget-{name}", f"{label}: {ratio:.0%} of {money(budget)}", ratio)
+                 + f"<span>{ratio:.0%} of {escape(money(budget))} budget</span>")
     return (f'<div class="kpi"><span>{escape(label)}</span>'
             f'<b data-figure="cost-{name}">{escape(value)}</b>{extra}</div>')
 
@@ -282,10 +312,10 @@ def render(data: PageData, version: str) -> str:
     t = s.totals
     zone = data.zone
     kpis = "".join((
-        _kpi("today", "Today", usd(data.periods["today"]), data.budgets.get("day"),
+        _kpi("today", "Today", money(data.periods["today"]), data.budgets.get("day"),
              data.periods["today"]),
-        _kpi("week", "This week", usd(data.periods["week"]), None, data.periods["week"]),
-        _kpi("month", "This month", usd(data.periods["month"]), data.budgets.get("month"),
+        _kpi("week", "This week", money(data.periods["week"]), None, data.periods["week"]),
+        _kpi("month", "This month", money(data.periods["month"]), data.budgets.get("month"),
              data.periods["month"]),
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
@@ -299,12 +329,12 @@ def render(data: PageData, version: str) -> str:
     sections = [
         _section("Cost (list prices)", f'<div class="kpis">{kpis}</div>', wide=True),
         _section(f"Cost per day, last {WINDOW_DAYS} days",
-                 svg.bars("daily-cost", "Cost per day (USD)", short, fmt=usd,
+                 svg.bars("daily-cost", "Cost per day (USD)", short, fmt=money,
                           limit=data.budgets.get("day"), label_every=7)
                  + ('<p class="note">Dashed: the daily budget. Below: the running total.</p>'
                     if data.budgets.get("day") else '<p class="note">Below: the running total.</p>')
                  + svg.line("cumulative-cost", "Running total (USD)", _cumulative(short),
-                            fmt=usd)),
+                            fmt=money)),
         _section("Tokens by type",
                  svg.stacked("tokens", "Tokens by type", tokens, fmt=count)
                  + _table(("type", "tokens (30 days)"), [(k, f"{v:,}") for k, v in tokens],
@@ -312,11 +342,11 @@ def render(data: PageData, version: str) -> str:
                  + f'<p>Cache-read share of the prompt: <b data-figure="cache-read-share">'
                    f'{s.cache_read_share:.1%}</b> · requests <b data-figure="requests">'
                    f'{t.requests:,}</b> · sessions <b data-figure="sessions">{s.sessions:,}</b>'
-                   f' · cost <b data-figure="cost-30d">{usd(t.cost_usd)}</b></p>'),
-        _section("Cost by model", svg.hbars("by-model", "Cost by model (USD)", models, fmt=usd)),
+                   f' · cost <b data-figure="cost-30d">{money(t.cost_usd)}</b></p>'),
+        _section("Cost by model", svg.hbars("by-model", "Cost by model (USD)", models, fmt=money)),
         _section("Cost by project",
                  svg.hbars("by-project", "Cost by project (USD)", _top(data.by_project),
-                           fmt=usd)),
+                           fmt=money)),
         _section("Prompt cache after an idle gap",
                  _table(("main requests after", "requests", "prompt rewritten to cache"),
                         [(label, f"{b.requests:,}", f"{b.write_share:.1%}") for label, b in gaps],
@@ -367,33 +397,68 @@ def _section(title: str, body: str, *, wide: bool = False) -> str:
 
 # ---- HTTP ---------------------------------------------------------------------------------
 class _Cache:
-    """The last page and JSON, rebuilt at most once per ``ttl`` seconds (one builder at a time)."""
+    """The last page and JSON; past ``ttl`` seconds old, rebuilt in the background.
+
+    The first request waits for the figures; later ones never do: a stale copy
+    is served while one rebuild (never two at once) runs via ``spawn``, so a
+    request costs the same after a year of history as on day one.
+    """
 
     def __init__(self, source: Callable[[], PageData], version: str, ttl: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], spawn: Callable[[Callable[[], None]], None]) -> None:
         self._source, self._version, self._ttl, self._clock = source, version, ttl, clock
-        self._lock = threading.Lock()
+        self._spawn = spawn
+        self._lock = threading.Lock()  # guards the fields below
+        self._build = threading.Lock()  # one rebuild at a time
         self._at = -math.inf
-        self._html = self._json = b""
+        self._bodies: tuple[bytes, bytes] | None = None
+        self._rebuilding = False
 
     def get(self) -> tuple[bytes, bytes]:
-        """The HTML and JSON bodies, fresh within ``ttl``."""
+        """The HTML and JSON bodies: fresh within ``ttl``, else the last ones while rebuilding."""
         with self._lock:
-            if self._clock() - self._at >= self._ttl:
-                data = self._source()
-                self._html = render(data, self._version).encode()
-                self._json = (report.to_json(data.to_json()) + "\n").encode()
-                self._at = self._clock()
-            return self._html, self._json
+            bodies, stale = self._bodies, self._clock() - self._at >= self._ttl
+            start = stale and bodies is not None and not self._rebuilding
+            if start:
+                self._rebuilding = True
+        if bodies is None:
+            return self._rebuild()
+        if start:
+            self._spawn(self._background)
+        return bodies
+
+    def _background(self) -> None:
+        """A rebuild off the request path (its errors end it; the stale page stays)."""
+        try:
+            self._rebuild()
+        finally:
+            with self._lock:
+                self._rebuilding = False
+
+    def _rebuild(self) -> tuple[bytes, bytes]:
+        """Compute the figures and both bodies, and keep them."""
+        with self._build:
+            data = self._source()
+            bodies = (render(data, self._version).encode(),
+                      (report.to_json(data.to_json()) + "\n").encode())
+            with self._lock:
+                self._bodies, self._at = bodies, self._clock()
+            return bodies
+
+
+def _thread(job: Callable[[], None]) -> None:
+    """Run ``job`` on a daemon thread (it never blocks shutdown)."""
+    threading.Thread(target=job, name="page-rebuild", daemon=True).start()
 
 
 def routes(source: Callable[[], PageData], version: str, *, ttl: float = 2.0,
-           clock: Callable[[], float] = time.monotonic) -> dict[str, Wsgi]:
+           clock: Callable[[], float] = time.monotonic,
+           spawn: Callable[[Callable[[], None]], None] = _thread) -> dict[str, Wsgi]:
     """WSGI handlers for ``/``, ``/index.html`` and ``/api/summary.json``.
 
     The HTTP app puts them behind its basic auth (and TLS) like every route.
     """
-    cache = _Cache(source, version, ttl, clock)
+    cache = _Cache(source, version, ttl, clock, spawn)
 
     def page(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         body = cache.get()[0]
