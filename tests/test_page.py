@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
 from exporter.projections import figures
-from exporter.projections.facts import ZERO
+from exporter.projections.facts import ZERO, Prices
 from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.pricing import Pricing
 from exporter.serve import page, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app
 from tests.daemon_proc import Daemon
@@ -263,3 +264,32 @@ def _sample(requests: int = 0) -> page.PageData:
     return page.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
                          periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
                          daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0})
+
+
+def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
+    """Where the status line fed samples, the page shows both windows with their resets."""
+    from exporter.ledger import Ledger
+    from exporter.plan import spool
+    from exporter.plan.store import ingest_samples
+
+    t0, resets = 1_790_000_000.0, 1_790_018_000
+    payload = {"session_id": "s1", "model": {"id": "claude-opus-4-6"}, "version": "2.1.90",
+               "rate_limits": {"five_hour": {"used_percentage": 42.0, "resets_at": resets},
+                               "seven_day": {"used_percentage": 91.0,
+                                             "resets_at": resets + 400_000}},
+               "context_window": {"used_percentage": 20, "context_window_size": 200_000},
+               "cost": {"total_cost_usd": 0.5}}
+    spool.append(str(tmp_path), [spool.sample_record(payload, t0)])
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    try:
+        ingest_samples(ledger._db)
+        source = page.LedgerSource(ledger, [tmp_path], Prices.of(Pricing.load()),
+                                   UTC_ZONE, budgets={}, clock=lambda: t0 + 60)
+        data = source()
+    finally:
+        ledger.close()
+    assert [(w.name, w.used_ratio, w.resets_at) for w in data.plan] == [
+        ("five_hour", 0.42, resets), ("seven_day", 0.91, resets + 400_000)]
+    dom = _parse(page.render(data, "t"))
+    assert dom.charts["plan-five_hour"] == 2 and dom.charts["plan-seven_day"] == 2
+    assert "42% used" in page.render(data, "t").replace("</b>", "").replace("<b>", "")
