@@ -428,9 +428,11 @@ class _Cache:
         return bodies
 
     def _background(self) -> None:
-        """A rebuild off the request path (its errors end it; the stale page stays)."""
+        """A rebuild off the request path; the stale page stays if it cannot finish."""
         try:
             self._rebuild()
+        except sqlite3.ProgrammingError:
+            pass  # the ledger closed under it: the daemon is stopping
         finally:
             with self._lock:
                 self._rebuilding = False
