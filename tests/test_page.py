@@ -205,7 +205,7 @@ def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
 
 
 def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
-    """Within the TTL one computation serves all; past it, the old page while one rebuild runs."""
+    """Cached within the TTL, then served stale while one rebuild runs, fresh after a pause."""
     calls: list[float] = []
     jobs: list[Callable[[], None]] = []
     now = [0.0]
@@ -230,6 +230,8 @@ def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
     assert len(jobs) == 1 and calls == [0.0]
     jobs.pop()()
     assert calls == [0.0, 2.0] and requests_shown() == "2" and jobs == []
+    now[0] = 12.0  # 10 s old: a visit after a pause waits for fresh figures
+    assert requests_shown() == "3" and calls == [0.0, 2.0, 12.0] and jobs == []
 
 
 def test_bars_scale_to_the_largest_value() -> None:

@@ -9,9 +9,9 @@ script, no external asset, nothing fetched at run time.
 
 The page shows nothing the scrape does not: no session ids (the summary's
 session table is left empty), projects under the ``project_label`` policy.
-The rendered page is cached for ``ttl`` seconds and then rebuilt in the
-background while the last copy is served, so no request waits for the SQL
-after the first.
+The rendered page is cached for ``ttl`` seconds; a copy up to ``stale``
+seconds old is served while it is rebuilt in the background, so reloads never
+wait for the SQL, and an older one is rebuilt before answering.
 """
 
 from __future__ import annotations
@@ -397,49 +397,54 @@ def _section(title: str, body: str, *, wide: bool = False) -> str:
 
 # ---- HTTP ---------------------------------------------------------------------------------
 class _Cache:
-    """The last page and JSON; past ``ttl`` seconds old, rebuilt in the background.
+    """The last page and JSON: fresh for ``ttl`` s, then rebuilt, in the background if recent.
 
-    The first request waits for the figures; later ones never do: a stale copy
-    is served while one rebuild (never two at once) runs via ``spawn``, so a
-    request costs the same after a year of history as on day one.
+    A copy younger than ``stale`` seconds is served while one rebuild (never two
+    at once) runs via ``spawn``, so a reloading browser never waits for the SQL;
+    an older one (the first request, a visit after a pause) is rebuilt before
+    answering, so a page opened after a pause never shows figures that old.
     """
 
-    def __init__(self, source: Callable[[], PageData], version: str, ttl: float,
-                 clock: Callable[[], float], spawn: Callable[[Callable[[], None]], None]) -> None:
-        self._source, self._version, self._ttl, self._clock = source, version, ttl, clock
-        self._spawn = spawn
+    def __init__(self, source: Callable[[], PageData], version: str, *, ttl: float,
+                 stale: float, clock: Callable[[], float],
+                 spawn: Callable[[Callable[[], None]], None]) -> None:
+        self._source, self._version, self._clock, self._spawn = source, version, clock, spawn
+        self._ttl, self._stale = ttl, stale
         self._lock = threading.Lock()  # guards the fields below
         self._build = threading.Lock()  # one rebuild at a time
         self._at = -math.inf
-        self._bodies: tuple[bytes, bytes] | None = None
+        self._bodies = (b"", b"")
         self._rebuilding = False
 
     def get(self) -> tuple[bytes, bytes]:
-        """The HTML and JSON bodies: fresh within ``ttl``, else the last ones while rebuilding."""
+        """The HTML and JSON bodies."""
         with self._lock:
-            bodies, stale = self._bodies, self._clock() - self._at >= self._ttl
-            start = stale and bodies is not None and not self._rebuilding
-            if start:
+            age, bodies = self._clock() - self._at, self._bodies
+            background = self._ttl <= age < self._stale and not self._rebuilding
+            if background:
                 self._rebuilding = True
-        if bodies is None:
-            return self._rebuild()
-        if start:
+        if age >= self._stale:
+            return self._rebuild(self._stale)
+        if background:
             self._spawn(self._background)
         return bodies
 
     def _background(self) -> None:
         """A rebuild off the request path; the stale page stays if it cannot finish."""
         try:
-            self._rebuild()
+            self._rebuild(self._ttl)
         except sqlite3.ProgrammingError:
             pass  # the ledger closed under it: the daemon is stopping
         finally:
             with self._lock:
                 self._rebuilding = False
 
-    def _rebuild(self) -> tuple[bytes, bytes]:
-        """Compute the figures and both bodies, and keep them."""
+    def _rebuild(self, older_than: float) -> tuple[bytes, bytes]:
+        """Compute the figures and both bodies unless a rebuild just finished; keep them."""
         with self._build:
+            with self._lock:
+                if self._clock() - self._at < older_than:  # another thread just built them
+                    return self._bodies
             data = self._source()
             bodies = (render(data, self._version).encode(),
                       (report.to_json(data.to_json()) + "\n").encode())
@@ -454,13 +459,13 @@ def _thread(job: Callable[[], None]) -> None:
 
 
 def routes(source: Callable[[], PageData], version: str, *, ttl: float = 2.0,
-           clock: Callable[[], float] = time.monotonic,
+           stale: float = 10.0, clock: Callable[[], float] = time.monotonic,
            spawn: Callable[[Callable[[], None]], None] = _thread) -> dict[str, Wsgi]:
     """WSGI handlers for ``/``, ``/index.html`` and ``/api/summary.json``.
 
     The HTTP app puts them behind its basic auth (and TLS) like every route.
     """
-    cache = _Cache(source, version, ttl, clock, spawn)
+    cache = _Cache(source, version, ttl=ttl, stale=stale, clock=clock, spawn=spawn)
 
     def page(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         body = cache.get()[0]
