@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.projections.facts import Usage
 from exporter.projections.figures import Covered, SessionRow, Spread, Summary
 from exporter.projections.periods import Zone
+from exporter.projections.savings import ContextCost
 
 if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
     from rich.console import Console
@@ -112,6 +113,8 @@ def _overview(f: Summary) -> Table:
     rows = [
         ("requests", f"{t.requests:,} in {f.sessions:,} sessions"),
         ("estimated cost (list price)", usd(t.cost_usd)),
+        ("saved by the prompt cache", f"{usd(t.saved_usd)} (without it: "
+                                      f"{usd(t.cost_usd + t.saved_usd)})"),
         ("unpriced tokens", tokens(t.unpriced)),
         ("input tokens (uncached)", tokens(t.input)),
         ("cache read tokens", tokens(t.cache_read)),
@@ -119,6 +122,7 @@ def _overview(f: Summary) -> Table:
          f"{tokens(t.cache_write_5m)} / {tokens(t.cache_write_1h)}"),
         ("output tokens", tokens(t.output)),
         ("cache-read share of prompt", pct(f.cache_read_share)),
+        ("cache reads per output token", f"{t.reread_ratio:,.0f}" if t.output else "—"),
         ("context per request", _spread(f.context)),
         ("output per request", _spread(f.output)),
         (
@@ -133,7 +137,7 @@ def _overview(f: Summary) -> Table:
         ),
     ]
     if t.web_search:
-        rows.insert(7, ("web searches", f"{t.web_search:,}"))
+        rows.insert(8, ("web searches", f"{t.web_search:,}"))
     for row in rows:
         table.add_row(*row)
     return table
@@ -158,12 +162,13 @@ def _cache_expiry(f: Summary) -> Table:
 
 
 def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool) -> Table:
-    """Requests, tokens, cost and unpriced tokens per model or per source.
+    """Requests, tokens, cost, the cache's saving and unpriced tokens per model or per source.
 
-    A narrow console gets no input/read/write columns, so model ids stay on one line.
+    A narrow console gets no input/read/write/saved columns, so model ids stay on one line.
     """
     extra = ("input", "read", "write") if wide else ()
-    table = new_table(title, first, "requests", *extra, "output", "cost", "unpriced")
+    saved = ("cache saved",) if wide else ()
+    table = new_table(title, first, "requests", *extra, "output", "cost", *saved, "unpriced")
     for name, t in groups.items():
         middle = (t.input, t.cache_read, t.cache_write) if wide else ()
         table.add_row(
@@ -171,6 +176,7 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
             f"{t.requests:,}",
             *map(tokens, (*middle, t.output)),
             cost_cell(t),
+            *((usd(t.saved_usd) if t.cost_pico else "—",) if wide else ()),
             tokens(t.unpriced) if t.unpriced else "—",
         )
     return table
@@ -182,9 +188,10 @@ def cost_cell(t: Usage) -> str:
 
 
 def _sessions(rows: Iterable[SessionRow]) -> Table:
-    """The busiest sessions: requests, time span, median gap, output."""
+    """The busiest sessions: requests, time span, median gap, output, re-read ratio."""
     table = new_table(
-        "Sessions (most requests first)", "session", "requests", "span", "gap p50", "output"
+        "Sessions (most requests first)", "session", "requests", "span", "gap p50", "output",
+        "re-read",
     )
     for row in rows:
         table.add_row(
@@ -193,8 +200,29 @@ def _sessions(rows: Iterable[SessionRow]) -> Table:
             f"{row.span_hours:.1f} h",
             duration(row.gap_p50),
             tokens(row.output_tokens),
+            f"{row.reread_ratio:,.0f}×" if row.output_tokens else "—",
         )
     return table
+
+
+def _context_costs(costs: Iterable[ContextCost]) -> Table:
+    """One prompt of your median and p90 size: read from the cache vs recomputed."""
+    table = new_table("Cost of one prompt at your context size (list price)",
+                      "model · prompt", "tokens", "from the cache", "recomputed", "ratio")
+    for c in costs:
+        tier = " (long context)" if c.long else ""
+        ratio = c.recomputed_pico / c.cached_pico if c.cached_pico else 0.0
+        table.add_row(f"{short_name(c.model)} · {c.quantile}{tier}", tokens(c.context),
+                      usd(c.cached_pico / 1e12), usd(c.recomputed_pico / 1e12),
+                      f"{ratio:.0f}×" if ratio else "—")
+    return table
+
+
+def short_name(model: str) -> str:
+    """``claude-sonnet-4-5-20250929`` → ``sonnet-4-5``: the family without prefix and date."""
+    name = model.removeprefix("claude-")
+    head, _, tail = name.rpartition("-")
+    return head if tail.isdigit() and len(tail) == 8 else name
 
 
 def _kv(f: Summary) -> Table:
@@ -231,6 +259,8 @@ def render_text(figures: Summary, console: Console) -> None:
     console.print(_cost_table("By source", "source", figures.by_source, wide))
     if figures.by_session:
         console.print(_sessions(figures.by_session))
+    if figures.context_costs:
+        console.print(_context_costs(figures.context_costs))
     console.print(_kv(figures))
     console.print(_upload_and_lines(figures))
 

@@ -75,6 +75,8 @@ USAGE: Final = (
     _figure("write 1h", lambda u: tokens(u.cache_write_1h), 3),
     _figure("read share", lambda u: pct(u.cache_read_share), 2),
     _figure("cost", cost_cell, 1),
+    _figure("cache saved", lambda u: usd(u.saved_usd) if u.cost_pico else "—", 2),
+    _figure("re-read", lambda u: f"{u.reread_ratio:,.0f}×" if u.output else "—", 3),
     _figure("unpriced", lambda u: tokens(u.unpriced) if u.unpriced else "—", 3),
 )
 MODELS: Final = Column("models", lambda v, r: ", ".join(map(short_model, r.models)) or "—")
@@ -176,8 +178,9 @@ def pico_usd(pico: float) -> float:
 
 # ---- JSON and CSV ---------------------------------------------------------------------
 def _usage_json(u: Usage) -> dict[str, Any]:
-    """The ``T`` fields plus the cache-read share (rounded to 1e-6)."""
-    return {**u.totals(), "cache_read_share": round(u.cache_read_share, 6)}
+    """The ``T`` fields plus the cache-read share and re-read ratio (rounded to 1e-6)."""
+    return {**u.totals(), "cache_read_share": round(u.cache_read_share, 6),
+            "cache_reads_per_output_token": round(u.reread_ratio, 6)}
 
 
 def _iso(ts: float, zone: Zone) -> str | None:

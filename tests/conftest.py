@@ -91,7 +91,7 @@ REPORT_KEYS = frozenset({
     "context_tokens", "output_tokens", "gap_seconds", "cache_write_share_by_gap",
     "requests_by_gap", "cache_read_share", "peak_requests_per_minute",
     "max_parallel_sessions_10m", "generation_tokens_per_second", "kv_bytes", "upload_bytes",
-    "lines",
+    "lines", "cache_savings_usd", "cache_reads_per_output_token",
 })
 
 

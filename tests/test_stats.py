@@ -186,6 +186,10 @@ def test_totals(small: dict[str, Any]) -> None:
         "web_search_requests": 0,
         "cost_usd": 0.021985,  # exact: 0.021945 + 0.00004, rounded once to 1e-6
         "unpriced_tokens": 133 + 144,
+        # Sonnet reads 2,500 x ($3 - $0.30) + 5m writes 2,520 x ($3 - $3.75) + 1h writes
+        # 1,000 x ($3 - $6) = $1,860/MTok; Haiku reads 100 x ($1 - $0.10) = $90/MTok.
+        "cache_savings_usd": 0.00195,
+        "cache_reads_per_output_token": 2700 / 455,
     }
 
 
@@ -252,6 +256,8 @@ def test_by_session(small: dict[str, Any]) -> None:
         "span_hours": pytest.approx(7810.6 / 3600),
         "gap_p50": 300.5,
         "output_tokens": 385,
+        "cache_read_tokens": 2600,
+        "cache_reads_per_output_token": 2600 / 385,
     }
     assert b == {
         "session": "b",
@@ -259,6 +265,8 @@ def test_by_session(small: dict[str, Any]) -> None:
         "span_hours": pytest.approx(120 / 3600),
         "gap_p50": 120.0,
         "output_tokens": 70,
+        "cache_read_tokens": 100,
+        "cache_reads_per_output_token": 100 / 70,
     }
 
 
@@ -274,8 +282,8 @@ def test_sessions_table_limit(figures: Figures) -> None:
 
 
 def test_contract_keys(small: dict[str, Any]) -> None:
-    """The JSON shape has exactly the contract's keys (plus by_session and range)."""
-    assert set(small) == REPORT_KEYS | {"by_session", "range"}
+    """The JSON shape has exactly the contract's keys (plus by_session, range, context_cost)."""
+    assert set(small) == REPORT_KEYS | {"by_session", "range", "context_cost"}
     assert list(small["requests_by_gap"]) == list(GAP_BUCKETS)
 
 

@@ -25,6 +25,7 @@ from tests.conftest import REPORT_KEYS
 SMALL = GenOptions(seed=11, sessions=4, requests_per_session=50)
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 T_KEYS = {
+    "cache_savings_usd",
     "requests",
     "input_tokens",
     "output_tokens",

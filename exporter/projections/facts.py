@@ -33,6 +33,7 @@ from typing import Any, Final, NamedTuple
 from exporter import slots
 from exporter.projections.periods import Range
 from exporter.projections.pricing import Pricing
+from exporter.projections.savings import reread_ratio, saved
 from exporter.records import Source
 
 Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
@@ -67,6 +68,7 @@ class Usage:
     web_search: int = 0
     cost_pico: int = 0  # exact list-price cost of the priced requests, 1e-12 USD
     unpriced: int = 0  # all five token fields of requests whose model has no price
+    saved_pico: int = 0  # the prompt cache's saving (exporter.projections.savings), 1e-12 USD
 
     def __add__(self, other: Usage) -> Usage:
         """Field-wise sum (spelled out: it runs once per fact)."""
@@ -75,6 +77,7 @@ class Usage:
             self.cache_read + other.cache_read, self.cache_write_5m + other.cache_write_5m,
             self.cache_write_1h + other.cache_write_1h, self.web_search + other.web_search,
             self.cost_pico + other.cost_pico, self.unpriced + other.unpriced,
+            self.saved_pico + other.saved_pico,
         )
 
     @property
@@ -98,6 +101,16 @@ class Usage:
         return usd(self.cost_pico)
 
     @property
+    def saved_usd(self) -> float:
+        """The cache's saving rounded to 1e-6 USD (negative when writes outweighed reads)."""
+        return usd(self.saved_pico)
+
+    @property
+    def reread_ratio(self) -> float:
+        """Cache-read tokens per output token (0 without output)."""
+        return reread_ratio(self.cache_read, self.output)
+
+    @property
     def cache_read_share(self) -> float:
         """Cache read over prompt tokens (0 without any)."""
         return self.cache_read / self.context if self.context else 0.0
@@ -114,6 +127,8 @@ class Usage:
             "web_search_requests": self.web_search,
             "cost_usd": self.cost_usd,
             "unpriced_tokens": self.unpriced,
+            "cache_savings_usd": self.saved_usd,
+            "cache_reads_per_output_token": self.reread_ratio,
         }
 
 
@@ -308,7 +323,7 @@ class Prices:
         if units is None:
             return Usage(n, inp, out, read, w5, w1, search, 0, inp + out + read + w5 + w1)
         cost = sum(map(int.__mul__, sums, units))
-        return Usage(n, inp, out, read, w5, w1, search, cost, 0)
+        return Usage(n, inp, out, read, w5, w1, search, cost, 0, saved(sums, units))
 
 
 _SOURCES: Final = tuple(Source)

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 from exporter.projections.facts import (
     ZERO,
+    Attrs,
     Fact,
     Facts,
     Prices,
@@ -29,6 +30,7 @@ from exporter.projections.facts import (
     by_name,
 )
 from exporter.projections.periods import Range, iso
+from exporter.projections.savings import ContextCost, context_cost, reread_ratio
 from exporter.records import Request, Source, gap_seconds
 
 GAP_BUCKETS: Final = ("first", "lt_5m", "5m_to_1h", "gt_1h")
@@ -36,6 +38,7 @@ CACHE_5M_SECONDS: Final = 300.0
 CACHE_1H_SECONDS: Final = 3600.0
 ACTIVE_GAP_SECONDS: Final = 120.0  # a gap this short is "the model generating" (speed figure)
 SESSION_TABLE_ROWS: Final = 20
+CONTEXT_COST_MODELS: Final = 3  # models in the "cost per request at your context" table
 LINE_RESULTS: Final = ("usage", "duplicate", "other", "rejected")
 __all__ = [
     "CACHE_1H_SECONDS", "CACHE_5M_SECONDS", "GAP_BUCKETS", "Summary", "gap_bucket",
@@ -90,12 +93,20 @@ class SessionRow:
     span_hours: float
     gap_p50: float
     output_tokens: int
+    cache_read_tokens: int = 0
+
+    @property
+    def reread_ratio(self) -> float:
+        """Cache-read tokens per output token in this session."""
+        return reread_ratio(self.cache_read_tokens, self.output_tokens)
 
     def to_json(self) -> dict[str, Any]:
         """The ``by_session`` row of ``report --json``."""
         return {"session": self.session, "requests": self.requests,
                 "span_hours": self.span_hours, "gap_p50": self.gap_p50,
-                "output_tokens": self.output_tokens}
+                "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens,
+                "cache_reads_per_output_token": self.reread_ratio}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,7 @@ class Summary:
     lines: Mapping[str, int]
     rejected: Mapping[str, int]
     by_session: tuple[SessionRow, ...]
+    context_costs: tuple[ContextCost, ...] = ()  # at the p50 and p90 prompt, top models
 
     @property
     def cache_read_share(self) -> float:
@@ -172,6 +184,9 @@ class Summary:
                              "p90": self.upload.p90},
             "lines": {k: int(self.lines.get(k, 0)) for k in LINE_RESULTS},
             "by_session": [row.to_json() for row in self.by_session],
+            "cache_savings_usd": self.totals.saved_usd,
+            "cache_reads_per_output_token": self.totals.reread_ratio,
+            "context_cost": [c.to_json() for c in self.context_costs],
         }
 
 
@@ -205,9 +220,9 @@ def summary(
     n_gaps = sum(b.requests for k, b in buckets.items() if k != "first")
     gap = ("gap", _MAIN, "gap IS NOT NULL")
     sessions = _sessions(found)
+    last = max((f.last for f in found), default=None)
     return Summary(
-        covered=Covered(selection.range, min((f.first for f in found), default=None),
-                        max((f.last for f in found), default=None)),
+        covered=Covered(selection.range, min((f.first for f in found), default=None), last),
         totals=totals,
         by_model=by_name(models),
         by_source={s.label: sources[s.label] for s in Source if s.label in sources},
@@ -228,7 +243,30 @@ def summary(
         lines=dict(lines),
         rejected=dict(rejected),
         by_session=tuple(_busiest_sessions(selection, sessions, session_rows)),
+        context_costs=tuple(context_costs(prices, models, context, last)),
     )
+
+
+def context_costs(prices: Prices, models: Mapping[str, Usage], context: Spread,
+                  at: float | None) -> Iterable[ContextCost]:
+    """One prompt of the p50 and of the p90 size on each costliest model: cached vs recomputed.
+
+    Standard list prices (no geo, tier or speed factor) as on ``at`` (the last
+    request), at the long-context tier where the prompt exceeds the model's threshold.
+    """
+    if at is None:
+        return
+    period = sum(at >= s for s in prices.starts)
+    top = sorted((u.cost_pico, m) for m, u in models.items() if u.cost_pico > 0)
+    for _, model in reversed(top[-CONTEXT_COST_MODELS:]):
+        for name, size in (("p50", context.p50), ("p90", context.p90)):
+            level = sum(size > t for t in prices.thresholds)
+            units = prices.units(Attrs("", "", model, Source.MAIN, "", "", "", level), period, at)
+            if units is None:
+                continue
+            threshold = prices.pricing.long_context_threshold(model, at=at)
+            long = threshold is not None and size > threshold
+            yield context_cost(model, name, size, long, units)
 
 
 def _kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
@@ -279,6 +317,7 @@ class _Session:
 
     requests: int = 0
     output: int = 0
+    cache_read: int = 0
     gaps: int = 0  # main requests with a gap before them
     first: float = math.inf
     last: float = -math.inf
@@ -293,6 +332,7 @@ def _sessions(found: Iterable[Fact]) -> dict[str, _Session]:
             s = out[f.attrs.session] = _Session()
         s.requests += f.usage.requests
         s.output += f.usage.output
+        s.cache_read += f.usage.cache_read
         if f.bucket > 0:
             s.gaps += f.usage.requests
         s.first = min(s.first, f.first)
@@ -307,7 +347,7 @@ def _busiest_sessions(selection: Selection, sessions: Mapping[str, _Session],
     medians = session_medians(selection, {name: s.gaps for name, s in top})
     for name, s in top:
         yield SessionRow(name, s.requests, (s.last - s.first) / 3600,
-                         float(medians.get(name, 0.0)), s.output)
+                         float(medians.get(name, 0.0)), s.output, s.cache_read)
 
 
 def gap_counts(found: Iterable[Fact]) -> dict[str, int]:

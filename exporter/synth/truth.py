@@ -33,20 +33,23 @@ GAP_BUCKETS: Final = ("first", "lt_5m", "5m_to_1h", "gt_1h")
 _ACTIVE_GAP_MS: Final = 120_000
 
 
-def cost_nano_usd(req: SimRequest, ts_ms: int | None = None) -> int | None:
+def cost_nano_usd(req: SimRequest, ts_ms: int | None = None, *,
+                  cached: bool = True) -> int | None:
     """Cost of one request made at ``ts_ms`` in 1e-9 USD (None if its model has no price).
 
     genai-prices applies the long-context tier (prompt above 200k: every token at
     the tier's rates) and prices that change on a date; the multipliers are ours.
+    ``cached=False``: the cost without the prompt cache (every prompt token plain
+    input; the tier is still decided by the whole prompt).
     """
     if req.model in _UNPRICED:
         return None
     when = _DEFAULT_DATE if ts_ms is None else datetime.fromtimestamp(ts_ms / 1000, UTC)
     usage = Usage(
         input_tokens=req.context,  # genai-prices counts cache reads and writes in input
-        cache_read_tokens=req.cache_read,
-        cache_write_tokens=req.cache_write_5m + req.cache_write_1h,
-        cache_write_1h_tokens=req.cache_write_1h,
+        cache_read_tokens=req.cache_read if cached else 0,
+        cache_write_tokens=req.cache_write_5m + req.cache_write_1h if cached else 0,
+        cache_write_1h_tokens=req.cache_write_1h if cached else 0,
         output_tokens=req.output,
     )
     fast = req.speed == "fast"
@@ -114,6 +117,9 @@ def compute_truth(
             "p50": round(ctx["p50"] * upload_bytes_per_token),
             "p90": round(ctx["p90"] * upload_bytes_per_token),
         },
+        "cache_savings_usd": totals["cache_savings_usd"],
+        "cache_reads_per_output_token": (totals["cache_read_tokens"] / totals["output_tokens"]
+                                         if totals["output_tokens"] else 0.0),
         "lines": {
             "usage": usage,
             "duplicate": book.usage_lines - usage,
@@ -134,10 +140,11 @@ def _spread(values: Sequence[int]) -> dict[str, int]:
 
 def _totals(entries: Sequence[Entry]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """``T`` overall, by model (as recorded) and by source."""
-    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 8)
+    sums: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 9)
     for e in entries:
         r = e.req
         nano = cost_nano_usd(r, e.ts_ms)
+        plain = cost_nano_usd(r, e.ts_ms, cached=False)
         row = (
             1,
             r.input,
@@ -147,13 +154,14 @@ def _totals(entries: Sequence[Entry]) -> tuple[dict[str, Any], dict[str, Any], d
             r.cache_write_1h,
             nano or 0,
             0 if nano is not None else r.context + r.output,
+            (plain or 0) - (nano or 0),  # the cache's saving
         )
         for target in (("", ""), ("m", r.model), ("s", SOURCES[e.source])):
             acc = sums[target]
             for i, value in enumerate(row):
                 acc[i] += value
     as_t = {key: _t(acc) for key, acc in sums.items()}
-    total = as_t.pop(("", ""), _t([0] * 8))
+    total = as_t.pop(("", ""), _t([0] * 9))
     by_model = {name: t for (kind, name), t in sorted(as_t.items()) if kind == "m"}
     by_source = {s: as_t[("s", s)] for s in SOURCES if ("s", s) in as_t}
     return total, by_model, by_source
@@ -170,6 +178,7 @@ def _t(acc: Sequence[int]) -> dict[str, Any]:
         "cache_write_1h_tokens": acc[5],
         "cost_usd": acc[6] / 1e9,
         "unpriced_tokens": acc[7],
+        "cache_savings_usd": acc[8] / 1e9,
     }
 
 
