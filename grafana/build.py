@@ -243,6 +243,32 @@ def usage() -> dm.Dashboard:
                      f"sum({in_range(TOKENS, *mp, PROMPT_TYPES)})", instant=True),
                    thresholds=thresholds((None, "red"), (0.5, "orange"), (0.85, "green")),
                    decimals=1, w=4, h=7),
+            single("Saved by the prompt cache, selected range", "Estimated list-price USD the "
+                   "prompt cache saved in the time range: every cache read billed as plain input "
+                   "instead, minus the cache-write premium (5 min 1.25x, 1 h 2x input); negative "
+                   "when caches were written and not read. From the cost counters by token type "
+                   "(reads are 0.1x input in every Anthropic price, so a read saved 9x its cost; "
+                   "writes lost 0.2x and 0.5x theirs). `report` gives the exact figure.",
+                   "currencyUSD", Q(f"{_saved(*mp)}", instant=True), decimals=2, w=4, h=7),
+            single("Without the cache, selected range", "What the same requests would have cost "
+                   "with no prompt cache (spent + saved), at the same long-context tier.",
+                   "currencyUSD", Q(f"sum({in_range(COST, *mp)}) + {_saved(*mp)}", instant=True),
+                   decimals=2, w=4, h=7),
+            single("Cache reads per output token, selected range", "Tokens of history the model "
+                   "re-read from the cache for every token it wrote (cache-read tokens / output "
+                   "tokens). One user's month: 4.24 B reads for 2.52 M output tokens, 1,685.",
+                   "short", Q(f"round(sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
+                              f"sum({in_range(TOKENS, *mp, OUTPUT)}), 0.1)", instant=True),
+                   decimals=1, w=4, h=7),
+            bars("One prompt at your context size: from the cache vs recomputed", "A prompt of "
+                 "your median (p50) and p90 request's context, priced at the average cache-read "
+                 "rate (from the cache) and the average input rate (recomputed) you paid in the "
+                 "time range. The context histogram has no project label: $project does not "
+                 "apply.", "currencyUSD",
+                 *(Q(_prompt_cost(q, kind), f"p{round(q * 100)} {name}", instant=True)
+                   for q in (0.5, 0.9) for kind, name in (("cache_read", "from the cache"),
+                                                          ("input", "recomputed"))),
+                 decimals=4, w=12, h=7),
             bars("Top projects by cost, selected range", "The ten projects with the highest "
                  "estimated USD in the time range (project label policy: project_label).",
                  "currencyUSD",
@@ -309,6 +335,32 @@ GAP_RANGES = (
 )
 NO_MODEL_NO_PROJECT = ("These counters have no model or project label: $model and $project do "
                        "not apply.")
+
+
+#: Cache savings per cost type, as a multiple of that type's cost: Anthropic bills a cache
+#: read at 0.1x input, a 5-minute write at 1.25x and a 1-hour write at 2x, in every tier,
+#: so a read saved (1 - 0.1) / 0.1 = 9x its cost and a write lost 0.25/1.25 or 1/2 of its.
+SAVED_PER_COST = (("cache_read", "9"), ("cache_write_5m", "-0.2"), ("cache_write_1h", "-0.5"))
+OUTPUT = 'type="output"'
+
+
+def _type(kind: str) -> str:
+    """The matcher ``type="kind"``."""
+    return f'type="{kind}"'
+
+
+def _saved(*extra: str) -> str:
+    """USD the prompt cache saved over the range, from the cost counters by token type."""
+    parts = " or ".join(f"{in_range(COST, *extra, _type(t))} * {w}" for t, w in SAVED_PER_COST)
+    return f"sum({parts})"
+
+
+def _prompt_cost(q: float, kind: str) -> str:
+    """USD of one prompt of the ``q``-quantile context at the range's mean ``kind`` rate."""
+    context = quantile(q, "claude_code_request_context_tokens", "$__range", MODEL)
+    cost, tokens = (in_range(m, MODEL, _type(kind)) for m in (COST, TOKENS))
+    rate = f"sum({cost}) / sum({tokens})"
+    return f"{context} * ({rate})"
 
 
 def _gap_ordered(expr: str) -> str:
