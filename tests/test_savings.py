@@ -18,7 +18,7 @@ import pytest
 from exporter.projections.facts import Prices
 from exporter.projections.figures import summary
 from exporter.projections.pricing import Pricing
-from exporter.projections.savings import reread_ratio, saved, without_cache
+from exporter.projections.savings import counter_parts, reread_ratio, saved, without_cache
 from exporter.records import Request
 from tests import report_ledgers
 from tests.conftest import request
@@ -122,3 +122,18 @@ def test_definition_in_units() -> None:
     cost = sum(s * u for s, u in zip(sums, units, strict=False))
     assert without_cache(sums, units, cost) == (1 + 10 + 100 + 1_000) * 3 + 2 * 15
     assert reread_ratio(1_685, 1) == 1_685.0 and reread_ratio(5, 0) == 0.0
+
+
+def test_counter_parts_only_grow_and_net_to_the_saving() -> None:
+    """The counters' parts are >= 0 and reads' saving minus writes' premium is the saving."""
+    rates = Pricing.load().rates("claude-sonnet-4-5", long_context=True)
+    assert rates is not None
+    parts = counter_parts(rates, 250_000, 1_000, 10)
+    # 250,000 reads x (6 - 0.60); 1,000 5m writes x (7.50 - 6); 10 1h writes x (12 - 6).
+    want = {"cache_read": ("cache_savings_usd", 1.35),
+            "cache_write_5m": ("cache_write_premium_usd", 0.0015),
+            "cache_write_1h": ("cache_write_premium_usd", 0.00006)}
+    assert {k: f for k, (f, _) in parts.items()} == {k: f for k, (f, _) in want.items()}
+    for kind, (_, usd) in want.items():
+        assert parts[kind][1] == pytest.approx(usd)
+    assert all(usd >= 0 for _, usd in parts.values())

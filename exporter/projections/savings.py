@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from exporter.projections.pricing import Rates
+
 READ, WRITE_5M, WRITE_1H = 2, 3, 4  # positions in the (input, output, read, 5m, 1h) sums/units
 
 
@@ -34,6 +36,30 @@ def saved(sums: Sequence[int], units: Sequence[int]) -> int:
     """
     plain = units[0]
     return sum(sums[i] * (plain - units[i]) for i in (READ, WRITE_5M, WRITE_1H))
+
+
+COUNTER_TYPES: Final = ("cache_read", "cache_write_5m", "cache_write_1h")
+
+
+def counter_parts(rates: Rates, cache_read: int, cache_write_5m: int,
+                  cache_write_1h: int) -> dict[str, tuple[str, float]]:
+    """The saving split into parts that only grow, for Prometheus counters, in USD.
+
+    A counter must never decrease, but a request's saving can be negative. So
+    the metrics carry the reads' saving (``cache_savings_usd``, type
+    ``cache_read``: read x (input - read rate)) and the writes' premium
+    (``cache_write_premium_usd``, types ``cache_write_5m`` / ``cache_write_1h``:
+    write x (write rate - input)), each >= 0 at list prices; the net saving of
+    ``report`` is the first minus the second. Returns ``{type: (family, USD)}``.
+    """
+    per = 1e-6
+    return {
+        "cache_read": ("cache_savings_usd", cache_read * (rates.input - rates.cache_read) * per),
+        "cache_write_5m": ("cache_write_premium_usd",
+                           cache_write_5m * (rates.cache_write_5m - rates.input) * per),
+        "cache_write_1h": ("cache_write_premium_usd",
+                           cache_write_1h * (rates.cache_write_1h - rates.input) * per),
+    }
 
 
 def without_cache(sums: Sequence[int], units: Sequence[int], cost: int) -> int:
