@@ -122,6 +122,10 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="daily budget, for the alert rules (default: none)")
     serve.add_argument("--budget-month-usd", type=float, metavar="USD",
                        help="monthly budget, for the alert rules (default: none)")
+    serve.add_argument("--compat", action="append", choices=["native", "genai"],
+                       help="also emit Claude Code's own metric names (native) or the "
+                            "OpenTelemetry GenAI token histogram (genai); repeatable "
+                            "(default: neither; docs/compat.md)")
     serve.add_argument("--poll", action="store_const", const=True,
                        help="no file events: rescan every --rescan-seconds (default: off)")
     serve.add_argument("--rescan-seconds", type=float, metavar="S",
@@ -186,6 +190,8 @@ def _add_backfill(parser: Parser, sub: Any) -> None:
                     f"(default: {_default('listen')})")
     bf.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                     help=f"as for serve (default: {_default('project_label')})")
+    bf.add_argument("--compat", action="append", choices=["native", "genai"],
+                    help="as for serve: also write those families (default: neither)")
 
 
 def _duration(text: str) -> int:

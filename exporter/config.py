@@ -111,6 +111,11 @@ class Settings(BaseSettings):
     otlp_resource_attributes: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="extra resource attributes (team, ...); env: a=b,c=d"
     )
+    compat: Annotated[list[Literal["native", "genai"]], NoDecode] = Field(
+        default_factory=list,
+        description="also emit Claude Code's own metric names (native) and/or the OpenTelemetry "
+                    "GenAI histogram (genai), see docs/compat.md; env: comma list",
+    )
 
     @field_validator("data_dirs", mode="before")
     @classmethod
@@ -118,6 +123,16 @@ class Settings(BaseSettings):
         """Accept a comma list from the environment, as CLAUDE_CONFIG_DIR does."""
         if isinstance(value, str):
             return [Path(p.strip()).expanduser() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("compat", mode="before")
+    @classmethod
+    def _split_compat(cls, value: Any) -> Any:
+        """Accept a comma list from the environment; a repeated mode counts once."""
+        if isinstance(value, str):
+            value = [p.strip() for p in value.split(",") if p.strip()]
+        if isinstance(value, list | tuple):
+            return list(dict.fromkeys(value))
         return value
 
     @field_validator("otlp_headers", "otlp_resource_attributes", mode="before")

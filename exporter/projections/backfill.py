@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.ledger import Ledger
 from exporter.projections import instruments
+from exporter.projections.compat import history as compat_history
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.projections.timeline import SampleKey, Timeline, Unit
@@ -372,6 +373,7 @@ def serve_samples(ledger: Ledger, pricing: Pricing, metrics: MetricsOptions,
         proj.shutdown()
     if ledger.pending():
         hist = {f"{metrics.namespace}_{name}" for name in instruments.HISTOGRAMS}
+        hist |= compat_history.HISTOGRAM_FAMILIES
         samples = {k: v for k, v in samples.items() if _family(k[0]) not in hist}
     return samples
 
@@ -413,7 +415,8 @@ def _unique(indexes: Iterable[int]) -> Iterable[int]:
 def _help(family: str, namespace: str) -> str:
     """The family's description from the catalogue."""
     name = family.removeprefix(f"{namespace}_")
-    return instruments.COUNTERS.get(name) or instruments.HISTOGRAMS.get(name, "")
+    return (instruments.COUNTERS.get(name) or instruments.HISTOGRAMS.get(name)
+            or compat_history.HELP.get(family, ""))
 
 
 def _series(name: str, labels: Sequence[tuple[str, str]]) -> str:

@@ -24,6 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from exporter.projections.compat import genai
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing, Rates
 from exporter.records import (
@@ -136,7 +137,8 @@ class Counting:
             out.append((HistSeries("request_kv_cache_bytes", "", 0, arch), context * per_token))
         out.append((HistSeries("request_upload_bytes", "", 0, ""), upload_bytes(context,
                                                                                  self.upload)))
-        return [(s, bucket_index(HIST_BOUNDS[s.name], v), v) for s, v in out]
+        return [*((s, bucket_index(HIST_BOUNDS[s.name], v), v) for s, v in out),
+                *genai.observations(req)]
 
     def _threshold(self, model: str) -> float:
         """Prompt size above which ``model`` bills at its long-context price (inf: never)."""
@@ -151,7 +153,8 @@ class Counting:
         pricing = self.pricing
         facts: dict[str, Any] = {
             "version": RULES_VERSION, "bounds": HIST_BOUNDS, "kv": self.kv,
-            "upload": self.upload, "aliases": dict(sorted(pricing.keys.items())),
+            "upload": self.upload, "genai": genai.facts(),
+            "aliases": dict(sorted(pricing.keys.items())),
             "long": {f: (p.long_context_threshold if p.long_context else None)
                      for f, p in sorted(pricing.models.items())},
             "periods": {f: list(_boundaries(pricing, f)) for f in sorted(pricing.models)},

@@ -136,17 +136,19 @@ class Instruments:
 def build(
     namespace: str, registry: CollectorRegistry, gauges: dict[str, Observe], *,
     readers: Sequence[MetricReader] = (), resource: Resource | None = None,
+    views: Sequence[View] = (),
 ) -> Instruments:
     """Create every instrument of the catalogue, exposed through ``registry``.
 
     ``gauges`` maps each name of :data:`GAUGES` to the function observing it.
     ``readers`` are further readers of the same instruments (OTLP push), and
     ``resource`` their resource (the Prometheus reader does not expose it).
+    ``views``: more Views (the compatibility families' buckets).
     """
     reader = PrometheusMetricReader(
         disable_target_info=True, scope_info_enabled=False, registry=registry
     )
-    views = [
+    catalogue = [
         View(
             instrument_name=f"{namespace}_{name}",
             # Whole-number bounds print as le="300", as Go clients and the catalogue write them.
@@ -157,7 +159,7 @@ def build(
         for name, bounds in BUCKETS.items()
     ]
     extra: dict[str, Any] = {} if resource is None else {"resource": resource}
-    provider = MeterProvider(metric_readers=[reader, *readers], views=views, **extra)
+    provider = MeterProvider(metric_readers=[reader, *readers], views=[*catalogue, *views], **extra)
     meter = provider.get_meter("claude_code_exporter")
     counters = {
         n: meter.create_counter(f"{namespace}_{n}", description=d) for n, d in COUNTERS.items()

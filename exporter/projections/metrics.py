@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from exporter.ingest.parse import RejectReason
 from exporter.ledger import Applied, CountRow, HistRow, Ledger
 from exporter.projections import instruments
+from exporter.projections.compat import families
 from exporter.projections.counting import (
     HIST_BOUNDS,
     TTL_1H,
@@ -65,6 +66,7 @@ class MetricsOptions:
     budgets: Mapping[str, float] = field(default_factory=dict)  # period → USD
     settle_seconds: float = 60.0
     version: str = "0"
+    compat: tuple[str, ...] = ()  # of compat.MODES (docs/compat.md)
 
     def counting(self, pricing: Pricing) -> Counting:
         """The counting rules these options imply (what the ledger's rollups follow)."""
@@ -123,7 +125,9 @@ class Projection:
         self._rows = 0
         self.live = LiveSessions(clock)
         self.inst = instruments.build(options.namespace, registry, self._gauge_sources(),
-                                      readers=readers, resource=resource)
+                                      readers=readers, resource=resource,
+                                      views=families.views(options.compat))
+        self.compat = families.Families(options.compat, self.exposure, self.inst.provider)
 
     # ----------------------------------------------------------------- loading
     def load(self, ledger: Ledger, view: str = "requests") -> None:
@@ -152,6 +156,7 @@ class Projection:
                     for part in split(cls):
                         if part is not None:
                             self._classes[part] = add_sums(self._classes.get(part, _ZERO), sums)
+            self.compat.start(self._classes)
             for cls, sums in self._classes.items():
                 for key, value in self.exposure.samples(cls, sums):
                     totals[key] = totals.get(key, 0) + value
@@ -176,6 +181,7 @@ class Projection:
                 was = self._classes.get(cls, _ZERO)
                 now = add_sums(was, sums)
                 self._classes[cls] = now
+                self.compat.grow(cls, was, now)
                 if not cls.gap:
                     self._rows += sums[0]
                 before = dict(self.exposure.samples(cls, was))
@@ -203,7 +209,7 @@ class Projection:
     def _seed(self, rows: Iterable[HistRow]) -> None:
         """Add histogram rollup rows (or increments) in scope, one seed per series."""
         per: dict[HistSeries, tuple[list[int], list[float]]] = {}
-        for roots, series, bucket, value in rows:
+        for roots, series, bucket, value in self.compat.seed(rows, self.scope):
             if roots not in self.scope:
                 continue
             acc = per.get(series)

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from exporter.projections.compat.history import History
 from exporter.projections.counting import (
     HIST_BOUNDS,
     Exposure,
@@ -104,6 +105,7 @@ class Timeline:
         self._exposure = Exposure(pricing, LabelPolicy(options.project_label),
                                   options.kv_bytes_per_token, options.upload_bytes_per_token)
         self._classes: dict[CountClass, Sums] = {}
+        self._compat = History(options.compat, self._exposure)
 
     def index(self, ts: float) -> int:
         """The boundary index at which a request at ``ts`` is first counted."""
@@ -142,10 +144,20 @@ class Timeline:
             before = dict(self._exposure.samples(cls, old))
             for (name, labels), value in self._exposure.samples(cls, new):
                 self._count(name, labels, value - before.get((name, labels), 0))
+            for family, labels, value in self._compat.growth(cls, old, new):
+                unit = self.unit(family, COUNTER, labels)
+                unit.values[0] += value
+                self.touch(unit)
         for series, bucket, value in self._counting.observations(req):
-            labels = self._exposure.hist_labels(series)
-            unit = self.unit(f"{self._ns}_{series.name}", HISTOGRAM, labels,
-                             tuple(float(int(b)) for b in HIST_BOUNDS[series.name]))
+            if History.owns(series):  # a compatibility family's (docs/compat.md)
+                routed = self._compat.histogram(series)
+                if routed is None:
+                    continue
+                unit = self.unit(routed[0], HISTOGRAM, routed[1], routed[2])
+            else:
+                labels = self._exposure.hist_labels(series)
+                unit = self.unit(f"{self._ns}_{series.name}", HISTOGRAM, labels,
+                                 tuple(float(int(b)) for b in HIST_BOUNDS[series.name]))
             values = unit.values
             n = len(unit.bounds)
             for j in range(bucket, n + 1):  # cumulative: every bucket from its own upwards

@@ -210,4 +210,5 @@ def metrics_options(settings: Settings) -> MetricsOptions:
         kv_bytes_per_token=dict(settings.kv_bytes_per_token),
         upload_bytes_per_token=settings.upload_bytes_per_token, budgets=budgets,
         settle_seconds=settings.settle_seconds, version=__version__,
+        compat=tuple(settings.compat),
     )
