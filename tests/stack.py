@@ -12,7 +12,7 @@ until Prometheus has recorded ``rate1h`` before a full hour. The stack therefore
 gives Prometheus the two hours it would have scraped, built from the real daemon:
 
 1. a generated transcript tree whose sessions ended about 1.5 days ago is served
-   by ``claude-code-exporter serve`` (``tests.daemon_proc.Daemon``);
+   by ``claude-code-exporter serve`` (``tests.support.process.Serve``);
 2. at four *stages* (-105, -75, -45 and -25 minutes, on the transcript clock)
    copies of existing requests (same model, project and source, so the same
    series; new ids) are appended to the transcripts, and the daemon is scraped
@@ -59,10 +59,13 @@ import pytest
 
 from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
-from tests.daemon_proc import Daemon, poll, total
-from tests.promserver import LOOPBACK, PromServer, require_binary
+from tests.conftest import ROOT
+from tests.promserver import PromServer, require_binary
+from tests.support.exposition import total
+from tests.support.net import LOOPBACK
+from tests.support.process import Serve
+from tests.support.wait import poll
 
-ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 RECORDING_FILE = RULES_DIR / "claude-code-recording.yml"
 ALERTS_FILE = RULES_DIR / "claude-code-alerts.yml"
@@ -100,7 +103,7 @@ class Stack:
     base: Path
     tree: Path
     now: float  # the stack's reference time (unix seconds)
-    daemon: Daemon
+    daemon: Serve
     prom: PromServer
     dead_address: str
     requests: int  # rows the daemon's ledger holds
@@ -209,7 +212,7 @@ def append_stage(tree: Path, stage: str, at: float,
     return n
 
 
-def _families_and_text(daemon: Daemon) -> tuple[dict[str, Any], str]:
+def _families_and_text(daemon: Serve) -> tuple[dict[str, Any], str]:
     """One scrape: parsed families and the OpenMetrics text of a second scrape."""
     families = daemon.scrape()
     req = urllib.request.Request(daemon.url + "/metrics", headers={"Accept": OM_TYPE})
@@ -218,7 +221,7 @@ def _families_and_text(daemon: Daemon) -> tuple[dict[str, Any], str]:
     return families, text
 
 
-def _settled(daemon: Daemon, requests: int) -> dict[str, Any] | None:
+def _settled(daemon: Serve, requests: int) -> dict[str, Any] | None:
     """The daemon's families once it holds ``requests`` rows, all in the histograms."""
     fams = daemon.scrape()
     hist = "claude_code_request_context_tokens"
@@ -348,8 +351,8 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Stack:
     dead.bind((LOOPBACK, 0))  # bound, never listening: connections are refused
     dead_address = f"{LOOPBACK}:{dead.getsockname()[1]}"
 
-    daemon = Daemon(tree, base / "state", "--budget-day-usd", str(DAY_BUDGET_USD),
-                    "--budget-month-usd", str(MONTH_BUDGET_USD))
+    daemon = Serve(tree, base / "state", "--budget-day-usd", str(DAY_BUDGET_USD),
+                   "--budget-month-usd", str(MONTH_BUDGET_USD))
     cleanup(daemon.stop)
     requests = int(truth["totals"]["requests"])
     initial = poll(lambda: _settled(daemon, requests), 60, "initial scan settled")

@@ -33,7 +33,8 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import otlp
 from exporter.synth import GenOptions, generate
-from tests.promserver import ThreadedServer, poll
+from tests.promserver import ThreadedServer
+from tests.support.wait import poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 
@@ -236,12 +237,12 @@ def test_serve_pushes_without_a_prometheus_endpoint(
     truth, port, proc = serve(tmp_path, receiver, interval)
     want = truth["totals"]["requests"]
     try:
-        serving = poll(lambda: events(tmp_path, "serving"), timeout=60)
+        serving = poll(lambda: events(tmp_path, "serving"), 60, "serving", retry=(Exception,))
         assert serving[0]["otlp"].endswith("/v1/metrics")
         assert status(port, "/metrics") == 404  # nothing to scrape...
         assert status(port, "/healthz") == 200  # ...but health checks still work
         if interval == "0.3":
-            poll(lambda: has_requests(receiver, want), timeout=60)
+            poll(lambda: has_requests(receiver, want), 60, "a push", retry=(Exception,))
         else:
             assert not receiver.requests  # the first periodic push is an hour away
         proc.send_signal(signal.SIGTERM)

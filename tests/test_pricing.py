@@ -31,9 +31,8 @@ from exporter.projections.pricing import (
 )
 from exporter.records import Request
 from exporter.synth.model import HAIKU, NOVA, OPUS, SONNET, SYNTHETIC
-from tests.conftest import request
+from tests.conftest import ROOT, request
 
-ROOT = Path(__file__).resolve().parent.parent
 MARCH_13 = datetime(2026, 3, 13, tzinfo=UTC).timestamp()  # Opus/Sonnet 4.6 tier ends
 NOW = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
 

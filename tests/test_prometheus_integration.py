@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.daemon_proc import poll, total
 from tests.promserver import sample_value
 from tests.stack import (
     ALERTS_FILE,
@@ -27,6 +26,8 @@ from tests.stack import (
     Stack,
     shared_stack,
 )
+from tests.support.exposition import total
+from tests.support.wait import poll
 
 TOKEN_TYPES = {"input", "output", "cache_read", "cache_write_5m", "cache_write_1h"}
 GAP_TYPES = ("input", "cache_read", "cache_write")
