@@ -41,7 +41,7 @@ from exporter.synth.live import LiveSession
 from tests.conftest import ROOT
 from tests.promserver import PromServer, require_binary
 from tests.support.net import LOOPBACK
-from tests.support.process import Serve
+from tests.support.process import Serve, stopping
 from tests.support.wait import poll
 
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
@@ -214,13 +214,8 @@ def _live(tree: Path, prom: PromServer, requests: int) -> int:
 @contextlib.contextmanager
 def running(base: Path) -> Iterator[HistoryStack]:
     """The stack, stopped on exit (tests and manual use alike)."""
-    stops: list[Callable[[], object]] = []
-    try:
-        yield start(base, stops.append)
-    finally:
-        for stop in reversed(stops):
-            with contextlib.suppress(Exception):
-                stop()
+    with stopping() as cleanup:
+        yield start(base, cleanup)
 
 
 def main() -> int:

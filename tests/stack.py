@@ -1,8 +1,9 @@
 """One real exporter and one real Prometheus with the shipped rules, with two hours of history.
 
-Several test modules (``test_prometheus_integration``, ``test_grafana``) query the
-same stack; ``shared_stack()`` starts it once per pytest session and stops it at
-the end, even when a test fails.
+Test modules query the same stack through the session fixture ``shared_stack``
+(registered by tests/conftest.py): pytest starts it once, on first use, hands a
+failure or a skip to every test that asks, and stops it at the end of the
+session, even when a test fails.
 
 Why history: a Prometheus that starts scraping now has no past, so rules over
 long windows see little. ``increase(...[1d])`` sees only what grows while it
@@ -63,7 +64,7 @@ from tests.conftest import ROOT
 from tests.promserver import PromServer, require_binary
 from tests.support.exposition import total
 from tests.support.net import LOOPBACK
-from tests.support.process import Serve
+from tests.support.process import Serve, stopping
 from tests.support.wait import poll
 
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
@@ -84,8 +85,6 @@ STEP_S = 60  # spacing of backfilled samples (a scrape a minute)
 BLOCK_S = 2 * 3600  # TSDB block length the backfill tools use
 OM_TYPE = "application/openmetrics-text; version=1.0.0"
 
-_STARTED: dict[str, Stack] = {}
-_FAILED: dict[str, BaseException] = {}
 
 
 @dataclass
@@ -402,38 +401,15 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Stack:
     return stack
 
 
-def shared_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Stack:
-    """The session's one stack: started on first use, stopped when pytest exits."""
-    if "stack" in _FAILED:
-        earlier = _FAILED["stack"]
-        if isinstance(earlier, pytest.skip.Exception):
-            pytest.skip(str(earlier))
-        raise RuntimeError("the shared stack failed to start earlier") from earlier
-    if "stack" not in _STARTED:
-        stops: list[Callable[[], object]] = []
-
-        def stop_all() -> None:
-            for stop in reversed(stops):
-                with contextlib.suppress(Exception):
-                    stop()
-
-        request.config.add_cleanup(stop_all)
-        try:
-            _STARTED["stack"] = start(tmp_path_factory.mktemp("stack"), stops.append)
-        except BaseException as exc:
-            _FAILED["stack"] = exc
-            stop_all()
-            raise
-    return _STARTED["stack"]
-
-
 @contextlib.contextmanager
 def standalone(base: Path) -> Iterator[Stack]:
-    """Run a stack outside pytest (for manual inspection); stop everything on exit."""
-    stops: list[Callable[[], object]] = []
-    try:
-        yield start(base, stops.append)
-    finally:
-        for stop in reversed(stops):
-            with contextlib.suppress(Exception):
-                stop()
+    """Run a stack (the session fixture, or by hand for inspection); stop everything on exit."""
+    with stopping() as cleanup:
+        yield start(base, cleanup)
+
+
+@pytest.fixture(scope="session")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The session's one stack: started on first use, stopped when the session ends."""
+    with standalone(tmp_path_factory.mktemp("stack")) as stack:
+        yield stack

@@ -24,7 +24,6 @@ from tests.stack import (
     RECORDING_FILE,
     USER,
     Stack,
-    shared_stack,
 )
 from tests.support.exposition import total
 from tests.support.wait import poll
@@ -61,11 +60,10 @@ def rule_names(path: Any, key: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Stack:
+def stack(shared_stack: Stack) -> Stack:
     """The shared stack, with requests appended just now so 5-minute rates see them."""
-    shared = shared_stack(request, tmp_path_factory)
-    shared.live_stage()
-    return shared
+    shared_stack.live_stage()
+    return shared_stack
 
 
 def exporter(stack: Stack) -> str:

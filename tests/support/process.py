@@ -16,7 +16,7 @@ import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,22 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 30.0, *, group: bool = 
                 os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
             proc.wait(timeout=timeout)
     return int(proc.returncode)
+
+
+Cleanup = Callable[[Callable[[], object]], None]
+"""Registers a stop (a process's, a server's) to run when a stack of them is torn down."""
+
+
+@contextlib.contextmanager
+def stopping() -> Iterator[Cleanup]:
+    """A place to register stops; on exit each runs, the last registered first, errors ignored."""
+    stops: list[Callable[[], object]] = []
+    try:
+        yield stops.append
+    finally:
+        for stop_one in reversed(stops):
+            with contextlib.suppress(Exception):
+                stop_one()
 
 
 class Process:
