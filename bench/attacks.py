@@ -33,7 +33,9 @@ from typing import Any
 
 from bench.common import OUT
 from tests.conftest import ROOT, assistant, jsonl
-from tests.hardening import Cgroup, Serve, Slowloris, peak_rss, threads, total
+from tests.hardening import Cgroup, Slowloris, peak_rss, threads
+from tests.support.exposition import total
+from tests.support.process import Serve
 
 MB = 1024 * 1024
 UNIT_MEMORY = 2 * 1024 * MB

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from bench.common import machine, month_tree, tree_size
 from tests.conftest import assistant, jsonl
-from tests.daemon_proc import Daemon, poll, total
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -35,7 +37,7 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _sees(daemon: Daemon, want: float) -> Callable[[], bool]:
+def _sees(daemon: Serve, want: float) -> Callable[[], bool]:
     """A check that the daemon counts at least ``want`` requests."""
     return lambda: total(daemon.scrape(), "claude_code_requests") >= want
 
@@ -65,7 +67,7 @@ def _run(tree: Path, work: Path, args: argparse.Namespace) -> None:
     live = work / "live" / "projects" / "-bench"
     live.mkdir(parents=True)
     started = time.perf_counter()
-    daemon = Daemon(tree, work / "state", "--data-dir", str(work / "live"))
+    daemon = Serve(tree, work / "state", "--data-dir", str(work / "live"))
     startup = time.perf_counter() - started
     try:
         pid = daemon.proc.pid

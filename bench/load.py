@@ -29,8 +29,9 @@ from typing import Any
 
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
-from tests.daemon_proc import poll
-from tests.hardening import Serve, total
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
 
 _REQUESTS = re.compile(rb"^claude_code_requests_total\{[^\n]*\} ([0-9.e+]+)$", re.M)
 _OUTPUT = re.compile(rb'^claude_code_tokens_total\{[^\n]*type="output"[^\n]*\} ([0-9.e+]+)$',

@@ -39,8 +39,10 @@ from bench.common import OUT, exporter_cmd, machine
 from exporter.synth import GenOptions, generate
 from exporter.synth.live import LiveSession
 from tests import teamstack
-from tests.daemon_proc import Daemon, poll, total
-from tests.promserver import http_get
+from tests.support.exposition import total
+from tests.support.net import http_get
+from tests.support.process import Serve
+from tests.support.wait import poll
 from tests.teamstack import Spec, TeamStack
 from tests.vmserver import VMServer
 
@@ -85,7 +87,7 @@ def own_metrics(url: str) -> dict[str, float]:
 # ------------------------------------------------------- 1. label policies
 
 
-def exposition_series(daemon: Daemon) -> int:
+def exposition_series(daemon: Serve) -> int:
     """Samples in one scrape of ``/metrics`` (what Prometheus stores per scrape)."""
     status, body = http_get(f"{daemon.url}/metrics", timeout=30)
     assert status == 200, status
@@ -99,9 +101,9 @@ def series_by_policy(work: Path, sessions: int) -> dict[str, Any]:
     requests = int(truth["totals"]["requests"])
     found: dict[str, Any] = {"sessions": sessions, "requests": requests}
     for policy in POLICIES:
-        daemon = Daemon(tree, work / f"policy-state-{policy}", "--project-label", policy)
+        daemon = Serve(tree, work / f"policy-state-{policy}", "--project-label", policy)
         try:
-            def done(d: Daemon = daemon) -> bool:
+            def done(d: Serve = daemon) -> bool:
                 fams = d.scrape()
                 hist = "claude_code_request_context_tokens"
                 return total(fams, hist, hist + "_count") == requests

@@ -15,6 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 REAL = SHARED / "fixtures" / "real"
 
+# Session fixtures defined beside what they start: ``shared_stack`` (tests/stack.py).
+pytest_plugins = ["tests.stack"]
+
 
 @pytest.fixture
 def real_tree() -> Path:

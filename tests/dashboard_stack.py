@@ -38,10 +38,12 @@ from typing import Any
 
 from exporter.synth import GenOptions, generate
 from exporter.synth.live import LiveSession
-from tests.daemon_proc import Daemon, poll
-from tests.promserver import LOOPBACK, PromServer, require_binary
+from tests.conftest import ROOT
+from tests.promserver import PromServer, require_binary
+from tests.support.net import LOOPBACK
+from tests.support.process import Serve, stopping
+from tests.support.wait import poll
 
-ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 RECORDING_FILE = RULES_DIR / "claude-code-recording.yml"
 ALERTS_FILE = RULES_DIR / "claude-code-alerts.yml"
@@ -64,7 +66,7 @@ class HistoryStack:
     base: Path
     tree: Path
     prom: PromServer
-    daemon: Daemon
+    daemon: Serve
     dead_address: str
     probe_address: str
     until: int  # T0: end of the backfill, start of the live scrapes (unix seconds)
@@ -90,7 +92,7 @@ def _refusing(cleanup: Callable[[Callable[[], object]], None]) -> str:
     return f"{LOOPBACK}:{sock.getsockname()[1]}"
 
 
-def _config(daemon: Daemon, dead: str, probe: str) -> str:
+def _config(daemon: Serve, dead: str, probe: str) -> str:
     """The shipped layout: job claude-code (two exporters, one down) and a failing blackbox job."""
     exporter = {
         "job_name": JOB,
@@ -160,8 +162,8 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Histor
     storage.mkdir()
     _move_blocks(base / "blocks", storage)
 
-    daemon = Daemon(tree, base / "state", "--budget-day-usd", str(DAY_BUDGET_USD),
-                    "--budget-month-usd", str(MONTH_BUDGET_USD))
+    daemon = Serve(tree, base / "state", "--budget-day-usd", str(DAY_BUDGET_USD),
+                   "--budget-month-usd", str(MONTH_BUDGET_USD))
     cleanup(daemon.stop)
     requests = int(truth["totals"]["requests"])
     dead, probe = _refusing(cleanup), _refusing(cleanup)
@@ -212,13 +214,8 @@ def _live(tree: Path, prom: PromServer, requests: int) -> int:
 @contextlib.contextmanager
 def running(base: Path) -> Iterator[HistoryStack]:
     """The stack, stopped on exit (tests and manual use alike)."""
-    stops: list[Callable[[], object]] = []
-    try:
-        yield start(base, stops.append)
-    finally:
-        for stop in reversed(stops):
-            with contextlib.suppress(Exception):
-                stop()
+    with stopping() as cleanup:
+        yield start(base, cleanup)
 
 
 def main() -> int:

@@ -1,144 +1,38 @@
-"""Helpers of the hardening tests: a `serve` process that can be killed, demoted or starved.
+"""Helpers of the hardening tests: truth checks, ledger reads, privileges, cgroups, attacks.
 
-Unlike ``tests.daemon_proc.Daemon`` this does not wait for health on start,
-runs in its own process group (so ``kill -9`` takes the whole process), can
-prefix the command (``setpriv`` to drop root's file-access capabilities) and
-scrapes with TLS and basic auth when asked.
+The ``serve`` process these tests kill, demote or starve is
+``tests.support.process.Serve`` (re-exported here with ``total`` for modules
+that import them from this one).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import selectors
 import shutil
-import signal
 import socket
 import sqlite3
-import ssl
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.conftest import ROOT
-from tests.daemon_proc import free_port, poll
-from tests.daemon_proc import total as _total
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
+
+__all__ = [  # Serve and total are re-exported for modules that import them from here
+    "NO_DAC", "Cgroup", "Serve", "Slowloris", "can_drop_dac", "check_against_truth", "children",
+    "integrity", "ledger_counter", "ledger_report", "peak_rss", "remove_tree", "threads", "total",
+]
 
 # Root ignores file modes through these two capabilities; without them it obeys them.
 NO_DAC = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all"]
-
-
-class Serve:
-    """One ``claude-code-exporter serve`` process on a free loopback port."""
-
-    def __init__(
-        self, data: Path | Sequence[Path], state: Path, *extra: str,
-        env: dict[str, str] | None = None, prefix: Sequence[str] = (), wait: bool = True,
-        scheme: str = "http", auth: tuple[str, str] | None = None,
-        context: ssl.SSLContext | None = None, settle: str = "0.2", logs: Path | None = None,
-    ) -> None:
-        """Start the process; with ``wait`` block until /healthz answers 200."""
-        self.port = free_port()
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
-        self.auth, self.context = auth, context
-        logs = logs or state.parent
-        logs.mkdir(parents=True, exist_ok=True)
-        self.log_path = logs / f"serve-{self.port}.log"
-        dirs = [data] if isinstance(data, Path) else list(data)
-        args = [*prefix, sys.executable, "-m", "exporter.cli", "serve",
-                *(a for d in dirs for a in ("--data-dir", str(d))), "--state-dir", str(state),
-                "--listen", f"127.0.0.1:{self.port}", "--settle-seconds", settle,
-                "--log-format", "json", *extra]
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
-            env={**os.environ, **(env or {})}, start_new_session=True,
-        )
-        if wait:
-            poll(self._healthy, 60, "serve /healthz")
-
-    def _healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"serve exited {self.proc.returncode}: {self.log()}")
-        return self.health()[0] == 200
-
-    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        """Status and body of one GET (HTTP errors are returned, not raised)."""
-        hdrs = dict(headers or {})
-        if self.auth is not None and "Authorization" not in hdrs:
-            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
-            hdrs["Authorization"] = f"Basic {token}"
-        req = urllib.request.Request(self.url + path, headers=hdrs)
-        try:
-            with urllib.request.urlopen(req, timeout=10, context=self.context) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
-
-    def health(self) -> tuple[int, dict[str, Any]]:
-        """/healthz status and document."""
-        status, body = self.get("/healthz")
-        return status, json.loads(body) if body.startswith(b"{") else {}
-
-    def scrape(self) -> dict[str, Any]:
-        """Metric families by name, parsed with prometheus_client's own parser."""
-        status, body = self.get("/metrics")
-        assert status == 200, (status, body[:200])
-        return {f.name: f for f in text_string_to_metric_families(body.decode())}
-
-    def requests(self) -> float:
-        """claude_code_requests_total summed over all series."""
-        return total(self.scrape(), "claude_code_requests")
-
-    def log(self) -> str:
-        """Everything the process logged so far."""
-        return self.log_path.read_text(errors="replace")
-
-    def events(self) -> list[dict[str, Any]]:
-        """The JSON log lines, decoded."""
-        out = []
-        for line in self.log().splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        return out
-
-    def kill9(self) -> None:
-        """SIGKILL the whole process group and reap it."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self._log.close()
-
-    def stop(self) -> int:
-        """SIGTERM, wait, return the exit code (SIGKILL after 30 s)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
-
-
-def total(families: dict[str, Any], family: str, sample: str | None = None,
-          **match: str) -> float:
-    """``tests.daemon_proc.total``, with 0 for a family that has no series yet."""
-    return _total(families, family, sample, **match) if family in families else 0.0
 
 
 def check_against_truth(fams: dict[str, Any], truth: dict[str, Any]) -> list[str]:

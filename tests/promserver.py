@@ -35,10 +35,8 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -49,7 +47,16 @@ from typing import IO, Any, Self
 
 import pytest
 
-LOOPBACK = "127.0.0.1"
+from tests.support.net import LOOPBACK, free_port, http_get
+from tests.support.process import stop
+from tests.support.wait import PollTimeoutError, poll
+
+__all__ = [  # LOOPBACK, free_port, http_get and poll: re-exported from tests.support
+    "DEBIAN_PACKAGE", "LOOPBACK", "ExpositionServer", "ManagedProcess", "ProcessExitedError",
+    "PromServer", "ServerPool", "ThreadedServer", "free_port", "http_get", "in_ci", "poll",
+    "prometheus_config", "prometheus_factory", "require_binary", "sample_value", "static_job",
+]
+
 
 #: Debian package that ships each binary (for skip / failure messages).
 DEBIAN_PACKAGE = {
@@ -79,51 +86,6 @@ def require_binary(name: str) -> str:
     if in_ci():
         pytest.fail(f"{reason}; CI is set, so this is an error, not a skip", pytrace=False)
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free at the time of the call."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """GET ``url`` and return (status, body), also for 4xx/5xx answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            status: int = resp.status
-            return status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-def poll(
-    check: Callable[[], Any],
-    *,
-    timeout: float,
-    interval: float = 0.1,
-    what: str = "condition",
-) -> Any:
-    """Call ``check`` until it returns a truthy value or ``timeout`` seconds pass.
-
-    Exceptions raised by ``check`` count as "not yet"; the last one is chained
-    onto the ``TimeoutError`` raised at the deadline.
-    """
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while True:
-        try:
-            result = check()
-        except Exception as exc:
-            last_exc = exc
-        else:
-            if result:
-                return result
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{what} not reached within {timeout:.1f}s") from last_exc
-        time.sleep(interval)  # poll interval inside the deadline loop
 
 
 class ManagedProcess:
@@ -171,31 +133,17 @@ class ManagedProcess:
             status, _ = http_get(url, timeout=1.0)
             return status == 200
 
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if ready():
-                    return
-            except ProcessExitedError:
-                raise
-            except OSError:
-                pass
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"{url} not ready within {timeout:.1f}s; output:\n{self.log_text()}"
-                )
-            time.sleep(0.05)  # poll interval inside the deadline loop
+        try:
+            poll(ready, timeout, f"{url} ready")
+        except PollTimeoutError as exc:
+            raise TimeoutError(
+                f"{url} not ready within {timeout:.1f}s; output:\n{self.log_text()}"
+            ) from exc
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the process, wait for it, kill it if it does not exit; idempotent."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=timeout)
+        if self.proc is not None:
+            stop(self.proc, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -348,7 +296,7 @@ class PromServer:
             return predicate(last[0])
 
         try:
-            poll(check, timeout=timeout, what=f"query {expr!r}")
+            poll(check, timeout, f"query {expr!r}", interval=0.1, retry=(Exception,))
         except TimeoutError as exc:
             raise TimeoutError(
                 f"{exc}; last result {last[0]!r}; server output:\n{self.log_text()}"
@@ -367,7 +315,8 @@ class PromServer:
                 if a["labels"].get("alertname") == name and a["state"] in states
             ]
 
-        found: list[dict[str, Any]] = poll(check, timeout=timeout, what=f"alert {name} {states}")
+        found: list[dict[str, Any]] = poll(check, timeout, f"alert {name} {states}",
+                                           interval=0.1, retry=(Exception,))
         return found
 
 

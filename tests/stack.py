@@ -1,8 +1,9 @@
 """One real exporter and one real Prometheus with the shipped rules, with two hours of history.
 
-Several test modules (``test_prometheus_integration``, ``test_grafana``) query the
-same stack; ``shared_stack()`` starts it once per pytest session and stops it at
-the end, even when a test fails.
+Test modules query the same stack through the session fixture ``shared_stack``
+(registered by tests/conftest.py): pytest starts it once, on first use, hands a
+failure or a skip to every test that asks, and stops it at the end of the
+session, even when a test fails.
 
 Why history: a Prometheus that starts scraping now has no past, so rules over
 long windows see little. ``increase(...[1d])`` sees only what grows while it
@@ -12,7 +13,7 @@ until Prometheus has recorded ``rate1h`` before a full hour. The stack therefore
 gives Prometheus the two hours it would have scraped, built from the real daemon:
 
 1. a generated transcript tree whose sessions ended about 1.5 days ago is served
-   by ``claude-code-exporter serve`` (``tests.daemon_proc.Daemon``);
+   by ``claude-code-exporter serve`` (``tests.support.process.Serve``);
 2. at four *stages* (-105, -75, -45 and -25 minutes, on the transcript clock)
    copies of existing requests (same model, project and source, so the same
    series; new ids) are appended to the transcripts, and the daemon is scraped
@@ -59,10 +60,13 @@ import pytest
 
 from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
-from tests.daemon_proc import Daemon, poll, total
-from tests.promserver import LOOPBACK, PromServer, require_binary
+from tests.conftest import ROOT
+from tests.promserver import PromServer, require_binary
+from tests.support.exposition import total
+from tests.support.net import LOOPBACK
+from tests.support.process import Serve, stopping
+from tests.support.wait import poll
 
-ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 RECORDING_FILE = RULES_DIR / "claude-code-recording.yml"
 ALERTS_FILE = RULES_DIR / "claude-code-alerts.yml"
@@ -81,8 +85,6 @@ STEP_S = 60  # spacing of backfilled samples (a scrape a minute)
 BLOCK_S = 2 * 3600  # TSDB block length the backfill tools use
 OM_TYPE = "application/openmetrics-text; version=1.0.0"
 
-_STARTED: dict[str, Stack] = {}
-_FAILED: dict[str, BaseException] = {}
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Stack:
     base: Path
     tree: Path
     now: float  # the stack's reference time (unix seconds)
-    daemon: Daemon
+    daemon: Serve
     prom: PromServer
     dead_address: str
     requests: int  # rows the daemon's ledger holds
@@ -209,7 +211,7 @@ def append_stage(tree: Path, stage: str, at: float,
     return n
 
 
-def _families_and_text(daemon: Daemon) -> tuple[dict[str, Any], str]:
+def _families_and_text(daemon: Serve) -> tuple[dict[str, Any], str]:
     """One scrape: parsed families and the OpenMetrics text of a second scrape."""
     families = daemon.scrape()
     req = urllib.request.Request(daemon.url + "/metrics", headers={"Accept": OM_TYPE})
@@ -218,7 +220,7 @@ def _families_and_text(daemon: Daemon) -> tuple[dict[str, Any], str]:
     return families, text
 
 
-def _settled(daemon: Daemon, requests: int) -> dict[str, Any] | None:
+def _settled(daemon: Serve, requests: int) -> dict[str, Any] | None:
     """The daemon's families once it holds ``requests`` rows, all in the histograms."""
     fams = daemon.scrape()
     hist = "claude_code_request_context_tokens"
@@ -348,8 +350,8 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Stack:
     dead.bind((LOOPBACK, 0))  # bound, never listening: connections are refused
     dead_address = f"{LOOPBACK}:{dead.getsockname()[1]}"
 
-    daemon = Daemon(tree, base / "state", "--budget-day-usd", str(DAY_BUDGET_USD),
-                    "--budget-month-usd", str(MONTH_BUDGET_USD))
+    daemon = Serve(tree, base / "state", "--budget-day-usd", str(DAY_BUDGET_USD),
+                   "--budget-month-usd", str(MONTH_BUDGET_USD))
     cleanup(daemon.stop)
     requests = int(truth["totals"]["requests"])
     initial = poll(lambda: _settled(daemon, requests), 60, "initial scan settled")
@@ -399,38 +401,15 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Stack:
     return stack
 
 
-def shared_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Stack:
-    """The session's one stack: started on first use, stopped when pytest exits."""
-    if "stack" in _FAILED:
-        earlier = _FAILED["stack"]
-        if isinstance(earlier, pytest.skip.Exception):
-            pytest.skip(str(earlier))
-        raise RuntimeError("the shared stack failed to start earlier") from earlier
-    if "stack" not in _STARTED:
-        stops: list[Callable[[], object]] = []
-
-        def stop_all() -> None:
-            for stop in reversed(stops):
-                with contextlib.suppress(Exception):
-                    stop()
-
-        request.config.add_cleanup(stop_all)
-        try:
-            _STARTED["stack"] = start(tmp_path_factory.mktemp("stack"), stops.append)
-        except BaseException as exc:
-            _FAILED["stack"] = exc
-            stop_all()
-            raise
-    return _STARTED["stack"]
-
-
 @contextlib.contextmanager
 def standalone(base: Path) -> Iterator[Stack]:
-    """Run a stack outside pytest (for manual inspection); stop everything on exit."""
-    stops: list[Callable[[], object]] = []
-    try:
-        yield start(base, stops.append)
-    finally:
-        for stop in reversed(stops):
-            with contextlib.suppress(Exception):
-                stop()
+    """Run a stack (the session fixture, or by hand for inspection); stop everything on exit."""
+    with stopping() as cleanup:
+        yield start(base, cleanup)
+
+
+@pytest.fixture(scope="session")
+def shared_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The session's one stack: started on first use, stopped when the session ends."""
+    with standalone(tmp_path_factory.mktemp("stack")) as stack:
+        yield stack

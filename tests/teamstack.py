@@ -2,7 +2,7 @@
 
 Everything is a real process on 127.0.0.1:
 
-- one ``claude-code-exporter serve`` per member (``tests.daemon_proc.Daemon``), each
+- one ``claude-code-exporter serve`` per member (``tests.support.process.Serve``), each
   over its own generated tree (``exporter.synth.generate``, which also writes the
   tree's ``truth.json``) with its own state directory and port. A member may read
   a byte copy of another member's tree instead: a ``~/.claude`` synced between
@@ -39,11 +39,14 @@ from typing import Any
 import yaml
 
 from exporter.synth import GenOptions, generate
-from tests.daemon_proc import Daemon, poll, total
-from tests.promserver import LOOPBACK, PromServer, require_binary
+from tests.conftest import ROOT
+from tests.promserver import PromServer, require_binary
+from tests.support.exposition import total
+from tests.support.net import LOOPBACK
+from tests.support.process import Serve
+from tests.support.wait import poll
 from tests.vmserver import VMServer
 
-ROOT = Path(__file__).resolve().parent.parent
 PROM_DIR = ROOT / "deploy" / "prometheus"
 SHIPPED_CONFIG = PROM_DIR / "prometheus.yml"
 RULES_DIR = PROM_DIR / "rules"
@@ -73,7 +76,7 @@ class Member:
     tree: Path
     state: Path
     truth: dict[str, Any]
-    daemon: Daemon
+    daemon: Serve
     appended: int = 0  # requests a test added to the tree after it was generated
 
     @property
@@ -86,7 +89,7 @@ class Member:
         """``127.0.0.1:PORT``: the scrape target and its ``instance`` label."""
         return f"{LOOPBACK}:{self.daemon.port}"
 
-    def start(self) -> Daemon:
+    def start(self) -> Serve:
         """(Re)start the exporter on the member's port with its state directory."""
         self.daemon = start_daemon(self.spec, self.tree, self.state, port=self.daemon.port)
         return self.daemon
@@ -117,12 +120,12 @@ class TeamStack:
         return f'job="{JOB}", instance="{member.address}"'
 
 
-def start_daemon(spec: Spec, tree: Path, state: Path, port: int | None = None) -> Daemon:
+def start_daemon(spec: Spec, tree: Path, state: Path, port: int | None = None) -> Serve:
     """One ``serve`` process over ``tree`` with the spec's settings."""
     args = ["--project-label", spec.project_label, "--log-level", "warning"]
     if spec.budget_day_usd:
         args += ["--budget-day-usd", str(spec.budget_day_usd)]
-    return Daemon(tree, state, *args, port=port)
+    return Serve(tree, state, *args, port=port)
 
 
 def make_trees(base: Path, specs: Sequence[Spec], gen: Callable[[int], GenOptions]) -> list[Path]:
@@ -223,7 +226,7 @@ def start(base: Path, specs: Sequence[Spec], cleanup: Callable[[Callable[[], obj
 
 
 def terminate(members: Sequence[Member]) -> None:
-    """Send SIGTERM to every running exporter without waiting (``Daemon.stop`` waits)."""
+    """Send SIGTERM to every running exporter without waiting (``Serve.stop`` waits)."""
     for m in members:
         if m.daemon.proc.poll() is None:
             m.daemon.proc.terminate()

@@ -29,17 +29,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, assistant, jsonl
-from tests.daemon_proc import poll
-from tests.hardening import (
-    Cgroup,
-    Serve,
-    Slowloris,
-    children,
-    peak_rss,
-    remove_tree,
-    threads,
-    total,
-)
+from tests.hardening import Cgroup, Slowloris, children, peak_rss, remove_tree, threads
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
 
 MB = 1024 * 1024
 FAST = ("--rescan-seconds", "30")  # the default: a test must not pass thanks to the rescan

@@ -22,18 +22,12 @@ import pytest
 import yaml
 
 from tests import promserver
-from tests.promserver import (
-    LOOPBACK,
-    ManagedProcess,
-    PromServer,
-    ServerPool,
-    ThreadedServer,
-    free_port,
-    http_get,
-)
+from tests.conftest import ROOT
+from tests.promserver import ManagedProcess, PromServer, ServerPool, ThreadedServer
+from tests.support.net import LOOPBACK, free_port, http_get
+from tests.support.wait import poll
 from tests.tls import self_signed
 
-ROOT = Path(__file__).resolve().parent.parent
 PROM_DIR = ROOT / "deploy" / "prometheus"
 BLACKBOX_FILE = PROM_DIR / "blackbox.yml"
 CONFIG = PROM_DIR / "prometheus.yml"
@@ -253,7 +247,7 @@ def test_probe_fails_on_unknown_ca(blackbox: Blackbox, https_server: ApiLikeServ
     def server_saw_refused_handshake() -> bool:
         return any(isinstance(err, ssl.SSLError) for err in https_server.errors[before:])
 
-    promserver.poll(server_saw_refused_handshake, timeout=5, what="refused TLS handshake")
+    poll(server_saw_refused_handshake, 5, "refused TLS handshake", retry=(Exception,))
 
 
 def test_probe_fails_on_plain_http(blackbox: Blackbox) -> None:

@@ -25,16 +25,16 @@ from exporter.ingest.discover import find_transcripts
 from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
-from tests.daemon_proc import poll
 from tests.hardening import (
-    Serve,
     can_drop_dac,
     check_against_truth,
     integrity,
     ledger_counter,
     ledger_report,
-    total,
 )
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
 from tests.test_report_truth import assert_matches
 
 FAST = ("--rescan-seconds", "0.5")

@@ -41,6 +41,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__
+from tests.conftest import ROOT
 from tests.container_base import (
     Podman,
     StandIn,
@@ -50,12 +51,13 @@ from tests.container_base import (
     qualified,
     shown,
 )
-from tests.daemon_proc import free_port, poll, total
 from tests.promserver import in_ci
+from tests.support.exposition import total
+from tests.support.net import free_port
+from tests.support.wait import poll
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")

@@ -12,7 +12,9 @@ import pytest
 
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
-from tests.daemon_proc import Daemon, counter_samples, poll, total
+from tests.support.exposition import counter_samples, total
+from tests.support.process import Serve
+from tests.support.wait import poll
 
 # The catalogue of shared/design/metrics.md: type, label names, bucket bounds.
 MTL = ("model", "project", "source")
@@ -64,7 +66,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     base = tmp_path_factory.mktemp("e2e")
     tree = base / "claude"
     truth = generate(tree, GenOptions(seed=11, sessions=5, requests_per_session=60))
-    daemon = Daemon(tree, base / "state", "--budget-day-usd", "25")
+    daemon = Serve(tree, base / "state", "--budget-day-usd", "25")
     poll(lambda: daemon.scrape()["claude_code_request_context_tokens"].samples
          and _settled(daemon, truth), 30, "histograms settled")
     state: dict[str, Any] = {"base": base, "tree": tree, "truth": truth, "daemon": daemon}
@@ -72,7 +74,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     state["daemon"].stop()  # a test may have replaced it by a restarted daemon
 
 
-def _settled(daemon: Daemon, truth: dict[str, Any]) -> bool:
+def _settled(daemon: Serve, truth: dict[str, Any]) -> bool:
     fams = daemon.scrape()
     name = "claude_code_request_context_tokens"
     got = total(fams, name, name + "_count")
@@ -155,7 +157,7 @@ def test_restart_with_more_data_and_after_deletion_never_decreases(world: dict[s
     more = generate(extra, GenOptions(seed=12, sessions=2, requests_per_session=30,
                                       malformed=False))
     shutil.copytree(extra / "projects", tree / "projects", dirs_exist_ok=True)
-    second = Daemon(tree, base / "state")
+    second = Serve(tree, base / "state")
     try:
         grown = counter_samples(second.scrape())
         _no_decrease(before, grown)
@@ -164,14 +166,14 @@ def test_restart_with_more_data_and_after_deletion_never_decreases(world: dict[s
     finally:
         assert second.stop() == 0
     shutil.rmtree(tree / "projects")
-    third = Daemon(tree, base / "state")
+    third = Serve(tree, base / "state")
     world["daemon"] = third
     after = counter_samples(third.scrape())
     _no_decrease(grown, after)
     assert json.loads(_get_health(third))["ok"] is True
 
 
-def _get_health(daemon: Daemon) -> str:
+def _get_health(daemon: Serve) -> str:
     import urllib.request
 
     with urllib.request.urlopen(daemon.url + "/healthz", timeout=5) as resp:
@@ -190,7 +192,7 @@ def test_polling_mode_follows_streaming_upgrades(tmp_path: Path) -> None:
     proj.mkdir(parents=True)
     live = proj / "s.jsonl"
     live.write_bytes(jsonl(assistant("msg_old", "req_old", cwd="/home/u/poll")))
-    daemon = Daemon(tmp_path / "tree", tmp_path / "state", "--poll", "--rescan-seconds", "0.3")
+    daemon = Serve(tmp_path / "tree", tmp_path / "state", "--poll", "--rescan-seconds", "0.3")
     try:
         partial = {"input_tokens": 4, "output_tokens": 2, "cache_read_input_tokens": 1000}
         final = {**partial, "output_tokens": 640}

@@ -13,7 +13,7 @@ import pytest
 
 from exporter.ingest.follow import Follower, public_error
 from exporter.ledger import LedgerError
-from tests.daemon_proc import poll
+from tests.support.wait import poll
 
 
 class Log:

@@ -50,10 +50,10 @@ from grafana.query import (
     window,
 )
 from tests import dashboard_stack
+from tests.conftest import ROOT
 from tests.dashboard_stack import DEAD_USER, INSTANCE, JOB, RECORDING_FILE, USER, HistoryStack
 from tests.promserver import sample_value
 
-ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
 DASHBOARD_DIR = GRAFANA / "dashboards"
 PROVISIONING = GRAFANA / "provisioning"

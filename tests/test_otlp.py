@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 import gzip
-import json
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,7 +26,9 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import otlp
 from exporter.synth import GenOptions, generate
-from tests.promserver import ThreadedServer, poll
+from tests.promserver import ThreadedServer
+from tests.support.process import Serve
+from tests.support.wait import poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
 
@@ -189,37 +184,18 @@ def test_settings_refuse_a_silent_exporter() -> None:
         "https://c.example/v1/metrics")
 
 
-def status(port: int, path: str) -> int:
-    """The HTTP status of GET http://127.0.0.1:port/path."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as err:
-        return err.code
-
-
-def serve(tmp_path: Path, receiver: Receiver, interval: str) -> tuple[Any, int, Any]:
-    """Start `serve` with /metrics off, pushing to ``receiver``; return (truth, port, proc)."""
+def serve(tmp_path: Path, receiver: Receiver, interval: str) -> tuple[Any, Serve]:
+    """Start `serve` with /metrics off, pushing to ``receiver``; return (truth, process)."""
     truth, tree, state = tree_requests(tmp_path, sessions=2)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "serve", "--data-dir", str(tree),
-         "--state-dir", str(state), "--listen", f"127.0.0.1:{port}", "--no-prometheus-enabled",
-         "--otlp-endpoint", receiver.url, "--otlp-interval-seconds", interval,
-         "--otlp-user", "none", "--settle-seconds", "0.1", "--log-format", "json"],
-        stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    return truth, port, proc
+    proc = Serve(tree, state, "--no-prometheus-enabled", "--otlp-endpoint", receiver.url,
+                 "--otlp-interval-seconds", interval, "--otlp-user", "none",
+                 settle="0.1", wait=False)
+    return truth, proc
 
 
-def events(tmp_path: Path, name: str) -> list[dict[str, Any]]:
+def events(proc: Serve, name: str) -> list[dict[str, Any]]:
     """The JSON log lines of the serve process with event ``name``."""
-    lines = (tmp_path / "serve.log").read_text().splitlines()
-    return [e for e in (json.loads(x) for x in lines if x.startswith("{"))
-            if e.get("event") == name]
+    return [e for e in proc.events() if e.get("event") == name]
 
 
 def has_requests(receiver: Receiver, want: int) -> bool:
@@ -234,23 +210,20 @@ def test_serve_pushes_without_a_prometheus_endpoint(
     tmp_path: Path, receiver: Receiver, interval: str
 ) -> None:
     """`serve --no-prometheus-enabled` serves no /metrics, pushes periodically and on SIGTERM."""
-    truth, port, proc = serve(tmp_path, receiver, interval)
+    truth, proc = serve(tmp_path, receiver, interval)
     want = truth["totals"]["requests"]
     try:
-        serving = poll(lambda: events(tmp_path, "serving"), timeout=60)
+        serving = poll(lambda: events(proc, "serving"), 60, "serving", retry=(Exception,))
         assert serving[0]["otlp"].endswith("/v1/metrics")
-        assert status(port, "/metrics") == 404  # nothing to scrape...
-        assert status(port, "/healthz") == 200  # ...but health checks still work
+        assert proc.get("/metrics")[0] == 404  # nothing to scrape...
+        assert proc.get("/healthz")[0] == 200  # ...but health checks still work
         if interval == "0.3":
-            poll(lambda: has_requests(receiver, want), timeout=60)
+            poll(lambda: has_requests(receiver, want), 60, "a push", retry=(Exception,))
         else:
             assert not receiver.requests  # the first periodic push is an hour away
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.stop() == 0  # SIGTERM
         assert has_requests(receiver, want)  # the push on shutdown
         res = resource_of(receiver.requests[-1][1])
         assert "user.hash" not in res and "user.name" not in res
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        proc.kill9()

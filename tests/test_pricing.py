@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -31,9 +30,9 @@ from exporter.projections.pricing import (
 )
 from exporter.records import Request
 from exporter.synth.model import HAIKU, NOVA, OPUS, SONNET, SYNTHETIC
-from tests.conftest import request
+from tests.conftest import ROOT, request
+from tests.support.net import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
 MARCH_13 = datetime(2026, 3, 13, tzinfo=UTC).timestamp()  # Opus/Sonnet 4.6 tier ends
 NOW = datetime(2026, 12, 1, tzinfo=UTC).timestamp()
 
@@ -549,16 +548,9 @@ def test_cached_start_does_not_import_the_database(tmp_path: Path) -> None:
 # --- --update-prices ---------------------------------------------------------------
 
 
-def _closed_port() -> int:
-    """A loopback port nobody listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_update_without_network_fails_clearly() -> None:
     """A fetch that cannot connect raises PriceUpdateError naming the URL."""
-    url = f"http://127.0.0.1:{_closed_port()}/data.json"
+    url = f"http://127.0.0.1:{free_port()}/data.json"
     with pytest.raises(PriceUpdateError, match=f"could not fetch prices from {url}"):
         fetch_prices(url, timeout=5.0)
 

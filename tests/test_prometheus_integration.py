@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.daemon_proc import poll, total
 from tests.promserver import sample_value
 from tests.stack import (
     ALERTS_FILE,
@@ -25,8 +24,9 @@ from tests.stack import (
     RECORDING_FILE,
     USER,
     Stack,
-    shared_stack,
 )
+from tests.support.exposition import total
+from tests.support.wait import poll
 
 TOKEN_TYPES = {"input", "output", "cache_read", "cache_write_5m", "cache_write_1h"}
 GAP_TYPES = ("input", "cache_read", "cache_write")
@@ -60,11 +60,10 @@ def rule_names(path: Any, key: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Stack:
+def stack(shared_stack: Stack) -> Stack:
     """The shared stack, with requests appended just now so 5-minute rates see them."""
-    shared = shared_stack(request, tmp_path_factory)
-    shared.live_stage()
-    return shared
+    shared_stack.live_stage()
+    return shared_stack
 
 
 def exporter(stack: Stack) -> str:

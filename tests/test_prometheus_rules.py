@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests import promserver
+from tests.conftest import ROOT
 from tests.promserver import (
     ExpositionServer,
     PromServer,
@@ -27,7 +28,6 @@ from tests.promserver import (
     static_job,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 PROM_DIR = ROOT / "deploy" / "prometheus"
 CONFIG = PROM_DIR / "prometheus.yml"
 RULES_DIR = PROM_DIR / "rules"

@@ -29,8 +29,9 @@ from exporter.config import DEFAULT_PORT, load_settings
 from exporter.projections.labels import MAX_VALUE_LEN, LabelPolicy
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
-from tests.daemon_proc import poll
-from tests.hardening import Serve, total
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
 from tests.tls import self_signed
 
 CANARY = "CANARY-" + uuid.uuid4().hex  # prompt text, tool output, ids, bad lines

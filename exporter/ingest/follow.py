@@ -79,30 +79,43 @@ class Follower:
         self._everything = False  # an event batch too large, or lost: walk everything
         self._watched: tuple[tuple[str, int, int], ...] = ()
         self._watch_stop: threading.Event | None = None
+        self._next_rescan = monotonic()  # the first step walks everything
         self.state = FollowState()
 
     def run(self, stop: threading.Event) -> None:
         """Follow until ``stop`` is set; the last pass completes before returning."""
-        next_rescan = self._mono()
+        self._next_rescan = self._mono()
         while not stop.is_set():
-            timeout = max(0.0, min(TICK_SECONDS, next_rescan - self._mono()))
+            timeout = max(0.0, min(TICK_SECONDS, self._next_rescan - self._mono()))
             woke = self._wake.wait(timeout)
             if stop.is_set():
                 break
-            self._wake.clear()
-            due = self._mono() >= next_rescan
-            if self._ensure_watcher(stop, due):
-                due = True  # a directory came back or was replaced: walk it now
-            if due:
-                self._take()
-                next_rescan = self._mono() + self.rescan_seconds
-                self.run_pass(None)
-            elif woke:
-                changed = self._take()
-                if changed is None or changed:
-                    self.run_pass(changed)
-            self._settle()
+            self.step(stop, woke)
         self._stop_watcher()
+
+    def step(self, stop: threading.Event, woke: bool | None = None) -> None:
+        """One turn of the loop: the pass a wake-up or a due rescan asks for, then settle.
+
+        ``run`` calls it after each wait. Tests call it directly instead, with an
+        injected ``monotonic`` and explicit ``wake()`` calls, to drive the follower
+        without threads or timing; ``woke`` None means "was ``wake()`` called since
+        the last step".
+        """
+        if woke is None:
+            woke = self._wake.is_set()
+        self._wake.clear()
+        due = self._mono() >= self._next_rescan
+        if self._ensure_watcher(stop, due):
+            due = True  # a directory came back or was replaced: walk it now
+        if due:
+            self._take()
+            self._next_rescan = self._mono() + self.rescan_seconds
+            self.run_pass(None)
+        elif woke:
+            changed = self._take()
+            if changed is None or changed:
+                self.run_pass(changed)
+        self._settle()
 
     def run_pass(self, paths: Collection[str] | None = None) -> None:
         """One ingestion pass, recording its outcome for health checks."""
