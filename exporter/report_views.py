@@ -73,8 +73,9 @@ USAGE: Final = (
     _figure("cache read", lambda u: tokens(u.cache_read), 2),
     _figure("write 5m", lambda u: tokens(u.cache_write_5m), 3),
     _figure("write 1h", lambda u: tokens(u.cache_write_1h), 3),
-    _figure("read share", lambda u: pct(u.cache_read_share), 2),
+    _figure("read share", lambda u: pct(u.cache_read_share), 3),
     _figure("cost", cost_cell, 1),
+    # The saving before the read share when space is short: it is the figure in dollars.
     _figure("cache saved", lambda u: usd(u.saved_usd) if u.cost_pico else "—", 2),
     _figure("re-read", lambda u: f"{u.reread_ratio:,.0f}×" if u.output else "—", 3),
     _figure("unpriced", lambda u: tokens(u.unpriced) if u.unpriced else "—", 3),
