@@ -100,6 +100,12 @@ def build_parser() -> Parser:
 
     _add_backfill(parser, sub)
 
+    # Listed for --help only: main() hands `statusline` over before parsing (exporter.entry
+    # does the same without importing this module, which is the fast path).
+    parser.add_command(sub, "statusline", add_help=False,
+                       help="Claude Code's statusLine command: record the plan-limit figures, "
+                            "print one line (docs/plan-limits.md)")
+
     gen = parser.add_command(sub, "generate",
                              help="write a synthetic transcript tree with ground truth")
     gen.add_argument("root", type=Path, help="directory to create (acts as ~/.claude)")
@@ -444,7 +450,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``claude-code-exporter`` command."""
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["statusline"]:
+        from exporter import statusline
+
+        return statusline.main(words[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
+    args = build_parser().parse_args(words)
     if args.command == "generate":
         return cmd_generate(args)
     try:

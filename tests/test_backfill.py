@@ -323,8 +323,12 @@ def test_anchors_are_held_near_changes_and_flat_series_get_two_points() -> None:
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules"
 DASHBOARDS = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
 #: Grafana's variables as a dashboard with its default range (24 h) and "All" selected sends them.
-VARIABLES = {"__rate_interval": "1m", "__range": "1d", "job": ".*", "instance": ".*",
-             "user": ".*", "project": ".*", "model": ".*", "arch": ".*"}
+VARIABLES = {"__rate_interval": "1m", "__range": "1d", "__interval": "1h", "job": ".*",
+             "instance": ".*", "user": ".*", "team": ".*", "project": ".*", "model": ".*",
+             "arch": ".*"}
+LIVE_ONLY = '"ledger_tokens"'  # the identical-ledger detector (rule and panel); test_teams
+AT_END = "${__to:date:seconds}"  # Grafana's end of range: the evaluation time, set per query
+LONG_WINDOW = re.compile(r"\[(?:[2-9]|\d\d+)d\]|\[\d+w\]")  # ranges of 2 days and more
 RECORDED = re.compile(r"(claude_code:[a-z0-9_:]+)(\{[^}]*\})?")
 
 
@@ -366,14 +370,16 @@ def dashboard_queries() -> list[str]:
     out = []
     for text in found:
         expr = text
+        expr = expr.replace(AT_END, "\0")  # kept for answer(), which knows the time
         for name, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):
             expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
-        out.append(expr)
+        out.append(expr.replace("\0", AT_END))
     return sorted(set(out))
 
 
 def answer(prom: PromServer, expr: str, ts: float) -> dict[str, float]:
     """The non-zero, non-NaN values of ``expr`` at ``ts`` by label set ("no data" = {})."""
+    expr = expr.replace(AT_END, f"{ts:.3f}")
     data = prom.api("query", {"query": expr, "time": f"{ts:.3f}"})
     rows: list[tuple[dict[str, str], str]]
     if data["resultType"] == "scalar":
@@ -427,7 +433,10 @@ def test_dashboards_and_rules_answer_alike_over_held_and_dense_blocks(tmp_path: 
     assert dense_size >= 20 * held_size, (dense_size, held_size)
 
     rules = recording_rules()
-    queries = [*dashboard_queries(), *rules.values()]
+    # The identical-ledger detector is live, not a history figure: it compares exporters'
+    # instant counter totals, and held blocks sample a series only near its changes
+    # (docs/backfill.md), so its rule and panel are left out here (tests/test_teams.py).
+    queries = [q for q in (*dashboard_queries(), *rules.values()) if LIVE_ONLY not in q]
     assert len(rules) >= 10 and len(queries) > 50
     queries = [inline(q, rules) for q in queries]
     first, last = requests[0].ts, requests[-1].ts
@@ -444,8 +453,11 @@ def test_dashboards_and_rules_answer_alike_over_held_and_dense_blocks(tmp_path: 
                 want = answer(b, expr, ts)
                 got = answer(a, expr, ts)
                 assert got.keys() == want.keys(), (expr, ts, got, want)
+                # Windows longer than the hold (a day) may start in quiet time, where held
+                # blocks have no anchor: Prometheus extrapolates, within 5 % (docs/backfill.md).
+                rel = 0.05 if LONG_WINDOW.search(expr) else 1e-12
                 for key, value in want.items():
-                    assert got[key] == pytest.approx(value, rel=1e-12), (expr, ts, key)
+                    assert got[key] == pytest.approx(value, rel=rel), (expr, ts, key)
                 compared += len(want)
         quiet = answer(b, "sum(increase(claude_code_requests_total[1d]))", times[-1])
         assert quiet == {} and answer(a, "sum(claude_code_requests_total)", times[-1]) == {}

@@ -282,5 +282,5 @@ def test_a_clean_close_is_trusted_only_while_the_file_is_unchanged(tmp_path: Pat
     for at in range(4096 * 2, len(data) - 64, 4096):
         data[at + 8 : at + 200] = b"\xab" * 192
     path.write_bytes(bytes(data))  # same size, other bytes, newer mtime
-    with pytest.raises(LedgerError, match="malformed|corrupt"):
+    with pytest.raises(LedgerError, match=r"malformed|corrupt"):
         Ledger(path)

@@ -27,6 +27,7 @@ from typing import Any, Final
 from exporter.projections.compat import genai
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing, Rates
+from exporter.projections.savings import counter_parts
 from exporter.records import (
     ACTIVE_GAP_SECONDS,
     COUNT_SUMS,
@@ -226,11 +227,19 @@ class Exposure:
         else:
             cost = rates.cost(*(n[t] for t in TOKEN_FIELDS))
             out.extend((("cost_usd", typed[t]), exact(cost[t], USD_QUANTUM)) for t in TOKEN_FIELDS)
-            # Web searches are billed per search once the price table has the rate.
+            # The prompt cache's saving, as two families that only grow (a saving can be
+            # negative: a write never read); report's net figure is their difference.
+            parts = counter_parts(rates, n["cache_read"], n["cache_write_5m"], n["cache_write_1h"])
+            out.extend(((family, typed[kind]), exact(max(0.0, usd), USD_QUANTUM))
+                       for kind, (family, usd) in parts.items())
+            # Web searches are billed per search. Their series exist only where searches
+            # were made: one more series per label set for a feature most never use.
             per_search: float | None = getattr(rates, "web_search_usd", None)
-            if per_search is not None:
+            if per_search is not None and n["web_search"]:
                 out.append((("cost_usd", (*typed[""], ("type", "web_search"))),
                             exact(n["web_search"] * per_search, USD_QUANTUM)))
+        if n["web_search"]:
+            out.append((("web_search_requests", typed[""]), n["web_search"]))
         context = n["input"] + n["cache_read"] + n["cache_write_5m"] + n["cache_write_1h"]
         out.append((("upload_bytes", ()), upload_bytes(context, self.upload)))
         computed = n["input"] + n["cache_write_5m"] + n["cache_write_1h"]

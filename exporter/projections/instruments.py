@@ -44,6 +44,11 @@ COUNTERS: Final[dict[str, str]] = {
     "tokens": "Tokens by type (input, output, cache_read, cache_write_5m, cache_write_1h).",
     "cost_usd": "Estimated list-price cost in USD, by token type.",
     "unpriced_tokens": "Tokens of models with no known price.",
+    "cache_savings_usd": "Estimated list-price USD the prompt cache saved on reads "
+                         "(cache read x (input rate - read rate)).",
+    "cache_write_premium_usd": "Estimated list-price USD paid for cache writes above plain input "
+                               "(write x (write rate - input rate)).",
+    "web_search_requests": "Server-side web searches (billed per search).",
     "prompt_tokens_after_gap": "Prompt tokens split by the idle gap before the request.",
     "requests_after_gap": "Main-chain requests by the idle gap before them.",
     "upload_bytes": "Estimated bytes sent to the API (prompt tokens x bytes per token).",

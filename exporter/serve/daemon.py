@@ -29,6 +29,7 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
 from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
+from exporter.serve.plan_link import PlanLink
 
 
 class Daemon:
@@ -70,6 +71,7 @@ class Daemon:
             poll=settings.poll, rescan_seconds=settings.rescan_seconds, log=log,
         )
         self.http: HttpServer | None = None
+        self.plan: PlanLink | None = None  # built in start(), beside the projection
 
     def start(self) -> None:
         """Catch up, load the metrics, and open the endpoint."""
@@ -90,6 +92,13 @@ class Daemon:
         )
         self.projection.load(ledger, view=ledger.scope(dirs))
         self.scanner.on_applied = self.projection.apply
+        # The status line's plan-limit samples: into the ledger, and out as metrics.
+        self.plan = PlanLink(self.settings.ledger_path, self.settings.state_dir, self.pricing,
+                             clock=self._clock, log=self.log)
+        self.plan.register(self.projection.inst.provider.get_meter("claude_code_exporter.plan"),
+                           self.settings.namespace)
+        self.plan.tick()
+        self.plan.after_pass()
         host, port = split_listen(self.settings.listen)
         auth = None
         if self.settings.basic_auth_user and self.settings.basic_auth_password:
@@ -136,6 +145,8 @@ class Daemon:
         if self.projection is not None:
             self.projection.apply(self.ledger.settle(force=True))
             self.projection.shutdown()  # a last OTLP push, if configured
+        if self.plan is not None:
+            self.plan.close()
         self.ledger.close()
         self.log.info("stopped")
 
@@ -169,6 +180,8 @@ class Daemon:
         """Enter requests that went quiet into the histograms (ledger, then instruments)."""
         if self.projection is None:
             return 0
+        if self.plan is not None:
+            self.plan.tick()  # status-line samples: visible within a second of being recorded
         applied = self.ledger.settle()
         if applied.hists:
             self.projection.apply(applied)
@@ -179,6 +192,8 @@ class Daemon:
         """One follow pass: over the paths file events named, or everything (None)."""
         result = self.scanner.scan(paths=paths)
         self._files = result.files
+        if (result.new_requests or result.upgraded_requests) and self.plan is not None:
+            self.plan.after_pass()  # today's cost for the status line moved
         if result.new_requests or result.upgraded_requests:
             self.log.debug("pass", new=result.new_requests, upgraded=result.upgraded_requests,
                            bytes=result.bytes_read)

@@ -1,0 +1,91 @@
+"""The daemon's link to the plan-limit figures of the status line (docs/plan-limits.md).
+
+Three duties, each on the thread that owns it:
+
+- ``tick()`` (the follower thread, every second): when the status line's spool
+  changed, move its new samples into the ledger (exactly once: the spool offset
+  commits with the rows), and refresh today's cost file the status line prints;
+- ``after_pass()`` (the follower thread): a pass added requests, so today's cost moved;
+- the plan families (``register``): read at scrape time through a read-only
+  connection of their own, at most once a second whatever the number of scrapers.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from exporter.plan import cost, metrics, spool, store
+from exporter.plan.figures import PlanFigures, plan_figures
+from exporter.projections.pricing import Pricing
+
+
+class PlanLink:
+    """Spool → ledger, today's cost file, and the plan metric families of one daemon."""
+
+    def __init__(self, ledger_path: Path, state_dir: Path, pricing: Pricing, *,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic, log: Any = None) -> None:
+        """Open the write and read connections; nothing is read until ``tick``."""
+        self._state = state_dir
+        self._pricing = pricing
+        self._clock = clock
+        self._log = log
+        self._spool = state_dir / spool.SPOOL_NAME
+        self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) ingested
+        # Separate connections: the ledger's own is busy with its batches, and the
+        # scrape threads must never share the writer's. WAL lets both read while it writes.
+        self._write = sqlite3.connect(ledger_path, isolation_level=None, check_same_thread=False,
+                                      timeout=10)
+        self._read = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True,
+                                     check_same_thread=False, timeout=10)
+        self._read_lock = threading.Lock()
+        self._cache = metrics.FiguresCache(self._figures, monotonic)
+
+    def register(self, meter: Any, namespace: str) -> None:
+        """Create the plan families on ``meter`` (observed at scrape time)."""
+        metrics.register(meter, namespace, self._cache.get)
+
+    def tick(self) -> None:
+        """Ingest the spool if it changed since the last look (cheap: one stat)."""
+        try:
+            st = os.stat(self._spool)
+        except OSError:
+            return  # no status line configured yet: nothing to do
+        mark = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if mark == self._seen:
+            return
+        try:
+            while store.ingest_samples(self._write, self._state, clock=self._clock).more:
+                pass  # a large backlog comes in bounded reads
+            self._seen = mark
+            self.after_pass()
+        except (OSError, sqlite3.Error) as exc:  # retried on the next tick; never stops serving
+            if self._log is not None:
+                self._log.warning("plan_samples_not_ingested", detail=str(exc))
+
+    def after_pass(self) -> None:
+        """Write today's cost for the status line (new requests or a new day)."""
+        try:
+            cost.publish_today(self._write, self._pricing, self._state, self._clock())
+        except (OSError, sqlite3.Error) as exc:  # a full disk: the status line shows no cost
+            if self._log is not None:
+                self._log.debug("statusline_today_not_written", detail=str(exc))
+
+    def close(self) -> None:
+        """Close both connections."""
+        self._write.close()
+        with self._read_lock:
+            self._read.close()
+
+    def _figures(self) -> PlanFigures:
+        """Fresh figures from the read connection (one scrape at a time)."""
+        with self._read_lock:
+            db = self._read
+            return plan_figures(db, self._clock(),
+                                lambda a, b: cost.ledger_cost(db, self._pricing, a, b))
