@@ -321,7 +321,8 @@ class Ledger:
         inserts into five B-trees). A pass cut short leaves them to the next
         open, which builds them.
         """
-        if self.readonly or expected_rows <= max(self.count(), 10_000):
+        # count(*) walks an index: only asked when the pass is big enough to matter.
+        if self.readonly or expected_rows <= 10_000 or expected_rows <= self.count():
             yield
             return
         with self._transaction():
