@@ -64,7 +64,13 @@ _FIELDS: Final = Request._fields  # requests columns after ``id``, in Request or
 _COLUMNS: Final = ", ".join(_FIELDS)
 _SOURCES: Final = tuple(Source)
 _TIME_ORDER: Final = attrgetter("ts", "key")
-_GAP: Final = Request._fields.index("gap")  # fields before it: what a line can change
+_GAP: Final = Request._fields.index("gap")
+_SESSION: Final = Request._fields.index("session")
+
+
+def _line_fields(req: Request) -> tuple[Any, ...]:
+    """What lines can change in a request: not its gap nor its owner (the ledger's to set)."""
+    return req[:_SESSION] + req[_SESSION + 1 : _GAP]
 
 CountRow = tuple[int, CountClass, float, float, tuple[int, ...]]
 """A counter rollup row or increment: roots bitmask, class, first and last request time, sums."""
@@ -315,7 +321,8 @@ class Ledger:
         inserts into five B-trees). A pass cut short leaves them to the next
         open, which builds them.
         """
-        if self.readonly or expected_rows <= max(self.count(), 10_000):
+        # count(*) walks an index: only asked when the pass is big enough to matter.
+        if self.readonly or expected_rows <= 10_000 or expected_rows <= self.count():
             yield
             return
         with self._transaction():
@@ -520,8 +527,8 @@ class Ledger:
                     prevs.setdefault(rid, []).append(prev)
         missing = [rid for rid in rids if rid not in batch.rows]
         for rid, row in self._rows_by_id(missing).items():
-            batch.rows[rid] = row
-            batch.known[rid] = row
+            batch.rows[rid] = batch.known[rid] = row
+            batch.ids[row.key] = rid
             batch.masks.setdefault(rid, batch.before.setdefault(rid, self._mask_of(rid)))
         for rid in rids:
             row = batch.rows[rid]
@@ -567,6 +574,7 @@ class Ledger:
         missing = [rid for rid in several if rid not in batch.rows]
         for rid, row in self._rows_by_id(missing).items():
             batch.rows[rid] = batch.known[rid] = row
+            batch.ids[row.key] = rid
             batch.masks.setdefault(rid, batch.before.setdefault(rid, self._mask_of(rid)))
         for rid, ss in sessions.items():
             owner = (min(ss, key=lambda s: (last.get(s, 0.0), s)) if len(ss) > 1
@@ -605,7 +613,7 @@ class Ledger:
                         if (rid, fid) not in fresh])
         batch.new = [batch.rows[rid] for rid in batch.new_ids]
         batch.upgraded = [(known, batch.rows[rid]) for rid, known in batch.changed.items()
-                          if batch.rows[rid][:_GAP] != known[:_GAP]]
+                          if _line_fields(batch.rows[rid]) != _line_fields(known)]
 
     def _rows_by_id(self, ids: Sequence[int]) -> dict[int, Request]:
         """Stored rows by id (requests the batch did not carry but whose gap or owner moved)."""

@@ -284,3 +284,23 @@ def test_a_clean_close_is_trusted_only_while_the_file_is_unchanged(tmp_path: Pat
     path.write_bytes(bytes(data))  # same size, other bytes, newer mtime
     with pytest.raises(LedgerError, match=r"malformed|corrupt"):
         Ledger(path)
+
+
+def test_owners_move_when_a_session_grows_past_its_copy(tmp_path: Path) -> None:
+    """Shared requests belong to the session whose last request is earliest, at every pass."""
+    tree = tmp_path / "projects"
+    _resumed_tree(tree, "aaaa", "zzzz")  # zzzz replays m1, m2 and goes on to 12:31
+    from exporter.projections.metrics import MetricsOptions
+    from exporter.projections.pricing import Pricing
+
+    ledger = Ledger(tmp_path / "l.db", rules=MetricsOptions().counting(Pricing.load()))
+    _scan(ledger, tree)
+
+    def owner(msg: str) -> str:
+        rows = ledger.read("SELECT session FROM requests WHERE key = ?", (f"{msg}\x1fr{msg}",))
+        return str(rows[0][0])
+
+    assert owner("m1") == "zzzz"  # aaaa ends at 12:40, after its copy: the copy is older
+    _write(tree / "p" / "zzzz.jsonl", _main("n3", 50, "zzzz"))  # the copy now ends later
+    _scan(ledger, tree)  # a batch that carries n3 only: m1 and m2 change hands without it
+    assert (owner("m1"), owner("m2"), owner("n1")) == ("aaaa", "aaaa", "zzzz")
