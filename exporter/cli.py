@@ -30,7 +30,7 @@ from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
 from exporter.progress import progress_bar
 from exporter.projections.facts import Prices
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import Pricing, load_pricing
 
 EXIT_CONFIG = 2
 EXIT_LEDGER = 3
@@ -64,6 +64,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, metavar="DIR",
                         help="where the ledger lives (default: $XDG_STATE_HOME/"
                              "claude-code-exporter, else ~/.local/state/claude-code-exporter)")
+    parser.add_argument("--update-prices", action="store_true", default=None,
+                        help="fetch the newest genai-prices data for this run (needs network; "
+                             "without it the installed data is used) (default: off)")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="parser processes for big scans (default: CPU count, at most 8)")
     parser.add_argument("--batch-mb", type=float, metavar="MB",
@@ -295,7 +298,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
     if missing:
         raise report_cli.UsageError(f"--data-dir {missing[0]} does not exist")
     dirs = transcript_dirs(settings)
-    pricing = Pricing.load(settings.pricing)
+    pricing = _pricing(settings)
     ledger = open_ledger(settings, pricing)
     try:
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
@@ -312,6 +315,12 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
                               counters=ledger.counters, args=args, now=now)
     finally:
         ledger.close()
+
+
+def _pricing(settings: Settings) -> Pricing:
+    """The prices of this run (``--update-prices`` fetches the newest, if it can)."""
+    return load_pricing(settings.pricing, settings.state_dir, update=settings.update_prices,
+                        warn=lambda line: print(f"claude-code-exporter: {line}", file=sys.stderr))
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
@@ -369,7 +378,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
         print("claude-code-exporter: --blocks needs promtool on PATH (Debian: apt-get install "
               "prometheus); or write a file with --output", file=sys.stderr)
         return EXIT_CONFIG
-    pricing = Pricing.load(settings.pricing)
+    pricing = _pricing(settings)
     ledger = open_ledger(settings, pricing, "backfill")
     dirs = transcript_dirs(settings)
     try:

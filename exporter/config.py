@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
     poll: bool = False
+    update_prices: bool = Field(False, description="fetch the newest genai-prices data at start")
     rescan_seconds: float = Field(30.0, gt=0)
     settle_seconds: float = Field(30.0, ge=0, description="quiet time before histograms")
     tls_cert_file: Path | None = None

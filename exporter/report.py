@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.projections.facts import Usage
 from exporter.projections.figures import Covered, SessionRow, Spread, Summary
 from exporter.projections.periods import Zone
+from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
 
 if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
@@ -263,6 +264,20 @@ def render_text(figures: Summary, console: Console) -> None:
         console.print(_context_costs(figures.context_costs))
     console.print(_kv(figures))
     console.print(_upload_and_lines(figures))
+
+
+def render_prices(figures: Summary, pricing: Pricing, console: Console) -> None:
+    """Where the prices come from, and how to price each model that has none."""
+    info = pricing.describe()
+    source = f"{info['package']} {info['version']}".strip() or "no price database"
+    dated = f", prices to {info['data_date']}" if info["data_date"] else ""
+    # soft_wrap: each is one line of text however narrow the terminal (grep, copy).
+    console.print(f"Prices: {source}{dated} ({info['origin']}; overrides: {info['overrides']})",
+                  soft_wrap=True)
+    for model, usage in sorted(figures.by_model.items()):
+        if usage.unpriced:
+            console.print(f"  unpriced: {tokens(usage.unpriced)} tokens — "
+                          f"{pricing.unpriced_help(model)}", soft_wrap=True)
 
 
 def header(title: str, covered: Covered) -> str:

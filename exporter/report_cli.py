@@ -193,9 +193,13 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
             upload_bytes_per_token=settings.upload_bytes_per_token,
             lines=counters("lines"), rejected=counters("rejected"))
         if req.output == "json":
-            sys.stdout.write(report.to_json(result.to_json()) + "\n")
+            doc = result.to_json()
+            doc["prices"] = prices.pricing.describe()
+            sys.stdout.write(report.to_json(doc) + "\n")
         else:
-            report.render_text(result, _console())
+            console = _console()
+            report.render_text(result, console)
+            report.render_prices(result, prices.pricing, console)
         return 0
     options = views.Options(order=args.order, limit=args.limit, breakdown=args.breakdown,
                             block_rule=args.block_rule, now=now)

@@ -42,7 +42,8 @@ CATALOGUE: dict[str, tuple[str, tuple[str, ...]]] = {
     "claude_code_exporter_bytes_read": ("counter", ()),
     "claude_code_exporter_files_watched": ("gauge", ()),
     "claude_code_exporter_ledger_requests": ("gauge", ()),
-    "claude_code_exporter_build_info": ("gauge", ("version",)),
+    "claude_code_exporter_build_info": ("gauge", ("version", "prices", "prices_version",
+                                                  "prices_data_date")),
 }
 BUCKETS: dict[str, list[float]] = {
     "claude_code_request_context_tokens": [1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 1.5e5, 2e5, 3e5,

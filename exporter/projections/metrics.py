@@ -116,6 +116,10 @@ class Projection:
         """
         self.opts = options
         self.scope = Scope(roots)
+        info = pricing.describe()  # which price data every cost figure comes from
+        self._build_labels = {"version": options.version, "prices": info["package"],
+                              "prices_version": info["version"],
+                              "prices_data_date": info["data_date"]}
         self.exposure = Exposure(pricing, LabelPolicy(options.project_label),
                                  options.kv_bytes_per_token, options.upload_bytes_per_token)
         self._clock = clock
@@ -253,6 +257,6 @@ class Projection:
             ],
             "exporter_files_watched": lambda: [(float(self._files_watched()), {})],
             "exporter_ledger_requests": lambda: [(float(self._rows), {})],
-            "exporter_build_info": lambda: [(1.0, {"version": opts.version})],
+            "exporter_build_info": lambda: [(1.0, self._build_labels)],
         }
 

@@ -36,7 +36,7 @@ from exporter.records import Request
 
 __all__ = [
     "MAX_MODEL_ID", "MULTIPLIER_FIELDS", "RATE_NAMES", "ModelPrice", "PriceData",
-    "PriceUpdateError", "Pricing", "Rates", "fetch_prices", "normalise_model_id",
+    "PriceUpdateError", "Pricing", "Rates", "fetch_prices", "load_pricing", "normalise_model_id",
 ]
 
 # Distinct raw ids remembered; beyond it the memo starts over (ids come from
@@ -52,6 +52,24 @@ def fetch_prices(url: str | None = None, timeout: float = 10.0) -> PriceData:
     :meth:`Pricing.load` as ``data``.
     """
     return fetch_latest(url, timeout)
+
+
+def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path, *, update: bool = False,
+                 warn: Callable[[str], None] = lambda _line: None) -> Pricing:
+    """The prices a command uses: the installed database, or the newest with ``update``.
+
+    ``update`` (``--update-prices``) fetches genai-prices' newest data for this run;
+    without network it says so in one line through ``warn`` and keeps the
+    installed data. ``cache_dir`` (the state dir) holds the built rate table: the
+    user cache directory is read-only under the systemd units.
+    """
+    data = None
+    if update:
+        try:
+            data = fetch_prices()
+        except PriceUpdateError as exc:
+            warn(f"--update-prices: {exc}; using the installed price data")
+    return Pricing.load(overrides, data=data, cache_dir=cache_dir)
 
 
 class Pricing:

@@ -26,7 +26,7 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger, LedgerError
 from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import load_pricing
 from exporter.serve import page
 from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
 from exporter.serve.plan_link import PlanLink
@@ -49,7 +49,9 @@ class Daemon:
         self.log = log
         self.stop_event = threading.Event()
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.pricing = Pricing.load(settings.pricing)
+        self.pricing = load_pricing(
+            settings.pricing, settings.state_dir, update=settings.update_prices,
+            warn=lambda line: log.warning("prices_not_updated", detail=line))
         self.options = metrics_options(settings)
         # One serve per state dir: a second one exits naming the first (LedgerBusyError).
         lock = WriterLock.acquire(settings.ledger_path, "serve", [str(d) for d in dirs])
