@@ -257,7 +257,7 @@ def usage() -> dm.Dashboard:
             single("Cache reads per output token, selected range", "Tokens of history the model "
                    "re-read from the cache for every token it wrote (cache-read tokens / output "
                    "tokens). One user's month: 4.24 B reads for 2.52 M output tokens, 1,685.",
-                   "short", Q(f"round(sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
+                   "suffix:×", Q(f"round(sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
                               f"sum({in_range(TOKENS, *mp, OUTPUT)}), 0.1)", instant=True),
                    decimals=1, w=4, h=7),
             bars("One prompt at your context size: from the cache vs recomputed", "A prompt of "

@@ -555,8 +555,12 @@ def test_spend_figures_agree_with_the_exporter_and_each_other(drawn: Drawn) -> N
     # Today: the counters' growth since midnight UTC (the stack's time zone), less at
     # most the first request of a series that appeared live (increase() cannot see it).
     midnight = int(time.time()) // 86400 * 86400
+    # The value at midnight is each series' last sample before it: backfilled blocks
+    # sample a series near its changes only (docs/backfill.md), so a plain instant
+    # lookup there may find nothing within Prometheus's 5-minute lookback.
     grown = sample_value(drawn.stack.prom.query(
-        f"sum(claude_code_cost_usd_total) - sum(claude_code_cost_usd_total @ {midnight})")[0])
+        f"sum(claude_code_cost_usd_total) - "
+        f"sum(last_over_time(claude_code_cost_usd_total[30d] @ {midnight}))")[0])
     assert value(usage["Spent today"]) == pytest.approx(grown, rel=0.03)
     assert value(usage["Daily budget"]) == dashboard_stack.DAY_BUDGET_USD
     assert value(usage["Monthly budget"]) == dashboard_stack.MONTH_BUDGET_USD

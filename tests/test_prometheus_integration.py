@@ -50,6 +50,9 @@ EXPECTED: dict[str, str] = {
     "claude_code:upload_bytes_per_second:rate5m": "> 0",
     "claude_code:kv_recomputed_bytes_per_second:rate5m": "> 0",
     "claude_code:rejected_lines_per_second:rate5m": "== 0",
+    "claude_code:cache_reads_per_output_token:rate1h": "> 0",
+    "claude_code:cache_reads_per_output_token:rate1d": "> 0",
+    "claude_code:cache_savings_usd_per_hour:rate1h": "> 0",
 }
 
 
