@@ -319,7 +319,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
 
 def _pricing(settings: Settings) -> Pricing:
     """The prices of this run (``--update-prices`` fetches the newest, if it can)."""
-    return load_pricing(settings.pricing, settings.state_dir, update=settings.update_prices,
+    return load_pricing(settings.pricing, update=settings.update_prices,
                         warn=lambda line: print(f"claude-code-exporter: {line}", file=sys.stderr))
 
 

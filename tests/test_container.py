@@ -52,6 +52,7 @@ from tests.container_base import (
     shown,
 )
 from tests.promserver import in_ci
+from tests.support.deploy import tool
 from tests.support.exposition import total
 from tests.support.net import free_port
 from tests.support.wait import poll
@@ -104,17 +105,6 @@ def run_argv(image: str, *, name: str, tree: Path, volume: str, port: int) -> li
 
 
 # -------------------------------------------------------------- the fixtures
-
-
-def tool(name: str) -> str:
-    """The path of a tool the tests need; skipped when missing, a failure under CI."""
-    found = shutil.which(name)
-    if found is None:
-        reason = f"{name} not found (Debian package {name}; .ci/install installs it)"
-        if in_ci():
-            pytest.fail(f"{reason}; under CI this is an error", pytrace=False)
-        pytest.skip(reason)
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -208,8 +208,10 @@ def test_user_unit_settings_and_shared_ledger() -> None:
     # The CLI's default ledger directory with XDG_STATE_HOME unset, relative to $HOME.
     cli_state = default_state_dir({}).relative_to(Path.home())
     assert env[f"{ENV_PREFIX}STATE_DIR"] == f"%h/{cli_state}"
-    assert dropin["ReadWritePaths"] == [f"%h/{cli_state}"]
-    assert dropin["ExecStartPre"] == [f"+mkdir -p %h/{cli_state}"]
+    # Writable: the ledger's directory, and the price table's cache (the user cache dir).
+    cache = "%h/.cache/claude-code-exporter"
+    assert dropin["ReadWritePaths"] == [f"%h/{cli_state}", cache]
+    assert dropin["ExecStartPre"] == [f"+mkdir -p %h/{cli_state} {cache}"]
     assert base["EnvironmentFile"][0].startswith("-")
     assert base["Restart"] == ["on-failure"]
     assert str(EXIT_CONFIG) in base["RestartPreventExitStatus"][0]

@@ -217,8 +217,7 @@ def test_transcript_content_never_becomes_a_path(world: dict[str, Any]) -> None:
     assert not found, found
     allowed = {"ledger.sqlite3", "ledger.sqlite3-wal", "ledger.sqlite3-shm",
                "ledger.sqlite3.lock", "ledger.sqlite3.clean",  # the writer lock, a clean close
-               "statusline-today.json",  # today's cost, for the status line
-               "genai-prices-table.json"}  # the rate table built from the price database
+               "statusline-today.json"}  # today's cost, for the status line
     assert set(os.listdir(base / "state")) <= allowed
 
 

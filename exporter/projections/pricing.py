@@ -54,14 +54,17 @@ def fetch_prices(url: str | None = None, timeout: float = 10.0) -> PriceData:
     return fetch_latest(url, timeout)
 
 
-def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path, *, update: bool = False,
+def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path | None = None, *,
+                 update: bool = False,
                  warn: Callable[[str], None] = lambda _line: None) -> Pricing:
     """The prices a command uses: the installed database, or the newest with ``update``.
 
     ``update`` (``--update-prices``) fetches genai-prices' newest data for this run;
     without network it says so in one line through ``warn`` and keeps the
-    installed data. ``cache_dir`` (the state dir) holds the built rate table: the
-    user cache directory is read-only under the systemd units.
+    installed data. ``cache_dir`` holds the built rate table (default: the user
+    cache directory; not the state dir, which holds the ledger and nothing
+    before it is known to be ours). Where it cannot be written, the table is
+    rebuilt at each start (~0.2 s).
     """
     data = None
     if update:

