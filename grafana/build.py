@@ -87,7 +87,7 @@ _thresholds = thresholds  # the name this module used before grafana.panels
 
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 SDK_VERSION = "1769699520!11.4.0"
-GBITS = (100, 400, 800)  # link speeds of the seed's transfer-time table, Gb/s
+GBITS = (100, 400, 800)  # link speeds of the transfer-time table, Gb/s
 
 COST = "claude_code_cost_usd_total"
 REQUESTS = "claude_code_requests_total"
@@ -238,7 +238,7 @@ def usage() -> dm.Dashboard:
                    Q(f"sum({in_range(COST, *mp)})", instant=True), decimals=2, w=4, h=7),
             single("Cache-read share, selected range", "Cache reads / all prompt tokens (input "
                    "+ cache reads + cache writes). Agent workloads read 85-97 % of their prompt "
-                   "from the cache; the seed report: 96.9 %.", "percentunit",
+                   "from the cache; one heavy month: 96.9 %.", "percentunit",
                    Q(f"sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
                      f"sum({in_range(TOKENS, *mp, PROMPT_TYPES)})", instant=True),
                    thresholds=thresholds((None, "red"), (0.5, "orange"), (0.85, "green")),
@@ -293,8 +293,8 @@ def usage() -> dm.Dashboard:
                        "reads.", "count:tok",
                        Q(f"round(sum by (type) ({per_bar(TOKENS, *mp)})) > 0", "{{type}}"),
                        stacked=True, drawn_as_bars=True, totals=True, time=HOURLY),
-            single("Requests, selected range", "Billed API requests in the time range (the "
-                   "seed report: 1,299 requests in 4 sessions over 3 days).", "short",
+            single("Requests, selected range", "Billed API requests in the time range (a "
+                   "measured heavy-use month: 1,299 requests in 4 sessions over 3 days).", "short",
                    Q(f"round(sum({in_range(REQUESTS, *mp)}))", instant=True), w=4),
             single("Tokens, selected range", "All tokens (every type) in the time range.",
                    "count:tok", Q(f"round(sum({in_range(TOKENS, *mp)}))", instant=True), w=4),
@@ -409,7 +409,7 @@ def cache() -> dm.Dashboard:
         "Prompt cache (model $model, project $project)",
         [
             single("Cache-read share, selected range", "Cache reads / all prompt tokens (input + "
-                   "cache reads + cache writes). The seed report: 96.9 %; agent workloads "
+                   "cache reads + cache writes). One heavy month: 96.9 %; agent workloads "
                    "85-97 %. Under 50 % in an hour with real traffic raises "
                    "ClaudeCodeCacheReadShareLow.", "percentunit",
                    Q(f"sum({in_range(TOKENS, *mp, CACHE_READ)}) / "
@@ -432,10 +432,10 @@ def cache() -> dm.Dashboard:
     gaps = row(
         "Idle gaps and cache rewrites (all models and projects)",
         [
-            tabular("Idle gap and cache rewrite (the seed report's table)", "Per gap bucket "
+            tabular("Idle gap and cache rewrite (the cache-expiry table)", "Per gap bucket "
                     "(time since the session's previous main-chain request): requests, their "
                     "share of all gaps (a session's first request has none), and the share of "
-                    "their prompt tokens written to the cache, selected range. The seed report: "
+                    "their prompt tokens written to the cache, selected range. One heavy month: "
                     "≤ 5 min 96.5 % of gaps / 2.1 % written; > 1 h 1.0 % / 85.5 %. "
                     + NO_MODEL_NO_PROJECT, "percentunit",
                     Q(_gap_ordered(f"round(sum by (gap) ({in_range(after_gap)}))"),
@@ -454,10 +454,10 @@ def cache() -> dm.Dashboard:
                     units={"Requests": "short"}, hidden=("order",), sort_by="order",
                     mappings={"Idle gap before the request": GAP_NAMES}, w=12, h=9),
             single("Gap p50, selected range", "Median idle gap between a session's main-chain "
-                   "requests (interpolated within histogram buckets). The seed report: "
+                   "requests (interpolated within histogram buckets). One heavy month: "
                    "10.7-15.2 s.", "s", Q(quantile(0.5, gap, "$__range"), instant=True),
                    w=3, h=9),
-            single("Gap p90, selected range", "90th percentile of the gap. The seed report: "
+            single("Gap p90, selected range", "90th percentile of the gap. One heavy month: "
                    "35-89 s.", "s", Q(quantile(0.9, gap, "$__range"), instant=True),
                    w=3, h=9),
             _gap_bars(),
@@ -472,7 +472,7 @@ def cache() -> dm.Dashboard:
                                    ("gt_1h", "red"), ("first", "blue"))], w=18, h=8),
             single("Active sessions now", "Sessions whose last request is younger than the "
                    "cache TTL (5 minutes, 1 hour): the caches the provider keeps warm for you. "
-                   "A live gauge (not in a backfill). The seed report: at most 3 sessions in "
+                   "A live gauge (not in a backfill). One heavy month: at most 3 sessions in "
                    "one 10-minute window.", "short",
                    Q(f"sum by (ttl) (claude_code_active_sessions{sel()})", "TTL {{ttl}}",
                      instant=True), no_value="none", w=6, h=8),
@@ -483,20 +483,20 @@ def cache() -> dm.Dashboard:
         [
             single("Context p50, selected range", "Median prompt size (input + cache read + "
                    "cache writes) per request, from the histogram (interpolated within "
-                   "buckets). The seed report: 456,875 tokens. The histograms have a model "
+                   "buckets). One heavy month: 456,875 tokens. The histograms have a model "
                    "label but no project label.", "count:tok",
                    Q(f"round({quantile(0.5, ctx, '$__range', MODEL)})", instant=True)),
-            single("Context p90, selected range", "90th percentile of the prompt size. The "
-                   "seed report: 842,140 tokens.", "count:tok",
+            single("Context p90, selected range", "90th percentile of the prompt size. A "
+                   "measured heavy-use month: 842,140 tokens.", "count:tok",
                    Q(f"round({quantile(0.9, ctx, '$__range', MODEL)})", instant=True)),
             single("Context mean, selected range", "Mean prompt size per request.", "count:tok",
                    Q(f"round(sum({in_range(ctx + '_sum', MODEL)}) / "
                      f"sum({in_range(ctx + '_count', MODEL)}))", instant=True)),
-            single("Output p50, selected range", "Median output tokens per request. The seed "
-                   "report: 582.", "count:tok",
+            single("Output p50, selected range", "Median output tokens per request. A measured "
+                   "heavy-use month: 582.", "count:tok",
                    Q(f"round({quantile(0.5, out, '$__range', MODEL)})", instant=True), w=6),
             single("Output p90, selected range", "90th percentile of output tokens per "
-                   "request. The seed report: 3,321.", "count:tok",
+                   "request. One heavy month: 3,321.", "count:tok",
                    Q(f"round({quantile(0.9, out, '$__range', MODEL)})", instant=True), w=6),
             heat("Context size per request, per hour", "Requests per hour per context-size "
                  "bucket (bounds 1k ... 1M tokens). Long agent sessions climb towards the top "
@@ -557,7 +557,7 @@ def serving() -> dm.Dashboard:
             tabular("KV cache of the median and p90 context (model $model), and its transfer "
                     "time", "Context p50 / p90 of the selected range x bytes per token of each "
                     "reference architecture, and the time to move that cache over one link "
-                    "(bytes x 8 / rate). The seed report: 457k tokens -> 32 GB (mla) / 236 GB "
+                    "(bytes x 8 / rate). One heavy month: 457k tokens -> 32 GB (mla) / 236 GB "
                     "(gqa); 0.64 s / 4.7 s at 400 Gb/s." + ASSUMED, "s",
                     Q(kv_both, instant=True, fmt=pm.PromQueryFormat.TABLE), *transfer_queries,
                     renames={"arch": "Architecture", "context": "Context",
@@ -593,13 +593,13 @@ def serving() -> dm.Dashboard:
         "Upload to the API (estimates, all models)",
         [
             single("Upload per active session, now", "Estimated request-body bits per second "
-                   "of the last 5 minutes / sessions active in the last 5 minutes. The seed "
-                   "report: about 1 Mbit/s per session." + ASSUMED, "bps",
+                   "of the last 5 minutes / sessions active in the last 5 minutes. A measured "
+                   "heavy-use month: about 1 Mbit/s per session." + ASSUMED, "bps",
                    Q(f"sum(rate(claude_code_upload_bytes_total{sel()}[5m])) * 8 / "
                      f"sum(claude_code_active_sessions{sel(TTL_5M)} > 0)", instant=True),
                    no_value="no active session", w=6),
             single("Request body p50, selected range", "Median estimated request size "
-                   "(context x upload_bytes_per_token). The seed report: 1-2 MB." + ASSUMED,
+                   "(context x upload_bytes_per_token). One heavy month: 1-2 MB." + ASSUMED,
                    "decbytes", Q(quantile(0.5, up_hist, "$__range"), instant=True), w=6),
             single("Request body p90, selected range", "90th percentile of the estimated "
                    "request size." + ASSUMED, "decbytes",

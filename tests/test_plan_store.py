@@ -109,7 +109,7 @@ def test_inside_the_callers_transaction_rollback_leaves_nothing(
 
 
 _KILLED_INGEST = """
-import sys, time
+import signal, sys
 from pathlib import Path
 from exporter.ledger import Ledger
 from exporter.plan.store import ingest_samples
@@ -117,7 +117,7 @@ led = Ledger(Path(sys.argv[1]))
 led._db.execute("BEGIN IMMEDIATE")
 ingest_samples(led._db)
 print("ingested", flush=True)
-time.sleep(60)
+signal.pause()  # hold the open transaction until the test's SIGKILL
 """
 
 

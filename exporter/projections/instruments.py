@@ -10,9 +10,9 @@ takes its total in one ``add``. A histogram cannot (the API has no weighted
 record, and no asynchronous histogram), so each histogram View uses
 :class:`SeededHistogramAggregation`: the SDK's explicit-bucket aggregation
 plus one rule, that a measurement whose Context carries a :class:`Seed`
-adds the seed's bucket counts and sum instead of one value. Views are the
+adds those starting bucket counts and sum instead of one value. Views are the
 SDK's hook for choosing an aggregation, so every reader (Prometheus, OTLP)
-sees the seeded state, and live records keep the SDK's own code path.
+sees the starting state, and live records keep the SDK's own code path.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Simulate one Claude Code session: request timing, context growth and caching.
 
-The shape follows the seed report: a conversation grows from ~15-25k tokens by
+The shape follows a measured heavy-use month: a conversation grows from ~15-25k tokens by
 each output and tool result until auto-compaction shrinks it; per-session gaps
 are generation time plus tool time (median ~12 s) with a few idle pauses over
 5 minutes and ~1 % over an hour. Within the cache TTL only the new part of the
