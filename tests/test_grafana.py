@@ -584,10 +584,10 @@ def test_the_monthly_rule_and_the_backfilled_rules_have_the_history(drawn: Drawn
         assert found and sample_value(found[0]) > 100, f"{name} has no backfilled history"
 
 
-def test_seed_table_agrees_with_the_recording_rule(drawn: Drawn) -> None:
+def test_cache_expiry_table_agrees_with_the_recording_rule(drawn: Drawn) -> None:
     """The seed's gap table (counters over the range) agrees with the one-day recording rule."""
     table = by_title(drawn, "claude-code-cache.json")[
-        "Idle gap and cache rewrite (the seed report's table)"]
+        "Idle gap and cache rewrite (the cache-expiry table)"]
     written = {s.labels["gap"]: s.values[-1] for s in table.results[2].series}
     rule = {s["metric"]["gap"]: sample_value(s) for s in drawn.stack.prom.query(
         f'claude_code:cache_write_share_by_gap:rate1d{{instance="{INSTANCE}"}}')}
