@@ -28,6 +28,7 @@ from exporter.plan.cost import ledger_cost, publish_today
 from exporter.plan.estimate import change_points, usd_per_percent
 from exporter.plan.figures import DAY, plan_figures
 from exporter.plan.store import ingest_samples
+from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
 
@@ -84,9 +85,10 @@ def test_no_movement_no_estimate() -> None:
 
 
 def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricing) -> None:
-    """The grouped SQL prices as Pricing.cost does per request, over a half-open range.
+    """The report's price classes price as Pricing.cost does per request, over a half-open range.
 
-    Long context, US region, fast mode and an unpriced model included.
+    Long context, US region, fast mode and an unpriced model included; to the
+    micro-dollar the report rounds to.
     """
     rng = random.Random(3)
     reqs = []
@@ -107,8 +109,30 @@ def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricin
         priced = pricing.cost(r)
         expected += sum(priced.values()) if priced else 0.0
     assert expected > 0
-    assert ledger_cost(led._db, pricing, lo, hi) == pytest.approx(expected, rel=1e-12)
-    assert ledger_cost(led._db, pricing, T0 + 1000, T0 + 2000) == 0.0
+    prices = Prices.of(pricing)
+    assert ledger_cost(led._db, prices, lo, hi) == pytest.approx(expected, abs=1e-6)
+    assert ledger_cost(led._db, prices, T0 + 1000, T0 + 2000) == 0.0
+    led.close()
+
+
+def test_ledger_cost_is_the_reports_cost_web_searches_included(tmp_path: Path,
+                                                               pricing: Pricing) -> None:
+    """Over the same range the estimate's cost is the cost `report` shows, searches billed."""
+    from exporter.projections import figures
+    from exporter.projections.facts import Selection
+    from exporter.projections.periods import UTC_ZONE, Range
+
+    reqs = [Request(f"q{i}", T0 + 10 * i, "claude-opus-4-6", "s", "/p", Source.MAIN, 1000,
+                    200, 50_000, 0, 0, web_search=i % 3) for i in range(60)]
+    led = Ledger(tmp_path / "ledger.sqlite3")
+    store_requests(led, reqs)
+    prices = Prices.of(pricing)
+    lo, hi = T0 + 95, T0 + 455
+    sel = Selection(led.read, "requests", Range(lo, hi, UTC_ZONE))
+    shown = figures.summary(sel, prices, kv_bytes_per_token={}, upload_bytes_per_token=0.0,
+                            lines={}, rejected={})
+    assert shown.totals.web_search > 0
+    assert ledger_cost(led._db, prices, lo, hi) == shown.totals.cost_usd > 0
     led.close()
 
 
@@ -122,7 +146,7 @@ def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pr
                     1_000_000, 0, 0, 0, 0)]
     led = Ledger(tmp_path / "ledger.sqlite3")
     store_requests(led, reqs)
-    assert publish_today(led._db, pricing, tmp_path, now) == pytest.approx(5.0)
+    assert publish_today(led._db, Prices.of(pricing), tmp_path, now) == pytest.approx(5.0)
     assert spool.read_today(str(tmp_path), now) == pytest.approx(5.0)
     led.close()
 
@@ -219,7 +243,8 @@ def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
     end = run.refreshes[-1][0] + 60
 
     def figures() -> Any:
-        return plan_figures(led._db, end, lambda a, b: ledger_cost(led._db, pricing, a, b),
+        prices = Prices.of(pricing)
+        return plan_figures(led._db, end, lambda a, b: ledger_cost(led._db, prices, a, b),
                             lookback={"five_hour": 30 * DAY, "seven_day": 30 * DAY})
 
     return figures
