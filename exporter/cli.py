@@ -266,6 +266,25 @@ def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
     return result
 
 
+def ingest_plan_samples(settings: Settings, log: Any) -> None:
+    """Move the status line's new samples into the ledger (``report``/``backfill`` as the writer).
+
+    A failure (a locked or full disk) is logged and the command goes on: the
+    samples stay in the spool for the next run (docs/plan-limits.md).
+    """
+    import sqlite3
+
+    from exporter.plan.store import ingest_spool
+
+    try:
+        done = ingest_spool(settings.ledger_path, settings.state_dir)
+    except (OSError, sqlite3.Error) as exc:
+        log.warning("plan_samples_not_ingested", detail=str(exc))
+        return
+    log.debug("plan_samples_ingested", new=done.new, repeated=done.repeated,
+              bytes_read=done.bytes_read)
+
+
 def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> Ledger:
     """The ledger, keeping its rollups by the counting rules ``serve`` uses.
 
@@ -305,8 +324,10 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
         present = [d for d in dirs if d.is_dir()]
         scan = ScanResult(files=1) if ledger.readonly else ingest(
             ledger, settings, log, show_progress=req.output == "text", dirs=present, quiet=True)
+        if not ledger.readonly:
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         sel = report_cli.selection(ledger, dirs, args, req.range)
-        if report_cli.empty(sel) and not scan.files:
+        if report_cli.empty(sel) and not scan.files and req.view != report_cli.LIMITS:
             print(report_cli.first_run_message(dirs, Path.home()),
                   file=sys.stderr if req.output != "text" else sys.stdout)
             if req.output == "text":
@@ -384,6 +405,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     try:
         if not ledger.readonly:
             ingest(ledger, settings, log, show_progress=True)
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         requests = ledger.requests(view=ledger.scope(dirs))
         serve = serve_samples(ledger, pricing, metrics_options(settings), dirs)
     finally:

@@ -167,14 +167,14 @@ class Run:
     refreshes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
 
-def generate(run: Run, pricing: Pricing, seed: int = 11) -> Run:
-    """Five 5-hour windows inside one weekly window, each driven to 70-100 %."""
+def generate(run: Run, pricing: Pricing, seed: int = 11, t0: float = T0) -> Run:
+    """Five 5-hour windows inside one weekly window from ``t0``, each driven to 70-100 %."""
     rng = random.Random(seed)
-    week_reset = int(T0 + 7 * DAY)
+    week_reset = int(t0 + 7 * DAY)
     week_usd = 0.0
     history: list[dict[str, Any]] = []
     for k in range(5):
-        start = T0 + k * 6 * 3600
+        start = t0 + k * 6 * 3600
         reset = int(start + FIVE_HOURS)
         target = rng.uniform(0.7, 1.0) * 100 * run.usd_per_percent_5h
         window_usd, t, n = 0.0, start + 30, 0
