@@ -386,6 +386,7 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Ingest what is new, then write the ledger's history as OpenMetrics text."""
+    from exporter.plan.figures import plan_history
     from exporter.projections.backfill import (
         DEFAULT_LABELS,
         BackfillError,
@@ -408,6 +409,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         requests = ledger.requests(view=ledger.scope(dirs))
         serve = serve_samples(ledger, pricing, metrics_options(settings), dirs)
+        plan = plan_history(ledger.read)  # the status line's samples (docs/plan-limits.md)
     finally:
         ledger.close()
     labels = {**DEFAULT_LABELS, "instance": settings.listen, **dict(args.label)}
@@ -419,12 +421,13 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     )
     if args.blocks is not None:
         return _backfill_blocks(args, requests, pricing=pricing,
-                                metrics=metrics_options(settings), opts=opts, serve=serve)
+                                metrics=metrics_options(settings), opts=opts, serve=serve,
+                                plan=plan)
     partial = args.output.with_name(args.output.name + ".partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
             stats = write_history(requests, pricing, metrics_options(settings), out, opts,
-                                  serve=serve)
+                                  serve=serve, plan=plan)
         partial.replace(args.output)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
@@ -442,7 +445,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
 
 
 def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricing, metrics: Any,
-                     opts: Any, serve: Any) -> int:
+                     opts: Any, serve: Any, plan: Any = None) -> int:
     """``backfill --blocks DIR``: promtool turns the history into blocks, chunk by chunk."""
     from exporter.projections.backfill import BackfillError, write_blocks
 
@@ -451,7 +454,7 @@ def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricin
         with progress_bar(sys.stderr.isatty(), "writing blocks", "steps") as progress:
             stats = write_blocks(requests, pricing, metrics, args.blocks, opts,
                                  promtool=promtool, serve=serve, workdir=args.blocks.parent,
-                                 progress=progress)
+                                 progress=progress, plan=plan)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG

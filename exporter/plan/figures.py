@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from exporter.plan import spool, store
 from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
@@ -121,6 +121,37 @@ def _instances(
     for resets_at, pct, seen in rows:
         groups.setdefault(resets_at, []).append((pct, seen))
     return [groups[k] for k in sorted(groups)]
+
+
+Read = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
+"""Runs one read-only query on the ledger (``Ledger.read``, or ``cost.reader(conn)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanHistory:
+    """The ledger's samples as ``backfill`` replays them (exporter.projections.timeline)."""
+
+    samples: tuple[float, ...] = ()  # first sighting of every distinct sample, ascending
+    #: (first seen, window, used %, reported reset) of every window figure with a reset
+    #: time, in time order: what the used-ratio, reset and exhausted series follow.
+    windows: tuple[tuple[float, str, float, float], ...] = ()
+
+
+def plan_history(read: Read) -> PlanHistory:
+    """Every sample of the ledger, for the backfill (empty without plan tables)."""
+    found = read("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                 "name = 'plan_samples'", [])
+    if not found[0][0]:
+        return PlanHistory()
+    times: list[float] = []
+    windows: list[tuple[float, str, float, float]] = []
+    for seen, text in read("SELECT first_seen, windows FROM plan_samples "
+                           "ORDER BY first_seen, key", []):
+        times.append(float(seen))
+        for name, (pct, resets) in sorted(json.loads(text).items()) if text else ():
+            if resets is not None:
+                windows.append((float(seen), name, float(pct), float(resets)))
+    return PlanHistory(tuple(times), tuple(windows))
 
 
 def window_history(

@@ -6,7 +6,9 @@ into the live scrapes without a jump (the timeline counts by the same rules
 as ``serve``, and its end is checked against what a ``serve`` starting from
 the ledger's rollups would expose).
 Counters and histograms are written; gauges and the exporter's own counters
-are not (see docs/backfill.md).
+are not (see docs/backfill.md), except the plan-limit families, which are the
+history of the status line's samples (:func:`~exporter.projections.timeline.plan_units`):
+the used-ratio and reset gauges and the samples and exhausted-windows counters.
 
 Which samples are written (``step`` is the resolution, ``anchor`` a multiple,
 ``hold`` the longest window queries must see exactly):
@@ -51,11 +53,13 @@ from typing import IO, Final
 from prometheus_client import CollectorRegistry
 
 from exporter.ledger import Ledger
+from exporter.plan.figures import PlanHistory
+from exporter.plan.metrics import PLAN_FAMILIES
 from exporter.projections import instruments
 from exporter.projections.compat import history as compat_history
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
-from exporter.projections.timeline import SampleKey, Timeline, Unit
+from exporter.projections.timeline import GAUGE, SampleKey, Timeline, Unit, plan_units
 from exporter.records import Request
 
 DEFAULT_LABELS: Final = {"job": "claude-code"}
@@ -106,8 +110,9 @@ class _Replay:
 
 def _replay(requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions,
             opts: BackfillOptions, *, now: float | None,
-            serve: Mapping[SampleKey, float] | None) -> _Replay:
-    """Count ``requests`` up to ``until`` and check the end against ``serve``."""
+            serve: Mapping[SampleKey, float] | None,
+            plan: PlanHistory | None = None) -> _Replay:
+    """Count ``requests`` up to ``until``, check the end against ``serve``, add ``plan``'s."""
     _check(opts)
     step = opts.step
     until = opts.until if opts.until is not None else (now if now is not None else time.time())
@@ -118,6 +123,9 @@ def _replay(requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptio
     timeline.run(kept)
     if serve is not None and len(kept) == len(requests):
         _verify(timeline.final(), serve)
+    if plan is not None:  # after the check: serve's projection does not hold them
+        for unit in plan_units(plan, step, metrics.namespace, end):
+            timeline.units[(unit.family, unit.labels)] = unit
     return _Replay(timeline, len(kept), start, end)
 
 
@@ -135,15 +143,16 @@ def _stats(replay: _Replay, written: tuple[int | None, int | None, int],
 def write_history(
     requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, out: IO[str],
     opts: BackfillOptions, *, now: float | None = None,
-    serve: Mapping[SampleKey, float] | None = None,
+    serve: Mapping[SampleKey, float] | None = None, plan: PlanHistory | None = None,
 ) -> BackfillStats:
     """Write the OpenMetrics history of ``requests`` (ledger time order) to ``out``.
 
     ``serve``: the samples a ``serve`` starting now would expose
     (:func:`serve_samples`); when the history reaches the newest request, its
-    end must equal them, or nothing is written.
+    end must equal them, or nothing is written. ``plan``: the status line's
+    samples (``exporter.plan.figures.plan_history``), for the plan-limit series.
     """
-    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
+    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve, plan=plan)
     written = _write(replay.timeline.units.values(), out, opts, start=replay.start,
                      end=replay.end, namespace=metrics.namespace)
     out.write("# EOF\n")
@@ -154,7 +163,7 @@ def write_blocks(
     requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, blocks: Path,
     opts: BackfillOptions, *, promtool: str, now: float | None = None,
     serve: Mapping[SampleKey, float] | None = None, workdir: Path | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, plan: PlanHistory | None = None,
 ) -> BackfillStats:
     """Turn the history into TSDB blocks in ``blocks`` with ``promtool``, one block at a time.
 
@@ -163,9 +172,9 @@ def write_blocks(
     to a temporary file in ``workdir``, handed to promtool and deleted, so
     the disk holds at most one block's text at a time. (promtool maps its input
     into memory, so a pipe cannot feed it.) ``progress(done, total)`` is
-    called after each chunk.
+    called after each chunk. ``plan`` as for :func:`write_history`.
     """
-    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
+    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve, plan=plan)
     units = list(replay.timeline.units.values())
     windows = list(_windows(units, replay, opts, BLOCK_SECONDS))
     every, hold = _reach(opts)
@@ -224,9 +233,9 @@ def emission(unit: Unit, start: int | None, end: int, every: int,
 
     ``every`` is the anchor interval and ``hold`` the anchor reach around a
     change, in steps (None: anchors everywhere). A unit is born the boundary
-    before its first change (where it is written at 0).
+    before its first change (where it is written at 0); a gauge at its first value.
     """
-    lo = unit.steps[0] - 1
+    lo = unit.steps[0] - (0 if unit.kind == GAUGE else 1)
     if start is not None:
         lo = max(lo, start)
     if lo > end:
@@ -415,8 +424,9 @@ def _unique(indexes: Iterable[int]) -> Iterable[int]:
 def _help(family: str, namespace: str) -> str:
     """The family's description from the catalogue."""
     name = family.removeprefix(f"{namespace}_")
+    plan = next((f.help for f in PLAN_FAMILIES if f.name == name), "")
     return (instruments.COUNTERS.get(name) or instruments.HISTOGRAMS.get(name)
-            or compat_history.HELP.get(family, ""))
+            or compat_history.HELP.get(family, "") or plan)
 
 
 def _series(name: str, labels: Sequence[tuple[str, str]]) -> str:
