@@ -603,6 +603,8 @@ def test_plan_history_is_what_serve_showed_at_every_boundary(tmp_path: Path) -> 
     (used,) = [p for k, p in points.items()
                if k[0] == "claude_code_plan_window_used_ratio" and "five_hour" in k[1]]
     assert used[0][1] == 0.1 and min(v for _, v in used) == 0.0  # born at 10 %, reset to 0
+    # Within a day of a change a gauge has a point at least every 4 minutes: graphs are lines.
+    assert max(b[0] - a[0] for a, b in itertools.pairwise(used)) <= 240
     (exhausted,) = [p for k, p in points.items()
                     if k[0] == "claude_code_plan_windows_exhausted_total" and "five_hour" in k[1]]
     assert exhausted[-1][1] == 1 and all(a[1] <= b[1] for a, b in itertools.pairwise(exhausted))

@@ -64,6 +64,7 @@ from exporter.records import Request
 
 DEFAULT_LABELS: Final = {"job": "claude-code"}
 DEFAULT_HOLD: Final = 86_400  # the longest fixed window of the shipped rules and dashboards
+GAUGE_ANCHOR_S: Final = 240  # within Prometheus's 5-minute look-back of the previous sample
 # One promtool block per chunk: 2 h x 3**5, the largest block size below a month (promtool
 # rounds --max-block-duration down to 2 h x 3**n; 744h would give this one too).
 BLOCK_SECONDS: Final = 486 * 3600
@@ -179,7 +180,8 @@ def write_blocks(
     windows = list(_windows(units, replay, opts, BLOCK_SECONDS))
     every, hold = _reach(opts)
     # Each unit's boundaries once (not once per chunk): a chunk takes a slice of them.
-    emitted = {id(u): array("q", emission(u, replay.start, replay.end, every, hold))
+    emitted = {id(u): array("q", emission(u, replay.start, replay.end,
+                                          _every(u, every, opts.step), hold))
                for u in units}
     blocks.mkdir(parents=True, exist_ok=True)
     first: int | None = None
@@ -276,6 +278,17 @@ def _held(changes: Iterable[int], every: int, hold: int, lo: int, end: int) -> I
         nxt = max(nxt, at)
 
 
+def _every(unit: Unit, every: int, step: int) -> int:
+    """The anchor interval of ``unit`` in steps: a gauge's at most GAUGE_ANCHOR_S.
+
+    A graph of a gauge reads its instant values, which Prometheus looks up at
+    most 5 minutes back: anchors closer than that draw a line, not dots.
+    """
+    if unit.kind != GAUGE:
+        return every
+    return max(1, min(every, GAUGE_ANCHOR_S // step))
+
+
 def _reach(opts: BackfillOptions) -> tuple[int, int | None]:
     """The anchor interval and the hold, in steps."""
     return opts.anchor // opts.step, None if opts.hold is None else opts.hold // opts.step
@@ -323,7 +336,7 @@ def _write(units: Iterable[Unit], out: IO[str], opts: BackfillOptions, *, start:
                 if window is not None:
                     indexes = known[bisect_left(known, window[0]):bisect_left(known, window[1])]
             else:
-                indexes = emission(unit, start, end, every, hold)
+                indexes = emission(unit, start, end, _every(unit, every, opts.step), hold)
                 if window is not None:
                     indexes = [i for i in indexes if window[0] <= i < window[1]]
             for index in indexes:
