@@ -618,3 +618,34 @@ def test_backfill_without_samples_writes_no_plan_series(small: list[Request]) ->
     write_history(small, Pricing.load(), MetricsOptions(), out, BackfillOptions(labels=TARGET),
                   now=small[-1].ts + 3600, plan=PlanHistory())
     assert "plan_window" not in out.getvalue()
+
+
+def test_cli_backfill_ingests_the_spool_and_writes_the_plan_history(tmp_path: Path) -> None:
+    """Samples recorded while no exporter ran: `backfill` moves them in and writes their history."""
+    import functools
+
+    from exporter import statusline
+    from exporter.plan import spool
+
+    generate(tmp_path / "tree", GenOptions(seed=2, sessions=2))
+    state = tmp_path / "state"
+    refreshes = plan_refreshes()
+    for t, d in refreshes:
+        statusline.main([], io.BytesIO(json.dumps(d).encode()), io.BytesIO(),
+                        {spool.STATE_DIR_ENV: str(state)}, clock=functools.partial(float, t))
+    out = tmp_path / "history.om"
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tmp_path / "tree"),
+         "--state-dir", str(state), "--output", str(out), "--log-level", "error"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    types, points = parse(out.read_text())
+    assert types["claude_code_plan_window_used_ratio"] == "gauge"
+    ((_, counted),) = [(k, p) for k, p in points.items()
+                       if k[0] == "claude_code_plan_window_samples_total"]
+    distinct = {json.dumps(d, sort_keys=True) for _, d in refreshes}
+    assert len(distinct) == len(refreshes) - 1  # the same figures twice are one sample
+    assert counted[-1][1] == len(distinct)
+    assert types["claude_code_requests"] == "counter"  # and the requests' history beside it
