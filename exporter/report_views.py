@@ -339,19 +339,40 @@ def render_limits(view: Limits, console: Console) -> None:
     if not view.instances:
         console.print("No window in this range.")
         return
-    out = Table(box=box.SIMPLE_HEAD)
-    for i, title in enumerate(("window", "start", "reset", "peak", "cost", "$ per 1 %",
-                               "pairs", "status")):
-        out.add_column(title, justify="left" if i in (0, 7) else "right", no_wrap=True)
-    for inst in view.instances:
-        status = "open" if inst.open(view.now) else "ended"
-        out.add_row(inst.window, when(inst.start, zone), when(inst.resets_at, zone),
-                    f"{inst.peak_percent:g} %", usd(inst.cost_usd),
-                    _money(inst.estimate.usd_per_percent), f"{inst.estimate.pairs:,}",
-                    status + (", limit reached" if inst.exhausted else ""))
+    for level in LEVELS:  # the widest layout that fits: no figure is ever cut
+        out = limits_table(view, level)
+        natural = Measurement.get(console, console.options.update_width(10_000), out)
+        if natural.maximum <= console.width:
+            break
     console.print(out)
     console.print("Cost: this machine's requests at list price. Other machines and claude.ai "
                   "share the windows, so $ per 1 % is a lower bound (docs/plan-limits.md).")
+
+
+#: The instance table's columns: title, cell, priority (1: always shown).
+LIMIT_COLUMNS: Final[tuple[tuple[str, Callable[[Instance, Limits], str], int], ...]] = (
+    ("window", lambda i, v: i.window, 1),
+    ("start", lambda i, v: when(i.start, v.covered.range.zone), 2),
+    ("reset", lambda i, v: when(i.resets_at, v.covered.range.zone), 1),
+    ("peak", lambda i, v: f"{i.peak_percent:g} %", 1),
+    ("cost", lambda i, v: usd(i.cost_usd), 1),
+    ("$ per 1 %", lambda i, v: _money(i.estimate.usd_per_percent), 1),
+    ("pairs", lambda i, v: f"{i.estimate.pairs:,}", 3),
+    ("status", lambda i, v: ("open" if i.open(v.now) else "ended")
+     + (", limit" if i.exhausted else ""), 2),
+)
+
+
+def limits_table(view: Limits, level: int) -> Table:
+    """The instances as a table with the columns of priority ``level`` or more important."""
+    cols = [(t, cell) for t, cell, priority in LIMIT_COLUMNS if priority <= level]
+    out = Table(box=box.SIMPLE_HEAD)
+    for i, (title, _) in enumerate(cols):
+        out.add_column(title, justify="left" if title in ("window", "status") or i == 0
+                       else "right", no_wrap=True)
+    for inst in view.instances:
+        out.add_row(*(cell(inst, view) for _, cell in cols))
+    return out
 
 
 def _instance_json(inst: Instance, view: Limits) -> dict[str, Any]:
