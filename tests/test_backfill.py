@@ -507,21 +507,18 @@ def plan_refreshes() -> list[tuple[float, dict[str, Any]]]:
     Also a repeat of the same figures, a refresh without ``rate_limits`` (before
     the first response), and a second instance after the first one's reset.
     """
-    from tests.test_statusline import payload
+    from tests.support.plan import payload
 
     reset_a, reset_b, week = PLAN_T0 + FIVE_H + 20, PLAN_T0 + 2 * FIVE_H + 600, PLAN_T0 + 6 * DAY
 
     def doc(at: float, five: float | None, reset: float, seven: float | None,
             session: str = "sess-a") -> tuple[float, dict[str, Any]]:
-        d = payload(five=None, seven=None, now=at, session=session)
-        limits = {}
+        windows: dict[str, tuple[float, int]] = {}
         if five is not None:
-            limits["five_hour"] = {"used_percentage": five, "resets_at": int(reset)}
+            windows["five_hour"] = (five, int(reset))
         if seven is not None:
-            limits["seven_day"] = {"used_percentage": seven, "resets_at": int(week)}
-        if limits:
-            d["rate_limits"] = limits
-        return at, d
+            windows["seven_day"] = (seven, int(week))
+        return at, payload(at, windows, session=session, context=42.0, cost=1.25)
 
     return [
         doc(PLAN_T0, None, 0, None),  # the session's first refresh: no figures yet

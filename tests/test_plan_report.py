@@ -28,7 +28,7 @@ from exporter.ledger import Ledger
 from exporter.plan import spool, store
 from exporter.projections.pricing import Pricing
 from tests.conftest import ROOT
-from tests.test_plan_estimate import FIVE_HOURS, Run, generate, store_requests
+from tests.support.plan import FIVE_HOURS, Run, generate, store_requests
 
 DAY = 86_400.0
 
