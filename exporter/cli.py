@@ -266,6 +266,25 @@ def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
     return result
 
 
+def ingest_plan_samples(settings: Settings, log: Any) -> None:
+    """Move the status line's new samples into the ledger (``report``/``backfill`` as the writer).
+
+    A failure (a locked or full disk) is logged and the command goes on: the
+    samples stay in the spool for the next run (docs/plan-limits.md).
+    """
+    import sqlite3
+
+    from exporter.plan.store import ingest_spool
+
+    try:
+        done = ingest_spool(settings.ledger_path, settings.state_dir)
+    except (OSError, sqlite3.Error) as exc:
+        log.warning("plan_samples_not_ingested", detail=str(exc))
+        return
+    log.debug("plan_samples_ingested", new=done.new, repeated=done.repeated,
+              bytes_read=done.bytes_read)
+
+
 def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> Ledger:
     """The ledger, keeping its rollups by the counting rules ``serve`` uses.
 
@@ -305,8 +324,10 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
         present = [d for d in dirs if d.is_dir()]
         scan = ScanResult(files=1) if ledger.readonly else ingest(
             ledger, settings, log, show_progress=req.output == "text", dirs=present, quiet=True)
+        if not ledger.readonly:
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         sel = report_cli.selection(ledger, dirs, args, req.range)
-        if report_cli.empty(sel) and not scan.files:
+        if report_cli.empty(sel) and not scan.files and req.view != report_cli.LIMITS:
             print(report_cli.first_run_message(dirs, Path.home()),
                   file=sys.stderr if req.output != "text" else sys.stdout)
             if req.output == "text":
@@ -365,6 +386,7 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
 
 def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     """Ingest what is new, then write the ledger's history as OpenMetrics text."""
+    from exporter.plan.figures import plan_history
     from exporter.projections.backfill import (
         DEFAULT_LABELS,
         BackfillError,
@@ -384,8 +406,10 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     try:
         if not ledger.readonly:
             ingest(ledger, settings, log, show_progress=True)
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         requests = ledger.requests(view=ledger.scope(dirs))
         serve = serve_samples(ledger, pricing, metrics_options(settings), dirs)
+        plan = plan_history(ledger.read)  # the status line's samples (docs/plan-limits.md)
     finally:
         ledger.close()
     labels = {**DEFAULT_LABELS, "instance": settings.listen, **dict(args.label)}
@@ -397,12 +421,13 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     )
     if args.blocks is not None:
         return _backfill_blocks(args, requests, pricing=pricing,
-                                metrics=metrics_options(settings), opts=opts, serve=serve)
+                                metrics=metrics_options(settings), opts=opts, serve=serve,
+                                plan=plan)
     partial = args.output.with_name(args.output.name + ".partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
             stats = write_history(requests, pricing, metrics_options(settings), out, opts,
-                                  serve=serve)
+                                  serve=serve, plan=plan)
         partial.replace(args.output)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
@@ -420,7 +445,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
 
 
 def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricing, metrics: Any,
-                     opts: Any, serve: Any) -> int:
+                     opts: Any, serve: Any, plan: Any = None) -> int:
     """``backfill --blocks DIR``: promtool turns the history into blocks, chunk by chunk."""
     from exporter.projections.backfill import BackfillError, write_blocks
 
@@ -429,7 +454,7 @@ def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricin
         with progress_bar(sys.stderr.isatty(), "writing blocks", "steps") as progress:
             stats = write_blocks(requests, pricing, metrics, args.blocks, opts,
                                  promtool=promtool, serve=serve, workdir=args.blocks.parent,
-                                 progress=progress)
+                                 progress=progress, plan=plan)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
