@@ -51,10 +51,10 @@ from tests.container_base import (
     qualified,
     shown,
 )
-from tests.promserver import in_ci
 from tests.support.deploy import tool
 from tests.support.exposition import total
 from tests.support.net import free_port
+from tests.support.prometheus import in_ci
 from tests.support.wait import poll
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]

@@ -26,8 +26,8 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import otlp
 from exporter.synth import GenOptions, generate
-from tests.promserver import ThreadedServer
 from tests.support.process import Serve
+from tests.support.prometheus import ThreadedServer
 from tests.support.wait import poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
