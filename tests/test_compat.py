@@ -204,10 +204,10 @@ def test_modes_are_checked_and_views_follow_them() -> None:
 
 def test_settings_and_flag() -> None:
     """The setting takes a list (TOML, flags) or a comma list (environment); bad modes fail."""
-    assert load_settings({"compat": "genai, native,genai"}).compat == ["genai", "native"]
-    assert load_settings({}).compat == []
+    assert load_settings({"compat": "genai, native,genai"}, {}).compat == ["genai", "native"]
+    assert load_settings({}, {}).compat == []
     with pytest.raises(ConfigError, match="compat"):
-        load_settings({"compat": ["native", "prometheus"]})
+        load_settings({"compat": ["native", "prometheus"]}, {})
     proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", "--compat", "otel"],
                           capture_output=True, text=True, check=False, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})

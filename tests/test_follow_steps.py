@@ -13,8 +13,8 @@ from collections.abc import Collection
 
 from exporter.ingest.follow import MAX_EVENT_PATHS, Follower
 from exporter.ledger import LedgerError
+from tests.support.logs import Log
 from tests.support.wait import poll
-from tests.test_follow import Log
 
 RESCAN = 30.0
 

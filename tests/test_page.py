@@ -26,7 +26,7 @@ from exporter.projections.facts import ZERO, Prices
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.serve import page, svg
-from exporter.serve.http import BasicAuth, HttpServer, make_app
+from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
 from tests.support.process import Serve
 from tests.tls import self_signed
 
@@ -190,7 +190,7 @@ def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
     app = make_app(CollectorRegistry(), lambda: (True, {}), "t", BasicAuth("me", "pw"),
                    routes=page.routes(_sample, "t"))
-    srv = HttpServer(app, "127.0.0.1", 0, (cert, key))
+    srv = HttpServer(app, "127.0.0.1", 0, server_context(cert, key))
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
         base = f"https://127.0.0.1:{srv.port}"
