@@ -20,22 +20,12 @@ from exporter.ingest.discover import projects_dirs
 from exporter.parts import daemon_parts
 from exporter.serve.daemon import Daemon
 from tests.conftest import assistant, jsonl
+from tests.support.clock import Clock
 from tests.support.exposition import total
 from tests.support.logs import Log
 from tests.support.net import http_get
 
 RESCAN = 30.0
-
-
-class Clock:
-    """A clock that moves only when told."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        """The time now."""
-        return self.now
 
 
 class Driven:
@@ -107,10 +97,10 @@ def test_without_a_wake_the_rescan_finds_it_when_due(driven: Driven) -> None:
     """No event: the request is counted by the rescan once its interval has passed."""
     driven.step()
     driven.append("msg_2")
-    driven.mono.now += RESCAN - 0.5
+    driven.mono.advance(RESCAN - 0.5)
     driven.step()
     assert driven.requests() == 1
-    driven.mono.now += 0.5
+    driven.mono.advance(0.5)
     driven.step()
     assert driven.requests() == 2
     ok, health = driven.daemon.health()

@@ -5,6 +5,8 @@
 - ``wait``: ``poll``, the one bounded wait for a condition (no bare sleeps).
 - ``net``: loopback, ``free_port`` and ``http_get``.
 - ``exposition``: parsing a scrape and ``total`` over its samples.
+- ``clock`` and ``logs``: a clock the test moves and a logger that records, for
+  parts run in-process (the follower, the daemon).
 - ``deploy``: the deployment files (units, Dockerfile, compose) read as the
   tools that run them would.
 - ``prometheus``: real Prometheus-ecosystem binaries on loopback (``PromServer``,
