@@ -44,10 +44,10 @@ from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
 from exporter.synth.live import LiveSession
 from tests.conftest import ROOT
-from tests.promserver import PromServer, require_binary
 from tests.support import plan
 from tests.support.net import LOOPBACK
 from tests.support.process import Serve, stopping
+from tests.support.prometheus import PromServer, require_binary
 from tests.support.wait import poll
 
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"

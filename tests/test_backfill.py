@@ -36,7 +36,7 @@ from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
 from tests.ledgers import ledger_of, replica
-from tests.promserver import PromServer, prometheus_config, require_binary
+from tests.support.prometheus import PromServer, prometheus_config, require_binary
 
 DAY = 86_400
 START = datetime(2026, 10, 1, tzinfo=UTC).timestamp()

@@ -53,7 +53,7 @@ from grafana.query import (
 from tests import dashboard_stack
 from tests.conftest import ROOT
 from tests.dashboard_stack import DEAD_USER, INSTANCE, JOB, RECORDING_FILE, USER, HistoryStack
-from tests.promserver import sample_value
+from tests.support.prometheus import sample_value
 
 GRAFANA = ROOT / "grafana"
 DASHBOARD_DIR = GRAFANA / "dashboards"
