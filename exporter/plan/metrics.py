@@ -109,7 +109,8 @@ PLAN_FAMILIES: Final[tuple[Family, ...]] = (
            "Change-point pairs behind the USD-per-percent estimate.",
            _per_window(_pairs)),
     Family("exporter_statusline_failures", "counter", ("reason",),
-           "Status-line refreshes that recorded no sample, by reason.",
+           "Status-line refreshes that recorded no sample or whose --then command failed, "
+           "by reason.",
            _by("failures", "reason")),
     Family("exporter_plan_spool_rejected_lines", "counter", ("reason",),
            "Spool lines that were not status-line records, by reason.",

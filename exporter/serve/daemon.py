@@ -114,10 +114,9 @@ class Daemon:
         self.scanner = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock,
                                           workers=1, on_applied=self.projection.apply)
         # The status line's plan-limit samples: into the ledger, and out as metrics.
-        self.plan = PlanLink(self.settings.ledger_path, self.settings.state_dir, self.pricing,
-                             clock=self._clock, log=self.log)
-        self.plan.register(self.projection.inst.provider.get_meter("claude_code_exporter.plan"),
-                           self.settings.namespace)
+        self.plan = PlanLink.on_projection(self.projection, self.settings.ledger_path,
+                                           self.settings.state_dir, self.pricing,
+                                           clock=self._clock, log=self.log)
         self.plan.tick()
         self.plan.after_pass()
         http = parts.http

@@ -21,16 +21,21 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.plan import cost, metrics, spool, store
 from exporter.plan.figures import PlanFigures, plan_figures
 from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing
 
+if TYPE_CHECKING:
+    from exporter.projections.metrics import Projection
+
 #: Seconds between two repricings of today for the status line (it refreshes at most
 #: every 300 ms, but a figure a few seconds old is as good there).
 TODAY_EVERY_S = 10.0
+#: The instrumentation scope of the plan families on the projection's meter provider.
+METER_NAME = "claude_code_exporter.plan"
 
 
 class PlanLink:
@@ -60,6 +65,25 @@ class PlanLink:
                                      check_same_thread=False, timeout=10)
         self._read_lock = threading.Lock()
         self._cache = metrics.FiguresCache(self._figures, monotonic)
+
+    @classmethod
+    def on_projection(cls, projection: Projection, ledger_path: Path, state_dir: Path,
+                      pricing: Pricing, *, clock: Callable[[], float] = time.time,
+                      monotonic: Callable[[], float] = time.monotonic,
+                      log: Any = None) -> PlanLink:
+        """The link ``serve`` runs: its families on ``projection``'s meter provider.
+
+        Under the projection's namespace, so they are scraped (and pushed) with the
+        rest. One assembly for the daemon and the tests that pin its exposition.
+        """
+        link = cls(ledger_path, state_dir, pricing, clock=clock, monotonic=monotonic, log=log)
+        try:
+            link.register(projection.inst.provider.get_meter(METER_NAME),
+                          projection.opts.namespace)
+        except BaseException:
+            link.close()
+            raise
+        return link
 
     def register(self, meter: Any, namespace: str) -> None:
         """Create the plan families on ``meter`` (observed at scrape time)."""
