@@ -140,6 +140,20 @@ def test_csv_has_one_line_per_row_or_per_model(ledger: Ledger, trees: list[Path]
     assert len(view_csv(split).splitlines()) == 1 + sum(len(r.breakdown) for r in split.rows)
 
 
+
+@pytest.mark.parametrize("breakdown", [False, True])
+@pytest.mark.parametrize("name", views.VIEWS)
+def test_csv_header_is_printed_also_without_rows(ledger: Ledger, trees: list[Path],
+                                                 prices: Prices, name: str,
+                                                 breakdown: bool) -> None:
+    """An empty range still prints the CSV header, the same as a view with rows has."""
+    options = views.Options(breakdown=breakdown, now=last_request(select(ledger, trees)))
+    full = view_csv(views.build(name, select(ledger, trees), prices, options)).splitlines()
+    future = Range(datetime(2030, 1, 1, tzinfo=UTC).timestamp(), None, UTC_ZONE)
+    empty = views.build(name, select(ledger, trees, future), prices, options)
+    assert empty.count == 0 and len(full) > 1
+    assert view_csv(empty).splitlines() == full[:1]
+
 # ---- time zones --------------------------------------------------------------------------
 def late(ts: str, key: str = "k") -> Request:
     """A main request at an ISO time."""
