@@ -133,6 +133,12 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ) -> Reques
                 views_of = "|limits" if flag == "--csv" else ""  # limits has a CSV too
                 raise UsageError(f"{flag} needs a view: report daily|weekly|monthly|session|"
                                  f"project|blocks{views_of} {flag}")
+    if args.view == LIMITS:  # one row per window instance: nothing to split, cut or order
+        for flag, given in (("--breakdown", args.breakdown), ("--limit", args.limit is not None),
+                            ("--order", args.order is not None)):
+            if given:
+                raise UsageError(f"{flag} does not apply to report limits (it lists every "
+                                 "window instance in the range, by window and reset)")
     try:
         zone = resolve_zone(args.timezone, env)
         rng = Range.parse(args.since, args.until, zone, now)

@@ -182,6 +182,8 @@ def test_a_typo_in_the_config_file_names_the_file(tmp_path: Path) -> None:
                  "--csv"),
     (("--breakdown",), "--breakdown needs a view: report daily|weekly|monthly|session|project|"
                        "blocks --breakdown"),
+    (("limits", "--limit", "3"), "--limit does not apply to report limits (it lists every "
+                                 "window instance in the range, by window and reset)"),
     (("daily", "--project", "nope"), "--project 'nope' matches nothing in the ledger "
                                      "(known: p)"),
 ])
