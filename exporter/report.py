@@ -60,8 +60,12 @@ def size(n: float) -> str:
 
 
 def usd(x: float) -> str:
-    """Format dollars: cents from $1 up, four decimals below (one request costs ~$0.001)."""
-    return f"${x:,.2f}" if abs(x) >= 1 or x == 0 else f"${x:.4f}"
+    """Format dollars: cents from $1 up, four decimals below (one request costs ~$0.001).
+
+    A negative amount (the cache saved less than its writes cost) reads ``-$0.0343``.
+    """
+    sign, x = ("-", -x) if x < 0 else ("", x)
+    return sign + (f"${x:,.2f}" if x >= 1 or x == 0 else f"${x:.4f}")
 
 
 def pct(x: float) -> str:
