@@ -274,11 +274,15 @@ def csv_header(view: View) -> list[str]:
 
 
 def _csv(records: list[dict[str, Any]], header: list[str]) -> str:
-    """Records as CSV under ``header``: the header line even with no record."""
+    """Records as CSV under ``header``: the header line even with no record.
+
+    Booleans are written as in the JSON, ``true``/``false`` (not Python's ``True``).
+    """
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(records)
+    writer.writerows({k: (("true" if v else "false") if isinstance(v, bool) else v)
+                      for k, v in r.items()} for r in records)
     return buffer.getvalue()
 
 

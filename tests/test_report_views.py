@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -153,6 +154,15 @@ def test_csv_header_is_printed_also_without_rows(ledger: Ledger, trees: list[Pat
     empty = views.build(name, select(ledger, trees, future), prices, options)
     assert empty.count == 0 and len(full) > 1
     assert view_csv(empty).splitlines() == full[:1]
+
+
+def test_csv_writes_booleans_as_the_json_does(ledger: Ledger, trees: list[Path],
+                                               prices: Prices) -> None:
+    """A block's ``active`` is ``true``/``false`` in the CSV, as in the JSON."""
+    sel = select(ledger, trees)
+    view = views.build("blocks", sel, prices, views.Options(now=last_request(sel)))
+    active = [line["active"] for line in csv.DictReader(io.StringIO(view_csv(view)))]
+    assert set(active) <= {"true", "false"} and "true" in active
 
 # ---- time zones --------------------------------------------------------------------------
 def late(ts: str, key: str = "k") -> Request:
