@@ -26,6 +26,18 @@ Why these dimensions:
   cache-expiry bucket of a main
   request (docs/figures.md), with 120 s split out for the generation speed.
 
+Exact percentiles over a time range (``slot_hist``): per UTC day (``span`` 0)
+and per 16-day block (``span`` 1), the count of requests in each *bin* of the
+prompt size, the output size and the main requests' gap (whole milliseconds).
+A bin keeps a value's top :data:`HIST_BITS` bits (32 bins an octave, under
+3.2 % wide; values under 64 exactly). A nearest-rank percentile sums the bins
+of the range to find the bin holding the rank, then walks the ledger's
+(value, ts) index inside that one bin: the work is the range's bins and one
+bin's share of the history, not every request (docs/figures.md).
+
+``slot_meta`` holds ``version`` (what the tables hold: another is rebuilt by
+the next writer, :func:`ensure`) and ``thresholds``.
+
 This module imports nothing of the project: the ledger uses it, projections read
 its tables.
 """
@@ -34,10 +46,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final
 
 SLOT_SECONDS: Final = 300
+VERSION: Final = 2  # slot_meta 'version': 2 added slot_hist and slot_day_peaks
+HIST_BITS: Final = 6  # a histogram bin keeps a value's top 6 bits (32 bins an octave)
+HIST_BLOCK_DAYS: Final = 16  # days per span-1 histogram unit
+CONTEXT_HIST, OUTPUT_HIST, GAP_HIST = 0, 1, 2  # slot_hist measures
 SLOTS_PER_DAY: Final = 86_400 // SLOT_SECONDS
 LONG_CONTEXT_TOKENS: Final = 200_000  # the thresholds before any are given: every tier in use
 DEFAULT_THRESHOLDS: Final = (LONG_CONTEXT_TOKENS,)
@@ -89,6 +105,11 @@ SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS slot_day_peaks (
     day INTEGER PRIMARY KEY, minute INTEGER NOT NULL, sessions INTEGER NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS slot_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # Requests per value bin, per UTC day (span 0) and 16-day block (span 1): see above.
+    """CREATE TABLE IF NOT EXISTS slot_hist (
+    measure INTEGER NOT NULL, span INTEGER NOT NULL, unit INTEGER NOT NULL,
+    roots INTEGER NOT NULL, bin INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (measure, span, unit, roots, bin)) WITHOUT ROWID""",
 )
 
 _IN_RANGE: Final = (
@@ -101,6 +122,55 @@ _JOIN_KEY: Final = (
     "AND k.source = r.source AND k.service_tier = r.service_tier "
     "AND k.inference_geo = r.inference_geo AND k.speed = r.speed AND k.long = {level}"
 )
+
+
+def bin_sql(value: str) -> str:
+    """SQL for a non-negative integer's histogram bin: the value with all but its top bits cleared.
+
+    Values under ``2**HIST_BITS`` (and negative ones) are their own bin.
+    """
+    arms = " ".join(f"WHEN {value} < {1 << bits} THEN ({value} >> {bits - HIST_BITS}) << "
+                    f"{bits - HIST_BITS}" for bits in range(HIST_BITS + 1, 63))
+    return f"(CASE WHEN {value} < {1 << HIST_BITS} THEN {value} {arms} ELSE {value} END)"
+
+
+def bin_bounds(lo: int) -> tuple[int, int]:
+    """The values ``[lo, hi)`` of the bin that starts at ``lo`` (a value of ``bin_sql``)."""
+    if lo < 1 << HIST_BITS:
+        return lo, lo + 1
+    return lo, lo + (1 << (lo.bit_length() - HIST_BITS))
+
+
+def version(db: sqlite3.Connection) -> int:
+    """What the slot tables hold (0: a ledger from before slot_meta's version)."""
+    try:
+        row = db.execute("SELECT value FROM slot_meta WHERE name = 'version'").fetchone()
+    except sqlite3.OperationalError:
+        row = None
+    return 0 if row is None else int(row[0])
+
+
+def ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
+    """Bring the slots to this :data:`VERSION`, split by ``wanted`` thresholds as well.
+
+    The split only grows (the stored thresholds plus ``wanted``): slots split by
+    more thresholds still answer a price table using fewer, and two price tables
+    cannot make the slots rebuild in turn. Inside the caller's transaction;
+    returns whether a rebuild happened (seconds on a year of history).
+    """
+    create(db)
+    stored = stored_thresholds(db)
+    target = tuple(sorted({*stored, *(int(t) for t in wanted)}))
+    if version(db) == VERSION and target == stored:
+        return False
+    db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('thresholds', ?)", (json.dumps(target),))
+    rebuild(db)
+    return True
+
+
+def needs_ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
+    """Whether :func:`ensure` would rebuild (a cheap read, outside any transaction)."""
+    return version(db) != VERSION or not {int(t) for t in wanted} <= set(stored_thresholds(db))
 
 
 def level_sql(thresholds: Sequence[int], context: str = CONTEXT) -> str:
@@ -117,6 +187,25 @@ def stored_thresholds(db: sqlite3.Connection) -> tuple[int, ...]:
     except sqlite3.OperationalError:  # a ledger from before slot_meta: the first default
         row = None
     return DEFAULT_THRESHOLDS if row is None else tuple(json.loads(row[0]))
+
+
+def read_thresholds(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
+                    ) -> tuple[int, ...]:
+    """:func:`stored_thresholds` through a reader (``Ledger.read``)."""
+    try:
+        rows = read("SELECT value FROM slot_meta WHERE name = 'thresholds'", [])
+    except sqlite3.OperationalError:
+        rows = []
+    return tuple(json.loads(rows[0][0])) if rows else DEFAULT_THRESHOLDS
+
+
+def read_version(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]]) -> int:
+    """:func:`version` through a reader (``Ledger.read``)."""
+    try:
+        rows = read("SELECT value FROM slot_meta WHERE name = 'version'", [])
+    except sqlite3.OperationalError:
+        rows = []
+    return int(rows[0][0]) if rows else 0
 
 
 def use_thresholds(db: sqlite3.Connection, wanted: Sequence[int]) -> bool:
@@ -150,12 +239,21 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
     inference_geo, speed, the five token fields, web_search, gap and roots, and
     the index on ts.
     """
-    for lo, hi in _runs(slots):
-        refresh_range(db, lo, hi)
+    runs = list(_runs(slots))
+    for lo, hi in runs:
+        refresh_range(db, lo, hi, hist=False)
+    # Each touched day's histograms once, however many runs fall in it.
+    days = sorted({d for lo, hi in runs for d in range(lo // SLOTS_PER_DAY,
+                                                        hi // SLOTS_PER_DAY + 1)})
+    for lo_day, hi_day in _day_runs(days):
+        _refresh_hist(db, lo_day, hi_day)
 
 
-def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
-    """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`."""
+def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True) -> None:
+    """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`.
+
+    ``hist``: and the value histograms of their days (:func:`refresh` does those once).
+    """
     level = level_sql(stored_thresholds(db))
     db.execute("DELETE FROM slots WHERE slot BETWEEN ? AND ?", (lo, hi))
     # Slack of a second around the range: the exact test is the CAST, as in slot_of.
@@ -175,6 +273,42 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
     _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+    if hist:
+        _refresh_hist(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
+
+# What each histogram counts: (measure, value SQL, condition).
+_HIST_VALUES: Final = (
+    (CONTEXT_HIST, CONTEXT, "1"),
+    (OUTPUT_HIST, "r.output", "1"),
+    (GAP_HIST, GAP_MS, "r.source = 0 AND r.gap IS NOT NULL"),
+)
+
+
+def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Count the UTC days ``lo`` to ``hi`` again into bins, from their requests; then their blocks.
+
+    A day is counted whole from the ``ts`` index (a few thousand rows on a heavy
+    day); its 16-day block again from the days' bins.
+    """
+    if version(db) < VERSION:
+        return  # an old layout: the next writer's ensure() rebuilds everything
+    params = (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi)
+    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 "
+               "AND unit BETWEEN ? AND ?", (lo, hi))
+    for measure, value, cond in _HIST_VALUES:
+        db.execute(
+            f"INSERT INTO slot_hist SELECT {measure}, 0, CAST(r.ts / 86400 AS INTEGER), r.roots, "
+            f"{bin_sql(value)}, count(*) FROM requests r WHERE r.ts >= ? AND r.ts < ? AND "
+            f"CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ? AND {cond} GROUP BY 3, 4, 5", params)
+    b_lo, b_hi = lo // HIST_BLOCK_DAYS, hi // HIST_BLOCK_DAYS
+    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 1 "
+               "AND unit BETWEEN ? AND ?", (b_lo, b_hi))
+    db.execute(
+        f"INSERT INTO slot_hist SELECT measure, 1, unit / {HIST_BLOCK_DAYS}, roots, bin, sum(n) "
+        "FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 AND unit BETWEEN ? AND ? "
+        "GROUP BY 1, 3, 4, 5",
+        (b_lo * HIST_BLOCK_DAYS, (b_hi + 1) * HIST_BLOCK_DAYS - 1))
 
 
 def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
@@ -199,13 +333,32 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
 
 
 def rebuild(db: sqlite3.Connection) -> None:
-    """Recompute every slot (after a migration; inside the caller's transaction)."""
+    """Recompute every slot (after a migration; inside the caller's transaction).
+
+    The tables then hold this :data:`VERSION`'s layout (stored in ``slot_meta``).
+    """
+    create(db)
+    db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('version', ?)", (str(VERSION),))
     lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
     db.execute("DELETE FROM slots")
     db.execute("DELETE FROM slot_days")
     db.execute("DELETE FROM slot_day_peaks")
+    db.execute("DELETE FROM slot_hist")
     if lo is not None:
         refresh_range(db, slot_of(lo), slot_of(hi))
+
+
+def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """Runs of consecutive days (sorted, distinct) as inclusive ranges."""
+    if not days:
+        return
+    start = prev = days[0]
+    for d in days[1:]:
+        if d != prev + 1:
+            yield start, prev
+            start = d
+        prev = d
+    yield start, prev
 
 
 def _runs(slots: Iterable[int]) -> Iterator[tuple[int, int]]:

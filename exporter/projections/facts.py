@@ -247,6 +247,17 @@ class Selection:
         return self.rows(aggregate)[0][0]
 
 
+def long_thresholds(pricing: Pricing) -> tuple[int, ...]:
+    """Every long-context threshold of the price table (any period), ascending."""
+    families = getattr(pricing, "families", None)  # price periods, when the table has them
+    periods: list[Any]
+    if families:
+        periods = [p for fam in families.values() for p in fam.periods]
+    else:
+        periods = list(pricing.models.values())
+    return tuple(sorted({p.long_context_threshold for p in periods if p.long_context}))
+
+
 @dataclass(slots=True)
 class Prices:
     """Prices price classes once each, in integer pico-dollars per token and per search."""
@@ -261,15 +272,9 @@ class Prices:
     def of(cls, pricing: Pricing) -> Prices:
         """Collect the thresholds and price dates the SQL must split requests by."""
         families = getattr(pricing, "families", None)  # price periods, when the table has them
-        periods: list[Any]
-        if families:
-            periods = [p for fam in families.values() for p in fam.periods]
-            starts = sorted({s for fam in families.values() for s in fam.starts})
-        else:
-            periods, starts = list(pricing.models.values()), []
-        thresholds = sorted({p.long_context_threshold for p in periods if p.long_context})
+        starts = sorted({s for fam in families.values() for s in fam.starts}) if families else []
         # A table with price periods takes each class's date (``at``); the older one has none.
-        return cls(pricing, tuple(thresholds), tuple(starts), {}, bool(families))
+        return cls(pricing, long_thresholds(pricing), tuple(starts), {}, bool(families))
 
     def fits_slots(self, stored: Sequence[int]) -> bool:
         """Whether slot sums can be priced: summed by our thresholds, price dates on 5 minutes."""
