@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exporter.projections.facts import Prices
+from exporter.projections.facts import Facts, Prices
 from exporter.projections.figures import (
     GAP_BUCKETS,
     gap_bucket,
@@ -393,3 +393,20 @@ def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Pa
         assert run(report_ledgers.select(ledger)) == from_slots
     expected = sum(sum(c.values()) for r in requests if (c := prices.pricing.cost(r)))
     assert from_slots["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: Pricing,
+                                                                 tmp_path: Path) -> None:
+    """Slots split at 100k, 150k and 200k serve a price table with fewer thresholds, exactly."""
+    requests = random_requests(1500, seed=5)
+    prices = Prices.of(pricing)
+    db = report_ledgers.slotted(requests, (100_000, 150_000, *prices.thresholds))
+    sel = report_ledgers.select(db)
+    assert Facts(sel, prices).slotted  # the slot sums answer, not the requests
+
+    def run(sel: Any) -> dict[str, Any]:
+        return summary(sel, prices, kv_bytes_per_token=KV, upload_bytes_per_token=4.0,
+                       lines=LINES, rejected=REJECTED).to_json()
+
+    with report_ledgers.real(requests, tmp_path) as ledger:
+        assert run(sel) == run(report_ledgers.select(ledger))

@@ -277,8 +277,20 @@ class Prices:
         return cls(pricing, long_thresholds(pricing), tuple(starts), {}, bool(families))
 
     def fits_slots(self, stored: Sequence[int]) -> bool:
-        """Whether slot sums can be priced: summed by our thresholds, price dates on 5 minutes."""
-        return tuple(stored) == self.thresholds and all(s % _SLOT == 0 for s in self.starts)
+        """Whether slot sums can be priced: split by (at least) our thresholds, dates on 5 minutes.
+
+        Slots split by more thresholds than the price table's answer too: a slot
+        key's level then maps to ours (:meth:`relevel`).
+        """
+        return set(self.thresholds) <= set(stored) and all(s % _SLOT == 0 for s in self.starts)
+
+    def relevel(self, stored: Sequence[int]) -> tuple[int, ...]:
+        """Our long-context level for each level of slots split by ``stored`` thresholds.
+
+        Level ``L`` of the slots means the prompt exceeds ``stored[L-1]`` and no
+        higher stored threshold; ours counts our thresholds at or below it.
+        """
+        return (0, *(sum(t <= s for t in self.thresholds) for s in sorted(stored)))
 
     @property
     def fits_days(self) -> bool:
@@ -351,16 +363,20 @@ _DAYS: Final = _Table("slot_days", "day", "day * 86400")
 class Facts:
     """The selection's facts, from the slots where they can answer, else from requests."""
 
-    def __init__(self, selection: Selection, prices: Prices, *, by_class: bool = False) -> None:
+    def __init__(self, selection: Selection, prices: Prices, *, by_class: bool = False,
+                 keep_project: bool = False) -> None:
         """Facts of ``selection``, priced with ``prices``.
 
         ``by_class``: facts per price class only (their session and project are
-        blank): fewer rows for views that need neither.
+        blank): fewer rows for views that need neither; ``keep_project``: per
+        price class and project (the session blank).
         """
         self.sel = selection
         self.prices = prices
         self.by_class = by_class
+        self.keep_project = keep_project
         self._keys: dict[int, Attrs] | None = None
+        self._level = prices.relevel(selection.slot_thresholds)  # slot key level -> ours
 
     @property
     def slotted(self) -> bool:
@@ -462,12 +478,14 @@ class Facts:
         """Fold the key rows of ``sql`` into price classes in SQL (few rows, text keys)."""
         names = ("g", "key", "b", "p", "f", "l", "n", "i", "o", "cr", "w5", "w1", "ws", "gm")
         sums = ", ".join(f"sum(x.{c})" for c in names[6:])
+        project = "k.project" if self.keep_project else "''"
         outer = (f"WITH x({', '.join(names)}) AS MATERIALIZED ({sql}) "
-                 "SELECT x.g, k.model, k.source, k.service_tier, k.inference_geo, k.speed, "
-                 f"k.long, x.b, x.p, min(x.f), max(x.l), {sums} FROM x "
-                 "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
-        return [self._fact(r[0], Attrs("", "", r[1], _SOURCES[r[2]], r[3], r[4], r[5], r[6]),
-                           r[7:]) for r in self.sel.read(outer, params)]
+                 f"SELECT x.g, {project}, k.model, k.source, k.service_tier, k.inference_geo, "
+                 f"k.speed, k.long, x.b, x.p, min(x.f), max(x.l), {sums} FROM x "
+                 "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10")
+        level = self._level
+        return [self._fact(r[0], Attrs("", r[1], r[2], _SOURCES[r[3]], r[4], r[5], r[6],
+                                       level[r[7]]), r[8:]) for r in self.sel.read(outer, params)]
 
     def _from_requests(self, key: TimeKey | None, buckets: bool, extra: Sequence[str],
                        join: str = "", on: bool = False) -> list[Fact]:
@@ -479,7 +497,8 @@ class Facts:
             extra = (*extra, f"r.ts >= j.value * {_SLOT} - 1",
                      f"r.ts < (j.value + 1) * {_SLOT} + 1")
         bucket = slots.BUCKET if buckets else str(NO_BUCKET)
-        who = "'', ''" if self.by_class else "session, project"
+        who = ("'', project" if self.keep_project else "'', ''") if self.by_class else (
+            "session, project")
         rows = self.sel.rows(
             f"{key.sql('ts') if key else 'NULL'}, {who}, model, source, "
             f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
@@ -503,12 +522,45 @@ class Facts:
             sessions: dict[int, str] = dict(found)
             self._keys = {
                 kid: Attrs(sessions[sid], project, model, _SOURCES[source], tier, geo, speed,
-                           long)
+                           self._level[long])
                 for kid, sid, project, model, source, tier, geo, speed, long in self.sel.read(
                     "SELECT id, sid, project, model, source, service_tier, inference_geo, "
                     "speed, long FROM slot_keys", [])
             }
         return self._keys
+
+    # ---- per session: what the summary's session figures need ------------------------
+    def sessions(self) -> dict[str, list[Any]]:
+        """Each session's ``[requests, output, cache read, main requests with a gap, first, last]``.
+
+        Summed in SQL per session (slot sums where they answer, requests at the
+        edges): one row per session reaches Python, not one per key and bucket.
+        """
+        out: dict[str, list[Any]] = {}
+        edges: list[tuple[str, ...]]
+        if not self.slotted:
+            edges = [()]
+        else:
+            interior, edges = self._split()
+            if interior is not None:
+                names: dict[int, str] = dict(self.sel.read(
+                    "SELECT id, session FROM slot_sessions", []))
+                for table, part in self._levels(interior, None):
+                    cond, params = self.slot_where(part, table)
+                    rows = self.sel.read(
+                        "SELECT sid, sum(n), sum(output), sum(cache_read), "
+                        "sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), max(last) "
+                        f"FROM {table.name} AS s WHERE {cond} GROUP BY sid", params)
+                    for sid, *sums in rows:
+                        _add_session(out, names[sid], sums)
+        for edge in edges:
+            rows = self.sel.rows(
+                f"session, count(*), sum(output), sum(cache_read), "
+                f"sum(source = {int(Source.MAIN)} AND gap IS NOT NULL), min(ts), max(ts)",
+                *edge, tail="GROUP BY session")
+            for name, *sums in rows:
+                _add_session(out, name, sums)
+        return out
 
     # ---- figures over windows: the busiest minute, the most sessions in 10 minutes -----
     def busiest_minute(self) -> int:
@@ -576,6 +628,22 @@ class Facts:
         rows = self.sel.rows(measure, *extra,
                              tail=f"GROUP BY CAST(ts / {width} AS INTEGER) ORDER BY 1 DESC LIMIT 1")
         return int(rows[0][0]) if rows else 0
+
+
+def _add_session(out: dict[str, list[Any]], name: str, sums: Sequence[Any]) -> None:
+    """Add one row of session sums (four counts, first, last) to ``out[name]``."""
+    n, output, read, gaps, first, last = sums
+    acc = out.get(name)
+    if acc is None:
+        out[name] = [int(n), int(output or 0), int(read or 0), int(gaps or 0), float(first),
+                     float(last)]
+        return
+    acc[0] += int(n)
+    acc[1] += int(output or 0)
+    acc[2] += int(read or 0)
+    acc[3] += int(gaps or 0)
+    acc[4] = min(acc[4], float(first))
+    acc[5] = max(acc[5], float(last))
 
 
 def by_name(usages: Mapping[str, Usage]) -> dict[str, Usage]:
