@@ -13,7 +13,8 @@ idempotent and cannot drift. The ledger calls it with the slots of every request
 it inserted, changed (old and new time), re-gapped or gave a new root.
 
 The same sums per UTC day (``slot_days``, from the slots) answer everything that
-needs no finer time: a whole-history summary, the session and project views.
+needs no finer time: a whole-history summary, the session and project views; and
+per 16-day block (``slot_blocks``, from the days) the whole blocks of those.
 
 Why these dimensions:
 - 300 s divides a minute-aligned window of 5 minutes (``m0``..``m4`` count the
@@ -50,9 +51,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 SLOT_SECONDS: Final = 300
-VERSION: Final = 2  # slot_meta 'version': 2 added slot_hist and slot_day_peaks
+VERSION: Final = 4  # slot_meta 'version': 4 has slot_hist, the blocks, slot_day_peaks
 HIST_BITS: Final = 6  # a histogram bin keeps a value's top 6 bits (32 bins an octave)
-HIST_BLOCK_DAYS: Final = 16  # days per span-1 histogram unit
+BLOCK_DAYS: Final = 16  # days per block (slot_blocks, and span 1 of slot_hist)
+HIST_BLOCK_DAYS: Final = BLOCK_DAYS
 CONTEXT_HIST, OUTPUT_HIST, GAP_HIST = 0, 1, 2  # slot_hist measures
 SLOTS_PER_DAY: Final = 86_400 // SLOT_SECONDS
 LONG_CONTEXT_TOKENS: Final = 200_000  # the thresholds before any are given: every tier in use
@@ -100,6 +102,36 @@ SCHEMA: Final = (
     cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
     gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
     PRIMARY KEY (day, key, roots, bucket)) WITHOUT ROWID""",
+    # The same sums per 16-day block (``day / 16``), from the day sums: a report over
+    # a year groups a third of the day rows (a key, a session's, rarely spans two days).
+    """CREATE TABLE IF NOT EXISTS slot_blocks (
+    block INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, key, roots, bucket)) WITHOUT ROWID""",
+    # Per block without the session and project: by price class (a year's summary reads
+    # ~20 rows a block), and by session (its session figures: one row per session).
+    """CREATE TABLE IF NOT EXISTS slot_classes (
+    id INTEGER PRIMARY KEY, model TEXT NOT NULL, source INTEGER NOT NULL,
+    service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
+    long INTEGER NOT NULL,
+    UNIQUE (model, source, service_tier, inference_geo, speed, long))""",
+    """CREATE TABLE IF NOT EXISTS slot_class_blocks (
+    block INTEGER NOT NULL, class INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, class, roots, bucket)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS slot_session_blocks (
+    block INTEGER NOT NULL, sid INTEGER NOT NULL, roots INTEGER NOT NULL,
+    n INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
+    gaps INTEGER NOT NULL, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, sid, roots)) WITHOUT ROWID""",
     # Per UTC day, over every request: the most in one calendar minute and the most
     # sessions in one aligned 10-minute window (both windows lie inside a day).
     """CREATE TABLE IF NOT EXISTS slot_day_peaks (
@@ -246,6 +278,7 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
     days = sorted({d for lo, hi in runs for d in range(lo // SLOTS_PER_DAY,
                                                         hi // SLOTS_PER_DAY + 1)})
     for lo_day, hi_day in _day_runs(days):
+        _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
         _refresh_hist(db, lo_day, hi_day)
 
 
@@ -274,7 +307,38 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
     _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
     if hist:
+        _refresh_blocks(db, lo // SLOTS_PER_DAY // BLOCK_DAYS, hi // SLOTS_PER_DAY // BLOCK_DAYS)
         _refresh_hist(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
+
+def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Sum the blocks ``lo`` to ``hi`` (inclusive) again from their days' sums."""
+    if version(db) < VERSION:
+        return  # an old layout: the next writer's ensure() rebuilds everything
+    db.execute("DELETE FROM slot_blocks WHERE block BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        f"INSERT INTO slot_blocks SELECT day / {BLOCK_DAYS}, key, roots, bucket, sid, "
+        "sum(n), sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+        "sum(cache_write_1h), sum(web_search), sum(gap_ms), min(first), max(last) FROM slot_days "
+        "WHERE day BETWEEN ? AND ? GROUP BY 1, 2, 3, 4",
+        (lo * BLOCK_DAYS, (hi + 1) * BLOCK_DAYS - 1))
+    classes = "model, source, service_tier, inference_geo, speed, long"
+    db.execute(f"INSERT OR IGNORE INTO slot_classes ({classes}) SELECT DISTINCT "
+               f"{', '.join('k.' + c for c in classes.split(', '))} FROM slot_blocks b "
+               "JOIN slot_keys k ON k.id = b.key WHERE b.block BETWEEN ? AND ?", (lo, hi))
+    same = " AND ".join(f"c.{c} = k.{c}" for c in classes.split(", "))
+    db.execute("DELETE FROM slot_class_blocks WHERE block BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        "INSERT INTO slot_class_blocks SELECT b.block, c.id, b.roots, b.bucket, sum(b.n), "
+        "sum(b.input), sum(b.output), sum(b.cache_read), sum(b.cache_write_5m), "
+        "sum(b.cache_write_1h), sum(b.web_search), sum(b.gap_ms), min(b.first), max(b.last) "
+        f"FROM slot_blocks b JOIN slot_keys k ON k.id = b.key JOIN slot_classes c ON {same} "
+        "WHERE b.block BETWEEN ? AND ? GROUP BY 1, 2, 3, 4", (lo, hi))
+    db.execute("DELETE FROM slot_session_blocks WHERE block BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        "INSERT INTO slot_session_blocks SELECT block, sid, roots, sum(n), sum(output), "
+        "sum(cache_read), sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), max(last) "
+        "FROM slot_blocks WHERE block BETWEEN ? AND ? GROUP BY 1, 2, 3", (lo, hi))
 
 
 # What each histogram counts: (measure, value SQL, condition).
@@ -344,6 +408,9 @@ def rebuild(db: sqlite3.Connection) -> None:
     db.execute("DELETE FROM slot_days")
     db.execute("DELETE FROM slot_day_peaks")
     db.execute("DELETE FROM slot_hist")
+    db.execute("DELETE FROM slot_blocks")
+    db.execute("DELETE FROM slot_class_blocks")
+    db.execute("DELETE FROM slot_session_blocks")
     if lo is not None:
         refresh_range(db, slot_of(lo), slot_of(hi))
 
