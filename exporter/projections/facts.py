@@ -358,6 +358,8 @@ class _Table:
 
 _SLOTS: Final = _Table("slots", "slot", f"slot * {_SLOT}")
 _DAYS: Final = _Table("slot_days", "day", "day * 86400")
+_BLOCK_DAYS: Final = slots.BLOCK_DAYS
+_BLOCKS: Final = _Table("slot_blocks", "block", f"block * {_BLOCK_DAYS * 86_400}")
 
 
 class Facts:
@@ -377,6 +379,7 @@ class Facts:
         self.keep_project = keep_project
         self._keys: dict[int, Attrs] | None = None
         self._level = prices.relevel(selection.slot_thresholds)  # slot key level -> ours
+        self._blocks: bool | None = None  # whether the block sums are kept (read once)
 
     @property
     def slotted(self) -> bool:
@@ -407,9 +410,12 @@ class Facts:
             out.extend(self._from_requests(key, buckets, edge))
         return out
 
-    def _levels(self, interior: tuple[int | None, int | None],
-                key: TimeKey | None) -> list[tuple[_Table, tuple[int | None, int | None]]]:
-        """Whole UTC days from the day sums, the rest of the whole slots from the slot sums."""
+    def _levels(self, interior: tuple[int | None, int | None], key: TimeKey | None,
+                blocks: bool = True) -> list[tuple[_Table, tuple[int | None, int | None]]]:
+        """Whole UTC days from the day sums, the rest of the whole slots from the slot sums.
+
+        Without a time key (and ``blocks``), whole 16-day blocks from the block sums.
+        """
         lo, hi = interior
         if not (self.sel.days and self.prices.fits_days and (key is None or key.day_aligned)):
             return [(_SLOTS, interior)]
@@ -417,11 +423,42 @@ class Facts:
         d_hi = None if hi is None else hi // _DAY_SLOTS
         if d_lo is not None and d_hi is not None and d_lo >= d_hi:
             return [(_SLOTS, interior)]
-        out: list[tuple[_Table, tuple[int | None, int | None]]] = [(_DAYS, (d_lo, d_hi))]
+        out = self._day_parts(d_lo, d_hi) if key is None and blocks else [(_DAYS, (d_lo, d_hi))]
         if lo is not None and d_lo is not None and lo < d_lo * _DAY_SLOTS:
             out.append((_SLOTS, (lo, d_lo * _DAY_SLOTS)))
         if hi is not None and d_hi is not None and d_hi * _DAY_SLOTS < hi:
             out.append((_SLOTS, (d_hi * _DAY_SLOTS, hi)))
+        return out
+
+    def _day_parts(self, d_lo: int | None, d_hi: int | None
+                   ) -> list[tuple[_Table, tuple[int | None, int | None]]]:
+        """Days ``[d_lo, d_hi)``: whole blocks from the block sums, the other days from days'.
+
+        A block with a price date inside it (not at its start) is read by days.
+        """
+        if self._blocks is None:
+            self._blocks = slots.read_version(self.sel.read) == slots.VERSION
+        b_lo = None if d_lo is None else -(-d_lo // _BLOCK_DAYS)
+        b_hi = None if d_hi is None else d_hi // _BLOCK_DAYS
+        if not self._blocks or (b_lo is not None and b_hi is not None and b_lo >= b_hi):
+            return [(_DAYS, (d_lo, d_hi))]
+        width = _BLOCK_DAYS * 86_400
+        cuts = sorted({int(t // width) for t in self.prices.starts if t % width
+                       and (b_lo is None or t >= b_lo * width)
+                       and (b_hi is None or t < b_hi * width)})
+        out: list[tuple[_Table, tuple[int | None, int | None]]] = []
+        start = b_lo
+        for b in cuts:
+            if start is None or start < b:
+                out.append((_BLOCKS, (start, b)))
+            out.append((_DAYS, (b * _BLOCK_DAYS, (b + 1) * _BLOCK_DAYS)))
+            start = b + 1
+        if start is None or b_hi is None or start < b_hi:
+            out.append((_BLOCKS, (start, b_hi)))
+        if d_lo is not None and b_lo is not None and d_lo < b_lo * _BLOCK_DAYS:
+            out.append((_DAYS, (d_lo, b_lo * _BLOCK_DAYS)))
+        if d_hi is not None and b_hi is not None and b_hi * _BLOCK_DAYS < d_hi:
+            out.append((_DAYS, (b_hi * _BLOCK_DAYS, d_hi)))
         return out
 
     def _split(self) -> tuple[tuple[int | None, int | None] | None, list[tuple[str, ...]]]:
@@ -469,10 +506,23 @@ class Facts:
         sql = (f"SELECT {group}, s.key, {'bucket' if buckets else NO_BUCKET}, "
                f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {_SUMS}, "
                f"sum(gap_ms) FROM {table.name} AS s WHERE {cond} GROUP BY 1, 2, 3, 4")
+        if self.by_class and table is _BLOCKS and not (self.keep_project or self.sel.filtered):
+            return self._class_blocks(cond, params, buckets)
         if self.by_class:
             return self._by_class(sql, params)
         keys = self.keys()
         return [self._fact(row[0], keys[row[1]], row[2:]) for row in self.sel.read(sql, params)]
+
+    def _class_blocks(self, cond: str, params: list[object], buckets: bool) -> list[Fact]:
+        """Facts per price class of whole blocks, from the class sums (no session, no project)."""
+        sql = ("SELECT c.model, c.source, c.service_tier, c.inference_geo, c.speed, c.long, "
+               f"{'bucket' if buckets else NO_BUCKET}, "
+               f"{self.prices.period_sql(_BLOCKS.start)}, min(first), max(last), sum(n), {_SUMS}, "
+               "sum(gap_ms) FROM slot_class_blocks AS s JOIN slot_classes c ON c.id = s.class "
+               f"WHERE {cond} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8")
+        level = self._level
+        return [self._fact(None, Attrs("", "", r[0], _SOURCES[r[1]], r[2], r[3], r[4],
+                                       level[r[5]]), r[6:]) for r in self.sel.read(sql, params)]
 
     def _by_class(self, sql: str, params: list[object]) -> list[Fact]:
         """Fold the key rows of ``sql`` into price classes in SQL (few rows, text keys)."""
@@ -547,10 +597,15 @@ class Facts:
                     "SELECT id, session FROM slot_sessions", []))
                 for table, part in self._levels(interior, None):
                     cond, params = self.slot_where(part, table)
-                    rows = self.sel.read(
-                        "SELECT sid, sum(n), sum(output), sum(cache_read), "
-                        "sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), max(last) "
-                        f"FROM {table.name} AS s WHERE {cond} GROUP BY sid", params)
+                    if table is _BLOCKS and not self.sel.filtered:  # the per-session sums
+                        sql = ("SELECT sid, sum(n), sum(output), sum(cache_read), sum(gaps), "
+                               "min(first), max(last) FROM slot_session_blocks AS s "
+                               f"WHERE {cond} GROUP BY sid")
+                    else:
+                        sql = ("SELECT sid, sum(n), sum(output), sum(cache_read), "
+                               "sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), "
+                               f"max(last) FROM {table.name} AS s WHERE {cond} GROUP BY sid")
+                    rows = self.sel.read(sql, params)
                     for sid, *sums in rows:
                         _add_session(out, names[sid], sums)
         for edge in edges:
@@ -613,7 +668,7 @@ class Facts:
             return []
         if self.sel.slot_scope is not None or self.sel.filtered:
             return [(_SLOTS, interior)]
-        return self._levels(interior, None)
+        return self._levels(interior, None, blocks=False)
 
     def _day_peak(self, column: str, part: tuple[int | None, int | None]) -> int:
         """The largest stored day peak over whole days ``[lo, hi)``."""
