@@ -157,13 +157,18 @@ _JOIN_KEY: Final = (
 
 
 def bin_sql(value: str) -> str:
-    """SQL for a non-negative integer's histogram bin: the value with all but its top bits cleared.
+    """SQL for an integer's histogram bin: the value with all but its top bits cleared.
 
-    Values under ``2**HIST_BITS`` (and negative ones) are their own bin.
+    Values under ``2**HIST_BITS`` (and negative ones) are their own bin. A
+    binary tree of CASEs on the bit length: six comparisons a value, not fifty.
     """
-    arms = " ".join(f"WHEN {value} < {1 << bits} THEN ({value} >> {bits - HIST_BITS}) << "
-                    f"{bits - HIST_BITS}" for bits in range(HIST_BITS + 1, 63))
-    return f"(CASE WHEN {value} < {1 << HIST_BITS} THEN {value} {arms} ELSE {value} END)"
+    def tree(lo: int, hi: int) -> str:  # bit lengths lo..hi
+        if lo == hi:
+            return f"(({value} >> {lo - HIST_BITS}) << {lo - HIST_BITS})"
+        mid = (lo + hi) // 2
+        return f"CASE WHEN {value} < {1 << mid} THEN {tree(lo, mid)} ELSE {tree(mid + 1, hi)} END"
+
+    return f"(CASE WHEN {value} < {1 << HIST_BITS} THEN {value} ELSE {tree(HIST_BITS + 1, 63)} END)"
 
 
 def bin_bounds(lo: int) -> tuple[int, int]:
@@ -341,38 +346,42 @@ def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
         "FROM slot_blocks WHERE block BETWEEN ? AND ? GROUP BY 1, 2, 3", (lo, hi))
 
 
-# What each histogram counts: (measure, value SQL, condition).
-_HIST_VALUES: Final = (
-    (CONTEXT_HIST, CONTEXT, "1"),
-    (OUTPUT_HIST, "r.output", "1"),
-    (GAP_HIST, GAP_MS, "r.source = 0 AND r.gap IS NOT NULL"),
-)
-
-
 def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
     """Count the UTC days ``lo`` to ``hi`` again into bins, from their requests; then their blocks.
 
-    A day is counted whole from the ``ts`` index (a few thousand rows on a heavy
-    day); its 16-day block again from the days' bins.
+    A day is counted whole, in one pass over its requests (the ``ts`` index; a
+    few thousand rows on a heavy day). Its block's bins change by the day's old
+    and new counts (exact integers, in this transaction): a block is the sum of
+    its days' bins by construction (:func:`rebuild`), so refreshing twice gives
+    the same rows, and the work is the touched days', not 16 days'.
     """
     if version(db) < VERSION:
         return  # an old layout: the next writer's ensure() rebuilds everything
-    params = (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi)
-    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 "
-               "AND unit BETWEEN ? AND ?", (lo, hi))
-    for measure, value, cond in _HIST_VALUES:
-        db.execute(
-            f"INSERT INTO slot_hist SELECT {measure}, 0, CAST(r.ts / 86400 AS INTEGER), r.roots, "
-            f"{bin_sql(value)}, count(*) FROM requests r WHERE r.ts >= ? AND r.ts < ? AND "
-            f"CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ? AND {cond} GROUP BY 3, 4, 5", params)
+    days = (lo, hi)
     b_lo, b_hi = lo // HIST_BLOCK_DAYS, hi // HIST_BLOCK_DAYS
-    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 1 "
-               "AND unit BETWEEN ? AND ?", (b_lo, b_hi))
+    of_days = (f"SELECT measure, unit / {HIST_BLOCK_DAYS} AS blk, roots, bin, sum(n) AS n "
+               "FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 AND unit BETWEEN ? AND ? "
+               "GROUP BY 1, 2, 3, 4")
+    db.execute(f"UPDATE slot_hist AS b SET n = b.n - d.n FROM ({of_days}) AS d "
+               "WHERE b.measure = d.measure AND b.span = 1 AND b.unit = d.blk "
+               "AND b.roots = d.roots AND b.bin = d.bin", days)
+    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 "
+               "AND unit BETWEEN ? AND ?", days)
+    gap = f"CASE WHEN r.source = 0 AND r.gap IS NOT NULL THEN {GAP_MS} END"
     db.execute(
-        f"INSERT INTO slot_hist SELECT measure, 1, unit / {HIST_BLOCK_DAYS}, roots, bin, sum(n) "
-        "FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 AND unit BETWEEN ? AND ? "
-        "GROUP BY 1, 3, 4, 5",
-        (b_lo * HIST_BLOCK_DAYS, (b_hi + 1) * HIST_BLOCK_DAYS - 1))
+        f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
+        f"{CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
+        "WHERE r.ts >= ? AND r.ts < ? AND CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ?) "
+        f"INSERT INTO slot_hist SELECT {CONTEXT_HIST}, 0, d, ro, {bin_sql('c')}, count(*) FROM v "
+        f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, 0, d, ro, {bin_sql('o')}, count(*) "
+        f"FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, 0, d, ro, {bin_sql('g')}, "
+        "count(*) FROM v WHERE g IS NOT NULL GROUP BY 3, 4, 5",
+        (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi))
+    db.execute(f"INSERT INTO slot_hist SELECT measure, 1, blk, roots, bin, n FROM ({of_days}) "
+               "WHERE 1 ON CONFLICT (measure, span, unit, roots, bin) DO UPDATE "
+               "SET n = n + excluded.n", days)
+    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 1 "
+               "AND unit BETWEEN ? AND ? AND n = 0", (b_lo, b_hi))
 
 
 def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
