@@ -8,8 +8,10 @@ prices each distinct class once.
 
 Two producers give the same facts:
 - the ledger's usage slots (:mod:`exporter.slots`: sums per 5 minutes and key,
-  kept with the rows), for whole slots. A year's report groups ~100k slot rows
-  with integer keys instead of sorting ~600k requests by text columns;
+  kept with the rows), for whole slots, and their sums per UTC day and per
+  16-day block (per key, per price class, per session) for whole days and
+  blocks. A year's summary groups a few thousand block rows instead of sorting
+  ~700k requests by text columns;
 - the requests themselves, for the partial slots at the edges of a time range,
   and for everything when slots cannot answer (no slots yet, a time zone or a
   price date off the 5-minute grid, a long-context threshold other than the

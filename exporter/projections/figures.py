@@ -2,11 +2,15 @@
 
 :func:`summary` returns a typed :class:`Summary`; :meth:`Summary.to_json` is the
 ``report --json`` contract (and the shape of the generator's ``truth.json``).
-Every figure is an aggregate that SQLite computes: sums per price class
-(:mod:`exporter.projections.facts`), the gap buckets and the active generation
-speed from each main request's ``gap`` column (kept by the ledger), exact
-nearest-rank percentiles by ``ORDER BY … LIMIT 1 OFFSET k``, and the busiest
-minute and 10-minute window by ``GROUP BY``. Python sees aggregate rows only.
+Every figure is an aggregate that SQLite computes: sums per price class and
+per session (:mod:`exporter.projections.facts`), the gap buckets and the active
+generation speed from each main request's ``gap`` column (kept by the ledger),
+exact nearest-rank percentiles from the ledger's value histograms
+(:class:`Histograms`: the range's bins, then one bin's walk of the value's
+index; ``ORDER BY … LIMIT 1 OFFSET k`` over the whole selection where the
+histograms cannot answer), and the busiest minute and 10-minute window by
+``GROUP BY``. Python sees aggregate rows only, about as many after a year of
+history as after a month.
 
 The small helpers at the end (``gap_bucket``, ``session_gaps``, …) are the
 per-request rules the live metrics still use.
