@@ -1,17 +1,21 @@
-"""Percentiles from the ledger's value histograms equal nearest-rank percentiles of the values."""
+"""Histogram percentiles equal nearest-rank ones; a writer keeps the slots they need."""
 
 from __future__ import annotations
 
 import random
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from exporter import slots
-from exporter.projections.facts import Selection
+from exporter.ledger import Ledger
+from exporter.projections.counting import Counting
+from exporter.projections.facts import Prices, Selection
 from exporter.projections.figures import Histograms, percentile
 from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.pricing import Pricing
 from tests.test_slots import COLUMNS, REQUESTS
 
 DAY = 86_400
@@ -140,3 +144,25 @@ def test_bins_bound_their_values() -> None:
         lo, hi = slots.bin_bounds(b)
         assert lo <= v < hi
         assert hi - lo == 1 or (hi - lo) * 32 <= lo
+
+
+def test_a_writer_splits_the_slots_by_the_price_tables_thresholds(tmp_path: Path) -> None:
+    """A ledger opened with counting rules splits its slots by every threshold of their prices."""
+    pricing = Pricing.load()
+    rules = Counting(pricing, {}, 0.0)
+    assert 100_000 in rules.long_context_thresholds
+    Ledger(tmp_path / "ledger.sqlite3").close()  # no rules: the slots' own split
+    db = sqlite3.connect(tmp_path / "ledger.sqlite3")
+    assert slots.stored_thresholds(db) == slots.DEFAULT_THRESHOLDS
+    assert slots.version(db) == slots.VERSION
+    db.close()
+    Ledger(tmp_path / "ledger.sqlite3", rules=rules).close()
+    db = sqlite3.connect(tmp_path / "ledger.sqlite3")
+    stored = slots.stored_thresholds(db)
+    db.close()
+    assert set(rules.long_context_thresholds) <= set(stored)
+    assert Prices.of(pricing).fits_slots(stored)
+    Ledger(tmp_path / "ledger.sqlite3").close()  # fewer wanted: the split stays
+    db = sqlite3.connect(tmp_path / "ledger.sqlite3")
+    assert slots.stored_thresholds(db) == stored
+    db.close()
