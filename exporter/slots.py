@@ -10,11 +10,15 @@ every request, and reads single requests only at the edges of a time range.
 Slots are recomputed from the ``requests`` rows, never adjusted by deltas:
 :func:`refresh` deletes the slots it is given and sums them again, so it is
 idempotent and cannot drift. The ledger calls it with the slots of every request
-it inserted, changed (old and new time), re-gapped or gave a new root.
+it inserted, changed (old and new time), re-gapped or gave a new root. (One
+exception, inside one refresh: a 16-day block's value bins move by the change of
+its recounted days' bins; see :func:`_refresh_hist`.)
 
 The same sums per UTC day (``slot_days``, from the slots) answer everything that
 needs no finer time: a whole-history summary, the session and project views; and
-per 16-day block (``slot_blocks``, from the days) the whole blocks of those.
+per 16-day block (``slot_blocks``, from the days; ``slot_class_blocks`` by price
+class without session or project, ``slot_session_blocks`` by session) the whole
+blocks of those.
 
 Why these dimensions:
 - 300 s divides a minute-aligned window of 5 minutes (``m0``..``m4`` count the
@@ -22,9 +26,9 @@ Why these dimensions:
   (two slots), and every UTC offset in use is a multiple of 15 minutes, so local
   days and the prices' change dates (UTC midnights) start on slot bounds.
 - ``long`` is the prompt's long-context level: how many of the price table's
-  long-context thresholds its context exceeds (the ledger passes them; they
-  are stored in ``slot_meta``, and a change rebuilds the slots). ``bucket`` the
-  cache-expiry bucket of a main
+  long-context thresholds its context exceeds (the ledger passes the price
+  table's, :func:`ensure`; they are stored in ``slot_meta``, only grow, and a
+  new one rebuilds the slots). ``bucket`` the cache-expiry bucket of a main
   request (docs/figures.md), with 120 s split out for the generation speed.
 
 Exact percentiles over a time range (``slot_hist``): per UTC day (``span`` 0)
