@@ -6,15 +6,15 @@ Generates a heavy month ending now, ingests it with `report`, then copies the
 ledger and adds ``months - 1`` earlier copies of that month's requests (new
 ids, keys and sessions, times shifted by 30 days each) and rebuilds the slots:
 the same recent 30 days over a year of history. Measures, in-process and
-alternating between the two ledgers, the page's figures plus rendering (a
-cache miss) and a cached request through the WSGI handler. Prints a Markdown
+alternating between the two ledgers, the page's figures alone, the figures plus
+rendering (a cache miss) and a cached request through the WSGI handler, priced
+with the price table as shipped. Prints a Markdown
 table for docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import sqlite3
 import statistics
@@ -64,24 +64,23 @@ def extend(src: Path, dst: Path, months: int) -> int:
     return n
 
 
-def measure(tree: Path, state: Path, slot_prices: bool) -> tuple[float, float]:
-    """Seconds of a first request (figures + HTML, the background rebuild's work) and of the next.
+def measure(tree: Path, state: Path) -> tuple[float, float, float, bool]:
+    """Seconds of a first request, of the figures alone and of the next request.
 
-    ``slot_prices``: price with every long-context threshold at the slots' split
-    (200k), so the figures come from slot sums even where the price table has a
-    model with another threshold (then they come from the requests).
+    The first request is figures + HTML (the background rebuild's work). The
+    last value says whether whole slots came from the slot sums. Priced with
+    the price table as shipped: the ledger's slots are split by every
+    long-context threshold in it.
     """
     from exporter.ingest.discover import projects_dirs
     from exporter.ledger import Ledger
-    from exporter.projections.facts import Prices
+    from exporter.projections.facts import Facts, Prices
     from exporter.projections.periods import UTC_ZONE
     from exporter.projections.pricing import Pricing
     from exporter.serve import page
 
     ledger = Ledger(state / "ledger.sqlite3")
     prices = Prices.of(Pricing.load())
-    if slot_prices:
-        prices = dataclasses.replace(prices, thresholds=(slots.LONG_CONTEXT_TOKENS,))
     source = page.LedgerSource(ledger, projects_dirs([tree]), prices, UTC_ZONE,
                                budgets={"day": 100.0, "month": 2000.0})
     handlers = page.routes(source, "bench", ttl=60.0)
@@ -90,8 +89,12 @@ def measure(tree: Path, state: Path, slot_prices: bool) -> tuple[float, float]:
         start = time.perf_counter()
         b"".join(handlers["/"]({"PATH_INFO": "/"}, lambda *a: None))
         times.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    source()
+    figures = time.perf_counter() - start
+    slotted = Facts(source._base, prices).slotted  # a benchmark looks inside
     ledger.close()
-    return times[0], times[1]
+    return times[0], figures, times[1], slotted
 
 
 def main() -> None:
@@ -108,23 +111,27 @@ def main() -> None:
         rows = {"month": sqlite3.connect(month_state / "ledger.sqlite3").execute(
             "SELECT count(*) FROM requests").fetchone()[0],
             "year": extend(month_state, year_state, args.months)}
-        cases = [(h, sp) for sp in (True, False) for h in ("month", "year")]
-        results: dict[tuple[str, bool], list[tuple[float, float]]] = {c: [] for c in cases}
+        results: dict[str, list[tuple[float, float, float, bool]]] = {"month": [], "year": []}
         states = {"month": month_state, "year": year_state}
         for _ in range(args.repeat):  # alternate, so machine noise hits every case alike
-            for history, sp in cases:
-                results[(history, sp)].append(measure(tree, states[history], sp))
+            for history, runs in results.items():
+                runs.append(measure(tree, states[history]))
     print(f"Machine: {machine()}\n")
     print(f"`python3 -m bench.page --mb {args.mb} --months {args.months} "
           f"--repeat {args.repeat}`, medians of {args.repeat} alternating runs:\n")
-    print("| history | requests | figures from | page rebuilt (figures + HTML) | request |")
-    print("|---|---:|---|---:|---:|")
-    for (history, sp), runs in results.items():
+    print("| history | requests | figures from | page rebuilt (figures + HTML) | figures alone "
+          "| request |")
+    print("|---|---:|---|---:|---:|---:|")
+    for history, runs in results.items():
         miss = statistics.median(r[0] for r in runs)
-        hit = statistics.median(r[1] for r in runs)
-        where = "slot sums" if sp else "requests (price table as shipped)"
+        alone = statistics.median(r[1] for r in runs)
+        hit = statistics.median(r[2] for r in runs)
+        where = "slot sums" if all(r[3] for r in runs) else "requests"
         print(f"| {history} | {rows[history]:,} | {where} | {miss * 1000:.0f} ms | "
-              f"{hit * 1000:.2f} ms |")
+              f"{alone * 1000:.0f} ms | {hit * 1000:.2f} ms |")
+    ratio = (statistics.median(r[0] for r in results["year"])
+             / statistics.median(r[0] for r in results["month"]))
+    print(f"\npage rebuilt: year / month = {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ on the warm ledger with no transcripts left:
 - ``serve`` start-up: from the process start to the first /metrics showing
   every request of the ledger, and the process's peak RSS by then;
 - a warm ``report --json`` (nothing to read): wall time and peak RSS;
+- the summary's figures alone, in-process (the SQL and its folding, without
+  start-up, imports, ledger open and the file walk): what history changes;
 - the ledger's size on disk.
 
 Prints a Markdown table for docs/benchmarks.md. Loopback only; bounded in time.
@@ -34,6 +36,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import exporter_cmd, machine
+from exporter import report_cli
+from exporter.ingest.discover import projects_dirs
+from exporter.ledger import Ledger
+from exporter.projections import figures
+from exporter.projections.facts import Prices
+from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
 from tests.support.net import free_port
 
@@ -93,6 +102,22 @@ def warm_report(root: Path, state: Path) -> tuple[float, float, dict[str, object
     return wall, rss / 1024, json.loads(proc.stdout)
 
 
+def figures_alone(root: Path, state: Path) -> float:
+    """Seconds of ``report --json``'s figures in-process: the selection and summary, no start-up."""
+    prices = Prices.of(Pricing.load())
+    ledger = Ledger(state / "ledger.sqlite3")
+    try:
+        start = time.perf_counter()
+        sel = report_cli.selection(ledger, projects_dirs([root]),
+                                   argparse.Namespace(project=[], model=[], source=[]),
+                                   Range(None, None, UTC_ZONE))
+        figures.summary(sel, prices, kv_bytes_per_token={}, upload_bytes_per_token=0.0,
+                        lines=ledger.counters("lines"), rejected=ledger.counters("rejected"))
+        return time.perf_counter() - start
+    finally:
+        ledger.close()
+
+
 def ledger_mb(state: Path) -> float:
     """The ledger's files on disk (database, WAL, shared memory), MB."""
     return sum(p.stat().st_size for p in state.iterdir() if p.name.startswith("ledger")) / 1e6
@@ -126,7 +151,8 @@ def measure(points: dict[str, Path], root: Path, totals: dict[str, int],
             repeat: int) -> dict[str, dict[str, float]]:
     """Alternate start-up and warm-report runs over each measuring point's ledger."""
     runs: dict[str, dict[str, list[float]]] = {
-        k: {"startup": [], "startup_rss": [], "report": [], "report_rss": []} for k in points}
+        k: {"startup": [], "startup_rss": [], "report": [], "report_rss": [], "figures": []}
+        for k in points}
     for _ in range(repeat):
         for name, state in points.items():
             took, rss = serve_startup(root, state, totals[name])
@@ -138,6 +164,7 @@ def measure(points: dict[str, Path], root: Path, totals: dict[str, int],
                 raise RuntimeError(f"{name}: report shows {got} requests, not {totals[name]}")
             runs[name]["report"].append(wall)
             runs[name]["report_rss"].append(rss)
+            runs[name]["figures"].append(figures_alone(root, state))
     return {name: {k: (max(v) if k.endswith("rss") else statistics.median(v))
                    for k, v in r.items()} for name, r in runs.items()}
 
@@ -207,8 +234,10 @@ def _report(points: dict[str, Path], root: Path, totals: dict[str, int],
                        ("report", "warm `report --json`")):
         cells = [f"{results[n][key]:.2f} s, RSS {results[n][key + '_rss']:.0f} MB" for n in names]
         print(f"| {label} | {' | '.join(cells)} |")
+    alone = [f"{results[n]['figures'] * 1000:.0f} ms" for n in names]
+    print(f"| its figures alone (in-process) | {' | '.join(alone)} |")
     last = names[-1]
-    for key in ("startup", "report"):
+    for key in ("startup", "report", "figures"):
         ratio = results[last][key] / results[names[0]][key]
         print(f"\n{key}: {last} / month 1 = {ratio:.2f}x", end="")
     if ingest:

@@ -194,6 +194,12 @@ class Ledger:
         if self.rules is not None and self._meta("rollups") != self.rules.fingerprint:
             with self._transaction():
                 self._rebuild_rollups(self.rules)
+        # The report's slots: this build's layout, split by every long-context threshold of
+        # the price table (the rules know it), else rebuilt once (exporter.slots.ensure).
+        wanted = tuple(getattr(self.rules, "long_context_thresholds", ()))
+        if slots.needs_ensure(db, wanted):
+            with self._transaction():
+                slots.ensure(db, wanted)
 
     def _wal(self, deadline_s: float = 10.0) -> None:
         """Switch to WAL mode, retrying while a twin process holds the file.

@@ -10,10 +10,15 @@ every request, and reads single requests only at the edges of a time range.
 Slots are recomputed from the ``requests`` rows, never adjusted by deltas:
 :func:`refresh` deletes the slots it is given and sums them again, so it is
 idempotent and cannot drift. The ledger calls it with the slots of every request
-it inserted, changed (old and new time), re-gapped or gave a new root.
+it inserted, changed (old and new time), re-gapped or gave a new root. (One
+exception, inside one refresh: a 16-day block's value bins move by the change of
+its recounted days' bins; see :func:`_refresh_hist`.)
 
 The same sums per UTC day (``slot_days``, from the slots) answer everything that
-needs no finer time: a whole-history summary, the session and project views.
+needs no finer time: a whole-history summary, the session and project views; and
+per 16-day block (``slot_blocks``, from the days; ``slot_class_blocks`` by price
+class without session or project, ``slot_session_blocks`` by session) the whole
+blocks of those.
 
 Why these dimensions:
 - 300 s divides a minute-aligned window of 5 minutes (``m0``..``m4`` count the
@@ -21,10 +26,22 @@ Why these dimensions:
   (two slots), and every UTC offset in use is a multiple of 15 minutes, so local
   days and the prices' change dates (UTC midnights) start on slot bounds.
 - ``long`` is the prompt's long-context level: how many of the price table's
-  long-context thresholds its context exceeds (the ledger passes them; they
-  are stored in ``slot_meta``, and a change rebuilds the slots). ``bucket`` the
-  cache-expiry bucket of a main
+  long-context thresholds its context exceeds (the ledger passes the price
+  table's, :func:`ensure`; they are stored in ``slot_meta``, only grow, and a
+  new one rebuilds the slots). ``bucket`` the cache-expiry bucket of a main
   request (docs/figures.md), with 120 s split out for the generation speed.
+
+Exact percentiles over a time range (``slot_hist``): per UTC day (``span`` 0)
+and per 16-day block (``span`` 1), the count of requests in each *bin* of the
+prompt size, the output size and the main requests' gap (whole milliseconds).
+A bin keeps a value's top :data:`HIST_BITS` bits (32 bins an octave, under
+3.2 % wide; values under 64 exactly). A nearest-rank percentile sums the bins
+of the range to find the bin holding the rank, then walks the ledger's
+(value, ts) index inside that one bin: the work is the range's bins and one
+bin's share of the history, not every request (docs/figures.md).
+
+``slot_meta`` holds ``version`` (what the tables hold: another is rebuilt by
+the next writer, :func:`ensure`) and ``thresholds``.
 
 This module imports nothing of the project: the ledger uses it, projections read
 its tables.
@@ -34,10 +51,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final
 
 SLOT_SECONDS: Final = 300
+VERSION: Final = 4  # slot_meta 'version': 4 has slot_hist, the blocks, slot_day_peaks
+HIST_BITS: Final = 6  # a histogram bin keeps a value's top 6 bits (32 bins an octave)
+BLOCK_DAYS: Final = 16  # days per block (slot_blocks, and span 1 of slot_hist)
+HIST_BLOCK_DAYS: Final = BLOCK_DAYS
+CONTEXT_HIST, OUTPUT_HIST, GAP_HIST = 0, 1, 2  # slot_hist measures
 SLOTS_PER_DAY: Final = 86_400 // SLOT_SECONDS
 LONG_CONTEXT_TOKENS: Final = 200_000  # the thresholds before any are given: every tier in use
 DEFAULT_THRESHOLDS: Final = (LONG_CONTEXT_TOKENS,)
@@ -84,11 +106,46 @@ SCHEMA: Final = (
     cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
     gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
     PRIMARY KEY (day, key, roots, bucket)) WITHOUT ROWID""",
+    # The same sums per 16-day block (``day / 16``), from the day sums: a report over
+    # a year groups a third of the day rows (a key, a session's, rarely spans two days).
+    """CREATE TABLE IF NOT EXISTS slot_blocks (
+    block INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, key, roots, bucket)) WITHOUT ROWID""",
+    # Per block without the session and project: by price class (a year's summary reads
+    # ~20 rows a block), and by session (its session figures: one row per session).
+    """CREATE TABLE IF NOT EXISTS slot_classes (
+    id INTEGER PRIMARY KEY, model TEXT NOT NULL, source INTEGER NOT NULL,
+    service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
+    long INTEGER NOT NULL,
+    UNIQUE (model, source, service_tier, inference_geo, speed, long))""",
+    """CREATE TABLE IF NOT EXISTS slot_class_blocks (
+    block INTEGER NOT NULL, class INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, class, roots, bucket)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS slot_session_blocks (
+    block INTEGER NOT NULL, sid INTEGER NOT NULL, roots INTEGER NOT NULL,
+    n INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
+    gaps INTEGER NOT NULL, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, sid, roots)) WITHOUT ROWID""",
     # Per UTC day, over every request: the most in one calendar minute and the most
     # sessions in one aligned 10-minute window (both windows lie inside a day).
     """CREATE TABLE IF NOT EXISTS slot_day_peaks (
     day INTEGER PRIMARY KEY, minute INTEGER NOT NULL, sessions INTEGER NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS slot_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # Requests per value bin, per UTC day (span 0) and 16-day block (span 1): see above.
+    """CREATE TABLE IF NOT EXISTS slot_hist (
+    measure INTEGER NOT NULL, span INTEGER NOT NULL, unit INTEGER NOT NULL,
+    roots INTEGER NOT NULL, bin INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (measure, span, unit, roots, bin)) WITHOUT ROWID""",
 )
 
 _IN_RANGE: Final = (
@@ -101,6 +158,60 @@ _JOIN_KEY: Final = (
     "AND k.source = r.source AND k.service_tier = r.service_tier "
     "AND k.inference_geo = r.inference_geo AND k.speed = r.speed AND k.long = {level}"
 )
+
+
+def bin_sql(value: str) -> str:
+    """SQL for an integer's histogram bin: the value with all but its top bits cleared.
+
+    Values under ``2**HIST_BITS`` (and negative ones) are their own bin. A
+    binary tree of CASEs on the bit length: six comparisons a value, not fifty.
+    """
+    def tree(lo: int, hi: int) -> str:  # bit lengths lo..hi
+        if lo == hi:
+            return f"(({value} >> {lo - HIST_BITS}) << {lo - HIST_BITS})"
+        mid = (lo + hi) // 2
+        return f"CASE WHEN {value} < {1 << mid} THEN {tree(lo, mid)} ELSE {tree(mid + 1, hi)} END"
+
+    return f"(CASE WHEN {value} < {1 << HIST_BITS} THEN {value} ELSE {tree(HIST_BITS + 1, 63)} END)"
+
+
+def bin_bounds(lo: int) -> tuple[int, int]:
+    """The values ``[lo, hi)`` of the bin that starts at ``lo`` (a value of ``bin_sql``)."""
+    if lo < 1 << HIST_BITS:
+        return lo, lo + 1
+    return lo, lo + (1 << (lo.bit_length() - HIST_BITS))
+
+
+def version(db: sqlite3.Connection) -> int:
+    """What the slot tables hold (0: a ledger from before slot_meta's version)."""
+    try:
+        row = db.execute("SELECT value FROM slot_meta WHERE name = 'version'").fetchone()
+    except sqlite3.OperationalError:
+        row = None
+    return 0 if row is None else int(row[0])
+
+
+def ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
+    """Bring the slots to this :data:`VERSION`, split by ``wanted`` thresholds as well.
+
+    The split only grows (the stored thresholds plus ``wanted``): slots split by
+    more thresholds still answer a price table using fewer, and two price tables
+    cannot make the slots rebuild in turn. Inside the caller's transaction;
+    returns whether a rebuild happened (seconds on a year of history).
+    """
+    create(db)
+    stored = stored_thresholds(db)
+    target = tuple(sorted({*stored, *(int(t) for t in wanted)}))
+    if version(db) == VERSION and target == stored:
+        return False
+    db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('thresholds', ?)", (json.dumps(target),))
+    rebuild(db)
+    return True
+
+
+def needs_ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
+    """Whether :func:`ensure` would rebuild (a cheap read, outside any transaction)."""
+    return version(db) != VERSION or not {int(t) for t in wanted} <= set(stored_thresholds(db))
 
 
 def level_sql(thresholds: Sequence[int], context: str = CONTEXT) -> str:
@@ -117,6 +228,25 @@ def stored_thresholds(db: sqlite3.Connection) -> tuple[int, ...]:
     except sqlite3.OperationalError:  # a ledger from before slot_meta: the first default
         row = None
     return DEFAULT_THRESHOLDS if row is None else tuple(json.loads(row[0]))
+
+
+def read_thresholds(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
+                    ) -> tuple[int, ...]:
+    """:func:`stored_thresholds` through a reader (``Ledger.read``)."""
+    try:
+        rows = read("SELECT value FROM slot_meta WHERE name = 'thresholds'", [])
+    except sqlite3.OperationalError:
+        rows = []
+    return tuple(json.loads(rows[0][0])) if rows else DEFAULT_THRESHOLDS
+
+
+def read_version(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]]) -> int:
+    """:func:`version` through a reader (``Ledger.read``)."""
+    try:
+        rows = read("SELECT value FROM slot_meta WHERE name = 'version'", [])
+    except sqlite3.OperationalError:
+        rows = []
+    return int(rows[0][0]) if rows else 0
 
 
 def use_thresholds(db: sqlite3.Connection, wanted: Sequence[int]) -> bool:
@@ -150,12 +280,22 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
     inference_geo, speed, the five token fields, web_search, gap and roots, and
     the index on ts.
     """
-    for lo, hi in _runs(slots):
-        refresh_range(db, lo, hi)
+    runs = list(_runs(slots))
+    for lo, hi in runs:
+        refresh_range(db, lo, hi, hist=False)
+    # Each touched day's histograms once, however many runs fall in it.
+    days = sorted({d for lo, hi in runs for d in range(lo // SLOTS_PER_DAY,
+                                                        hi // SLOTS_PER_DAY + 1)})
+    for lo_day, hi_day in _day_runs(days):
+        _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
+        _refresh_hist(db, lo_day, hi_day)
 
 
-def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
-    """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`."""
+def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True) -> None:
+    """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`.
+
+    ``hist``: and the value histograms of their days (:func:`refresh` does those once).
+    """
     level = level_sql(stored_thresholds(db))
     db.execute("DELETE FROM slots WHERE slot BETWEEN ? AND ?", (lo, hi))
     # Slack of a second around the range: the exact test is the CAST, as in slot_of.
@@ -175,6 +315,77 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
     _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+    if hist:
+        _refresh_blocks(db, lo // SLOTS_PER_DAY // BLOCK_DAYS, hi // SLOTS_PER_DAY // BLOCK_DAYS)
+        _refresh_hist(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
+
+def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Sum the blocks ``lo`` to ``hi`` (inclusive) again from their days' sums."""
+    if version(db) < VERSION:
+        return  # an old layout: the next writer's ensure() rebuilds everything
+    db.execute("DELETE FROM slot_blocks WHERE block BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        f"INSERT INTO slot_blocks SELECT day / {BLOCK_DAYS}, key, roots, bucket, sid, "
+        "sum(n), sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+        "sum(cache_write_1h), sum(web_search), sum(gap_ms), min(first), max(last) FROM slot_days "
+        "WHERE day BETWEEN ? AND ? GROUP BY 1, 2, 3, 4",
+        (lo * BLOCK_DAYS, (hi + 1) * BLOCK_DAYS - 1))
+    classes = "model, source, service_tier, inference_geo, speed, long"
+    db.execute(f"INSERT OR IGNORE INTO slot_classes ({classes}) SELECT DISTINCT "
+               f"{', '.join('k.' + c for c in classes.split(', '))} FROM slot_blocks b "
+               "JOIN slot_keys k ON k.id = b.key WHERE b.block BETWEEN ? AND ?", (lo, hi))
+    same = " AND ".join(f"c.{c} = k.{c}" for c in classes.split(", "))
+    db.execute("DELETE FROM slot_class_blocks WHERE block BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        "INSERT INTO slot_class_blocks SELECT b.block, c.id, b.roots, b.bucket, sum(b.n), "
+        "sum(b.input), sum(b.output), sum(b.cache_read), sum(b.cache_write_5m), "
+        "sum(b.cache_write_1h), sum(b.web_search), sum(b.gap_ms), min(b.first), max(b.last) "
+        f"FROM slot_blocks b JOIN slot_keys k ON k.id = b.key JOIN slot_classes c ON {same} "
+        "WHERE b.block BETWEEN ? AND ? GROUP BY 1, 2, 3, 4", (lo, hi))
+    db.execute("DELETE FROM slot_session_blocks WHERE block BETWEEN ? AND ?", (lo, hi))
+    db.execute(
+        "INSERT INTO slot_session_blocks SELECT block, sid, roots, sum(n), sum(output), "
+        "sum(cache_read), sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), max(last) "
+        "FROM slot_blocks WHERE block BETWEEN ? AND ? GROUP BY 1, 2, 3", (lo, hi))
+
+
+def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Count the UTC days ``lo`` to ``hi`` again into bins, from their requests; then their blocks.
+
+    A day is counted whole, in one pass over its requests (the ``ts`` index; a
+    few thousand rows on a heavy day). Its block's bins change by the day's old
+    and new counts (exact integers, in this transaction): a block is the sum of
+    its days' bins by construction (:func:`rebuild`), so refreshing twice gives
+    the same rows, and the work is the touched days', not 16 days'.
+    """
+    if version(db) < VERSION:
+        return  # an old layout: the next writer's ensure() rebuilds everything
+    days = (lo, hi)
+    b_lo, b_hi = lo // HIST_BLOCK_DAYS, hi // HIST_BLOCK_DAYS
+    of_days = (f"SELECT measure, unit / {HIST_BLOCK_DAYS} AS blk, roots, bin, sum(n) AS n "
+               "FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 AND unit BETWEEN ? AND ? "
+               "GROUP BY 1, 2, 3, 4")
+    db.execute(f"UPDATE slot_hist AS b SET n = b.n - d.n FROM ({of_days}) AS d "
+               "WHERE b.measure = d.measure AND b.span = 1 AND b.unit = d.blk "
+               "AND b.roots = d.roots AND b.bin = d.bin", days)
+    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 "
+               "AND unit BETWEEN ? AND ?", days)
+    gap = f"CASE WHEN r.source = 0 AND r.gap IS NOT NULL THEN {GAP_MS} END"
+    db.execute(
+        f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
+        f"{CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
+        "WHERE r.ts >= ? AND r.ts < ? AND CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ?) "
+        f"INSERT INTO slot_hist SELECT {CONTEXT_HIST}, 0, d, ro, {bin_sql('c')}, count(*) FROM v "
+        f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, 0, d, ro, {bin_sql('o')}, count(*) "
+        f"FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, 0, d, ro, {bin_sql('g')}, "
+        "count(*) FROM v WHERE g IS NOT NULL GROUP BY 3, 4, 5",
+        (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi))
+    db.execute(f"INSERT INTO slot_hist SELECT measure, 1, blk, roots, bin, n FROM ({of_days}) "
+               "WHERE 1 ON CONFLICT (measure, span, unit, roots, bin) DO UPDATE "
+               "SET n = n + excluded.n", days)
+    db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 1 "
+               "AND unit BETWEEN ? AND ? AND n = 0", (b_lo, b_hi))
 
 
 def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
@@ -199,13 +410,35 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
 
 
 def rebuild(db: sqlite3.Connection) -> None:
-    """Recompute every slot (after a migration; inside the caller's transaction)."""
+    """Recompute every slot (after a migration; inside the caller's transaction).
+
+    The tables then hold this :data:`VERSION`'s layout (stored in ``slot_meta``).
+    """
+    create(db)
+    db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('version', ?)", (str(VERSION),))
     lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
     db.execute("DELETE FROM slots")
     db.execute("DELETE FROM slot_days")
     db.execute("DELETE FROM slot_day_peaks")
+    db.execute("DELETE FROM slot_hist")
+    db.execute("DELETE FROM slot_blocks")
+    db.execute("DELETE FROM slot_class_blocks")
+    db.execute("DELETE FROM slot_session_blocks")
     if lo is not None:
         refresh_range(db, slot_of(lo), slot_of(hi))
+
+
+def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """Runs of consecutive days (sorted, distinct) as inclusive ranges."""
+    if not days:
+        return
+    start = prev = days[0]
+    for d in days[1:]:
+        if d != prev + 1:
+            yield start, prev
+            start = d
+        prev = d
+    yield start, prev
 
 
 def _runs(slots: Iterable[int]) -> Iterator[tuple[int, int]]:

@@ -188,3 +188,24 @@ def test_new_thresholds_rebuild_the_slots_by_level() -> None:
     assert slots.use_thresholds(db, (100_000, 200_000)) is False  # the same: no rebuild
     slots.refresh(db, [slots.slot_of(r[1]) for r in data[:50]])
     approx(stored(db), expected(data, (100_000, 200_000)))
+
+
+def test_block_sums_are_their_days_sums_after_a_refresh() -> None:
+    """Each 16-day block's sums equal its days' sums, after a rebuild and after a refresh."""
+    data = rows(2000, 10)
+    db = ledger(data)
+    slots.rebuild(db)
+    db.execute("UPDATE requests SET output = output + 5, ts = ts + 86400 * 20 WHERE id % 4 = 0")
+    moved = [r[0] for r in db.execute("SELECT ts FROM requests WHERE id % 4 = 0")]
+    slots.refresh(db, [slots.slot_of(ts) for ts in moved]
+                  + [slots.slot_of(ts - 86400 * 20) for ts in moved])
+    columns = "n, input, output, cache_read, cache_write_5m, cache_write_1h, web_search, gap_ms"
+    sums = ", ".join(f"sum({c})" for c in columns.split(", "))
+    days = db.execute(f"SELECT day / {slots.BLOCK_DAYS}, key, roots, bucket, {sums}, min(first), "
+                      "max(last) FROM slot_days GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4").fetchall()
+    blocks = db.execute(f"SELECT block, key, roots, bucket, {columns}, first, last "
+                        "FROM slot_blocks ORDER BY 1, 2, 3, 4").fetchall()
+    assert blocks == days
+    assert len({b[0] for b in blocks}) == 2
+    total = db.execute("SELECT count(*), sum(output) FROM requests").fetchone()
+    assert db.execute("SELECT sum(n), sum(output) FROM slot_blocks").fetchone() == total

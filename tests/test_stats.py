@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from exporter.projections.facts import Prices
+from exporter import slots
+from exporter.projections.facts import Facts, Prices
 from exporter.projections.figures import (
     GAP_BUCKETS,
     gap_bucket,
@@ -393,3 +394,42 @@ def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Pa
         assert run(report_ledgers.select(ledger)) == from_slots
     expected = sum(sum(c.values()) for r in requests if (c := prices.pricing.cost(r)))
     assert from_slots["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: Pricing,
+                                                                 tmp_path: Path) -> None:
+    """Slots split at 100k, 150k and 200k serve a price table with fewer thresholds, exactly."""
+    requests = random_requests(1500, seed=5)
+    prices = Prices.of(pricing)
+    db = report_ledgers.slotted(requests, (100_000, 150_000, *prices.thresholds))
+    sel = report_ledgers.select(db)
+    assert Facts(sel, prices).slotted  # the slot sums answer, not the requests
+
+    def run(sel: Any) -> dict[str, Any]:
+        return summary(sel, prices, kv_bytes_per_token=KV, upload_bytes_per_token=4.0,
+                       lines=LINES, rejected=REJECTED).to_json()
+
+    with report_ledgers.real(requests, tmp_path) as ledger:
+        assert run(sel) == run(report_ledgers.select(ledger))
+
+
+def test_block_sums_split_at_a_price_date_inside_a_block(pricing: Pricing,
+                                                         tmp_path: Path) -> None:
+    """Over months around a price change inside a 16-day block, slots price as requests do."""
+    prices = Prices.of(pricing)
+    change = next(s for s in prices.starts if s % (slots.BLOCK_DAYS * 86_400))
+    base = random_requests(1500, seed=3)
+    # Spread over 80 days around the change: several whole blocks, one cut by the date.
+    requests = [r._replace(ts=change - 40 * 86_400 + i * 4_608.0 + r.ts % 1)
+                for i, r in enumerate(base)]
+
+    def run(sel: Any) -> dict[str, Any]:
+        return summary(sel, prices, kv_bytes_per_token=KV, upload_bytes_per_token=4.0,
+                       lines=LINES, rejected=REJECTED).to_json()
+
+    db = report_ledgers.slotted(requests, prices.thresholds)
+    assert db.execute("SELECT count(DISTINCT block) FROM slot_blocks").fetchone()[0] >= 5
+    ranges = [None, Range(change - 33 * 86_400 + 0.5, change + 30 * 86_400, UTC_ZONE)]
+    with report_ledgers.real(requests, tmp_path) as ledger:
+        for rng in ranges:
+            assert run(report_ledgers.select(db, rng)) == run(report_ledgers.select(ledger, rng))

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from exporter.projections.compat import genai
+from exporter.projections.facts import long_thresholds
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing, Rates
 from exporter.projections.savings import counter_parts
@@ -108,6 +109,8 @@ class Counting:
         self.upload = upload_bytes_per_token
         self._thresholds: dict[str, float] = {}
         self.fingerprint = self._fingerprint()
+        # The ledger splits the report's slots by these (exporter.slots.ensure).
+        self.long_context_thresholds = long_thresholds(pricing)
 
     def klass(self, req: Request) -> CountClass:
         """The raw class ``req`` counts under (gap bucket from its ledger gap)."""

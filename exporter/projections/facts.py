@@ -8,8 +8,10 @@ prices each distinct class once.
 
 Two producers give the same facts:
 - the ledger's usage slots (:mod:`exporter.slots`: sums per 5 minutes and key,
-  kept with the rows), for whole slots. A year's report groups ~100k slot rows
-  with integer keys instead of sorting ~600k requests by text columns;
+  kept with the rows), for whole slots, and their sums per UTC day and per
+  16-day block (per key, per price class, per session) for whole days and
+  blocks. A year's summary groups a few thousand block rows instead of sorting
+  ~700k requests by text columns;
 - the requests themselves, for the partial slots at the edges of a time range,
   and for everything when slots cannot answer (no slots yet, a time zone or a
   price date off the 5-minute grid, a long-context threshold other than the
@@ -247,6 +249,17 @@ class Selection:
         return self.rows(aggregate)[0][0]
 
 
+def long_thresholds(pricing: Pricing) -> tuple[int, ...]:
+    """Every long-context threshold of the price table (any period), ascending."""
+    families = getattr(pricing, "families", None)  # price periods, when the table has them
+    periods: list[Any]
+    if families:
+        periods = [p for fam in families.values() for p in fam.periods]
+    else:
+        periods = list(pricing.models.values())
+    return tuple(sorted({p.long_context_threshold for p in periods if p.long_context}))
+
+
 @dataclass(slots=True)
 class Prices:
     """Prices price classes once each, in integer pico-dollars per token and per search."""
@@ -261,19 +274,25 @@ class Prices:
     def of(cls, pricing: Pricing) -> Prices:
         """Collect the thresholds and price dates the SQL must split requests by."""
         families = getattr(pricing, "families", None)  # price periods, when the table has them
-        periods: list[Any]
-        if families:
-            periods = [p for fam in families.values() for p in fam.periods]
-            starts = sorted({s for fam in families.values() for s in fam.starts})
-        else:
-            periods, starts = list(pricing.models.values()), []
-        thresholds = sorted({p.long_context_threshold for p in periods if p.long_context})
+        starts = sorted({s for fam in families.values() for s in fam.starts}) if families else []
         # A table with price periods takes each class's date (``at``); the older one has none.
-        return cls(pricing, tuple(thresholds), tuple(starts), {}, bool(families))
+        return cls(pricing, long_thresholds(pricing), tuple(starts), {}, bool(families))
 
     def fits_slots(self, stored: Sequence[int]) -> bool:
-        """Whether slot sums can be priced: summed by our thresholds, price dates on 5 minutes."""
-        return tuple(stored) == self.thresholds and all(s % _SLOT == 0 for s in self.starts)
+        """Whether slot sums can be priced: split by (at least) our thresholds, dates on 5 minutes.
+
+        Slots split by more thresholds than the price table's answer too: a slot
+        key's level then maps to ours (:meth:`relevel`).
+        """
+        return set(self.thresholds) <= set(stored) and all(s % _SLOT == 0 for s in self.starts)
+
+    def relevel(self, stored: Sequence[int]) -> tuple[int, ...]:
+        """Our long-context level for each level of slots split by ``stored`` thresholds.
+
+        Level ``L`` of the slots means the prompt exceeds ``stored[L-1]`` and no
+        higher stored threshold; ours counts our thresholds at or below it.
+        """
+        return (0, *(sum(t <= s for t in self.thresholds) for s in sorted(stored)))
 
     @property
     def fits_days(self) -> bool:
@@ -341,21 +360,28 @@ class _Table:
 
 _SLOTS: Final = _Table("slots", "slot", f"slot * {_SLOT}")
 _DAYS: Final = _Table("slot_days", "day", "day * 86400")
+_BLOCK_DAYS: Final = slots.BLOCK_DAYS
+_BLOCKS: Final = _Table("slot_blocks", "block", f"block * {_BLOCK_DAYS * 86_400}")
 
 
 class Facts:
     """The selection's facts, from the slots where they can answer, else from requests."""
 
-    def __init__(self, selection: Selection, prices: Prices, *, by_class: bool = False) -> None:
+    def __init__(self, selection: Selection, prices: Prices, *, by_class: bool = False,
+                 keep_project: bool = False) -> None:
         """Facts of ``selection``, priced with ``prices``.
 
         ``by_class``: facts per price class only (their session and project are
-        blank): fewer rows for views that need neither.
+        blank): fewer rows for views that need neither; ``keep_project``: per
+        price class and project (the session blank).
         """
         self.sel = selection
         self.prices = prices
         self.by_class = by_class
+        self.keep_project = keep_project
         self._keys: dict[int, Attrs] | None = None
+        self._level = prices.relevel(selection.slot_thresholds)  # slot key level -> ours
+        self._blocks: bool | None = None  # whether the block sums are kept (read once)
 
     @property
     def slotted(self) -> bool:
@@ -386,9 +412,12 @@ class Facts:
             out.extend(self._from_requests(key, buckets, edge))
         return out
 
-    def _levels(self, interior: tuple[int | None, int | None],
-                key: TimeKey | None) -> list[tuple[_Table, tuple[int | None, int | None]]]:
-        """Whole UTC days from the day sums, the rest of the whole slots from the slot sums."""
+    def _levels(self, interior: tuple[int | None, int | None], key: TimeKey | None,
+                blocks: bool = True) -> list[tuple[_Table, tuple[int | None, int | None]]]:
+        """Whole UTC days from the day sums, the rest of the whole slots from the slot sums.
+
+        Without a time key (and ``blocks``), whole 16-day blocks from the block sums.
+        """
         lo, hi = interior
         if not (self.sel.days and self.prices.fits_days and (key is None or key.day_aligned)):
             return [(_SLOTS, interior)]
@@ -396,11 +425,42 @@ class Facts:
         d_hi = None if hi is None else hi // _DAY_SLOTS
         if d_lo is not None and d_hi is not None and d_lo >= d_hi:
             return [(_SLOTS, interior)]
-        out: list[tuple[_Table, tuple[int | None, int | None]]] = [(_DAYS, (d_lo, d_hi))]
+        out = self._day_parts(d_lo, d_hi) if key is None and blocks else [(_DAYS, (d_lo, d_hi))]
         if lo is not None and d_lo is not None and lo < d_lo * _DAY_SLOTS:
             out.append((_SLOTS, (lo, d_lo * _DAY_SLOTS)))
         if hi is not None and d_hi is not None and d_hi * _DAY_SLOTS < hi:
             out.append((_SLOTS, (d_hi * _DAY_SLOTS, hi)))
+        return out
+
+    def _day_parts(self, d_lo: int | None, d_hi: int | None
+                   ) -> list[tuple[_Table, tuple[int | None, int | None]]]:
+        """Days ``[d_lo, d_hi)``: whole blocks from the block sums, the other days from days'.
+
+        A block with a price date inside it (not at its start) is read by days.
+        """
+        if self._blocks is None:
+            self._blocks = slots.read_version(self.sel.read) == slots.VERSION
+        b_lo = None if d_lo is None else -(-d_lo // _BLOCK_DAYS)
+        b_hi = None if d_hi is None else d_hi // _BLOCK_DAYS
+        if not self._blocks or (b_lo is not None and b_hi is not None and b_lo >= b_hi):
+            return [(_DAYS, (d_lo, d_hi))]
+        width = _BLOCK_DAYS * 86_400
+        cuts = sorted({int(t // width) for t in self.prices.starts if t % width
+                       and (b_lo is None or t >= b_lo * width)
+                       and (b_hi is None or t < b_hi * width)})
+        out: list[tuple[_Table, tuple[int | None, int | None]]] = []
+        start = b_lo
+        for b in cuts:
+            if start is None or start < b:
+                out.append((_BLOCKS, (start, b)))
+            out.append((_DAYS, (b * _BLOCK_DAYS, (b + 1) * _BLOCK_DAYS)))
+            start = b + 1
+        if start is None or b_hi is None or start < b_hi:
+            out.append((_BLOCKS, (start, b_hi)))
+        if d_lo is not None and b_lo is not None and d_lo < b_lo * _BLOCK_DAYS:
+            out.append((_DAYS, (d_lo, b_lo * _BLOCK_DAYS)))
+        if d_hi is not None and b_hi is not None and b_hi * _BLOCK_DAYS < d_hi:
+            out.append((_DAYS, (b_hi * _BLOCK_DAYS, d_hi)))
         return out
 
     def _split(self) -> tuple[tuple[int | None, int | None] | None, list[tuple[str, ...]]]:
@@ -448,21 +508,36 @@ class Facts:
         sql = (f"SELECT {group}, s.key, {'bucket' if buckets else NO_BUCKET}, "
                f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {_SUMS}, "
                f"sum(gap_ms) FROM {table.name} AS s WHERE {cond} GROUP BY 1, 2, 3, 4")
+        if self.by_class and table is _BLOCKS and not (self.keep_project or self.sel.filtered):
+            return self._class_blocks(cond, params, buckets)
         if self.by_class:
             return self._by_class(sql, params)
         keys = self.keys()
         return [self._fact(row[0], keys[row[1]], row[2:]) for row in self.sel.read(sql, params)]
 
+    def _class_blocks(self, cond: str, params: list[object], buckets: bool) -> list[Fact]:
+        """Facts per price class of whole blocks, from the class sums (no session, no project)."""
+        sql = ("SELECT c.model, c.source, c.service_tier, c.inference_geo, c.speed, c.long, "
+               f"{'bucket' if buckets else NO_BUCKET}, "
+               f"{self.prices.period_sql(_BLOCKS.start)}, min(first), max(last), sum(n), {_SUMS}, "
+               "sum(gap_ms) FROM slot_class_blocks AS s JOIN slot_classes c ON c.id = s.class "
+               f"WHERE {cond} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8")
+        level = self._level
+        return [self._fact(None, Attrs("", "", r[0], _SOURCES[r[1]], r[2], r[3], r[4],
+                                       level[r[5]]), r[6:]) for r in self.sel.read(sql, params)]
+
     def _by_class(self, sql: str, params: list[object]) -> list[Fact]:
         """Fold the key rows of ``sql`` into price classes in SQL (few rows, text keys)."""
         names = ("g", "key", "b", "p", "f", "l", "n", "i", "o", "cr", "w5", "w1", "ws", "gm")
         sums = ", ".join(f"sum(x.{c})" for c in names[6:])
+        project = "k.project" if self.keep_project else "''"
         outer = (f"WITH x({', '.join(names)}) AS MATERIALIZED ({sql}) "
-                 "SELECT x.g, k.model, k.source, k.service_tier, k.inference_geo, k.speed, "
-                 f"k.long, x.b, x.p, min(x.f), max(x.l), {sums} FROM x "
-                 "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9")
-        return [self._fact(r[0], Attrs("", "", r[1], _SOURCES[r[2]], r[3], r[4], r[5], r[6]),
-                           r[7:]) for r in self.sel.read(outer, params)]
+                 f"SELECT x.g, {project}, k.model, k.source, k.service_tier, k.inference_geo, "
+                 f"k.speed, k.long, x.b, x.p, min(x.f), max(x.l), {sums} FROM x "
+                 "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10")
+        level = self._level
+        return [self._fact(r[0], Attrs("", r[1], r[2], _SOURCES[r[3]], r[4], r[5], r[6],
+                                       level[r[7]]), r[8:]) for r in self.sel.read(outer, params)]
 
     def _from_requests(self, key: TimeKey | None, buckets: bool, extra: Sequence[str],
                        join: str = "", on: bool = False) -> list[Fact]:
@@ -474,7 +549,8 @@ class Facts:
             extra = (*extra, f"r.ts >= j.value * {_SLOT} - 1",
                      f"r.ts < (j.value + 1) * {_SLOT} + 1")
         bucket = slots.BUCKET if buckets else str(NO_BUCKET)
-        who = "'', ''" if self.by_class else "session, project"
+        who = ("'', project" if self.keep_project else "'', ''") if self.by_class else (
+            "session, project")
         rows = self.sel.rows(
             f"{key.sql('ts') if key else 'NULL'}, {who}, model, source, "
             f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
@@ -498,12 +574,50 @@ class Facts:
             sessions: dict[int, str] = dict(found)
             self._keys = {
                 kid: Attrs(sessions[sid], project, model, _SOURCES[source], tier, geo, speed,
-                           long)
+                           self._level[long])
                 for kid, sid, project, model, source, tier, geo, speed, long in self.sel.read(
                     "SELECT id, sid, project, model, source, service_tier, inference_geo, "
                     "speed, long FROM slot_keys", [])
             }
         return self._keys
+
+    # ---- per session: what the summary's session figures need ------------------------
+    def sessions(self) -> dict[str, list[Any]]:
+        """Each session's ``[requests, output, cache read, main requests with a gap, first, last]``.
+
+        Summed in SQL per session (slot sums where they answer, requests at the
+        edges): one row per session reaches Python, not one per key and bucket.
+        """
+        out: dict[str, list[Any]] = {}
+        edges: list[tuple[str, ...]]
+        if not self.slotted:
+            edges = [()]
+        else:
+            interior, edges = self._split()
+            if interior is not None:
+                names: dict[int, str] = dict(self.sel.read(
+                    "SELECT id, session FROM slot_sessions", []))
+                for table, part in self._levels(interior, None):
+                    cond, params = self.slot_where(part, table)
+                    if table is _BLOCKS and not self.sel.filtered:  # the per-session sums
+                        sql = ("SELECT sid, sum(n), sum(output), sum(cache_read), sum(gaps), "
+                               "min(first), max(last) FROM slot_session_blocks AS s "
+                               f"WHERE {cond} GROUP BY sid")
+                    else:
+                        sql = ("SELECT sid, sum(n), sum(output), sum(cache_read), "
+                               "sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), "
+                               f"max(last) FROM {table.name} AS s WHERE {cond} GROUP BY sid")
+                    rows = self.sel.read(sql, params)
+                    for sid, *sums in rows:
+                        _add_session(out, names[sid], sums)
+        for edge in edges:
+            rows = self.sel.rows(
+                f"session, count(*), sum(output), sum(cache_read), "
+                f"sum(source = {int(Source.MAIN)} AND gap IS NOT NULL), min(ts), max(ts)",
+                *edge, tail="GROUP BY session")
+            for name, *sums in rows:
+                _add_session(out, name, sums)
+        return out
 
     # ---- figures over windows: the busiest minute, the most sessions in 10 minutes -----
     def busiest_minute(self) -> int:
@@ -556,7 +670,7 @@ class Facts:
             return []
         if self.sel.slot_scope is not None or self.sel.filtered:
             return [(_SLOTS, interior)]
-        return self._levels(interior, None)
+        return self._levels(interior, None, blocks=False)
 
     def _day_peak(self, column: str, part: tuple[int | None, int | None]) -> int:
         """The largest stored day peak over whole days ``[lo, hi)``."""
@@ -571,6 +685,22 @@ class Facts:
         rows = self.sel.rows(measure, *extra,
                              tail=f"GROUP BY CAST(ts / {width} AS INTEGER) ORDER BY 1 DESC LIMIT 1")
         return int(rows[0][0]) if rows else 0
+
+
+def _add_session(out: dict[str, list[Any]], name: str, sums: Sequence[Any]) -> None:
+    """Add one row of session sums (four counts, first, last) to ``out[name]``."""
+    n, output, read, gaps, first, last = sums
+    acc = out.get(name)
+    if acc is None:
+        out[name] = [int(n), int(output or 0), int(read or 0), int(gaps or 0), float(first),
+                     float(last)]
+        return
+    acc[0] += int(n)
+    acc[1] += int(output or 0)
+    acc[2] += int(read or 0)
+    acc[3] += int(gaps or 0)
+    acc[4] = min(acc[4], float(first))
+    acc[5] = max(acc[5], float(last))
 
 
 def by_name(usages: Mapping[str, Usage]) -> dict[str, Usage]:

@@ -2,11 +2,15 @@
 
 :func:`summary` returns a typed :class:`Summary`; :meth:`Summary.to_json` is the
 ``report --json`` contract (and the shape of the generator's ``truth.json``).
-Every figure is an aggregate that SQLite computes: sums per price class
-(:mod:`exporter.projections.facts`), the gap buckets and the active generation
-speed from each main request's ``gap`` column (kept by the ledger), exact
-nearest-rank percentiles by ``ORDER BY … LIMIT 1 OFFSET k``, and the busiest
-minute and 10-minute window by ``GROUP BY``. Python sees aggregate rows only.
+Every figure is an aggregate that SQLite computes: sums per price class and
+per session (:mod:`exporter.projections.facts`), the gap buckets and the active
+generation speed from each main request's ``gap`` column (kept by the ledger),
+exact nearest-rank percentiles from the ledger's value histograms
+(:class:`Histograms`: the range's bins, then one bin's walk of the value's
+index; ``ORDER BY … LIMIT 1 OFFSET k`` over the whole selection where the
+histograms cannot answer), and the busiest minute and 10-minute window by
+``GROUP BY``. Python sees aggregate rows only, about as many after a year of
+history as after a month.
 
 The small helpers at the end (``gap_bucket``, ``session_gaps``, …) are the
 per-request rules the live metrics still use.
@@ -19,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from exporter import slots
 from exporter.projections.facts import (
     ZERO,
     Attrs,
@@ -201,7 +206,9 @@ def summary(
     session_rows: int = SESSION_TABLE_ROWS,
 ) -> Summary:
     """Every figure of docs/figures.md for the selected requests."""
-    facts = Facts(selection, prices)
+    # Price classes (session and project folded in SQL), and sessions summed apart:
+    # a year's thousands of session keys never become Python objects.
+    facts = Facts(selection, prices, by_class=True)
     found = facts.collect(buckets=True)
     models: dict[str, Usage] = {}
     sources: dict[str, Usage] = {}
@@ -211,15 +218,25 @@ def summary(
         sources[label] = sources.get(label, ZERO) + f.usage
     totals = sum(models.values(), ZERO)
     n = totals.requests
-    ctx = selection.context
-    context = Spread(_kth(selection, ctx, p=50, n=n), _kth(selection, ctx, p=90, n=n),
-                     int(selection.largest(f"max({ctx})") or 0))
-    output = Spread(_kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n),
-                    int(selection.largest("max(output)") or 0))
     buckets, speed = _gap_buckets(found)
     n_gaps = sum(b.requests for k, b in buckets.items() if k != "first")
-    gap = ("gap", _MAIN, "gap IS NOT NULL")
-    sessions = _sessions(found)
+    hist = Histograms.of(selection)
+    if hist is not None:
+        c50, c90, c_max = hist.ranks(slots.CONTEXT_HIST, (50, 90, 100))
+        o50, o90, o_max = hist.ranks(slots.OUTPUT_HIST, (50, 90, 100))
+        gap_p50, gap_p90 = hist.ranks(slots.GAP_HIST, (50, 90))
+    else:
+        ctx = selection.context
+        c50, c90 = _kth(selection, ctx, p=50, n=n), _kth(selection, ctx, p=90, n=n)
+        c_max = int(selection.largest(f"max({ctx})") or 0)
+        o50, o90 = _kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n)
+        o_max = int(selection.largest("max(output)") or 0)
+        gap = ("gap", _MAIN, "gap IS NOT NULL")
+        gap_p50 = _kth(selection, *gap, p=50, n=n_gaps)
+        gap_p90 = _kth(selection, *gap, p=90, n=n_gaps)
+    context = Spread(int(c50), int(c90), int(c_max))
+    output = Spread(int(o50), int(o90), int(o_max))
+    sessions = {name: _Session(*row) for name, row in facts.sessions().items()}
     last = max((f.last for f in found), default=None)
     return Summary(
         covered=Covered(selection.range, min((f.first for f in found), default=None), last),
@@ -229,8 +246,8 @@ def summary(
         sessions=len(sessions),
         context=context,
         output=output,
-        gap_p50=float(_kth(selection, *gap, p=50, n=n_gaps)),
-        gap_p90=float(_kth(selection, *gap, p=90, n=n_gaps)),
+        gap_p50=float(gap_p50),
+        gap_p90=float(gap_p90),
         gap_count=n_gaps,
         buckets=buckets,
         peak_requests_per_minute=facts.busiest_minute(),
@@ -293,6 +310,147 @@ def _kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
     return rows[0][0] if rows else 0
 
 
+_DAY: Final = 86_400
+_BLOCK: Final = slots.HIST_BLOCK_DAYS
+# exporter.slots histograms: the value as the ledger's index holds it, and which rows count.
+_HIST_ROWS: Final = {slots.OUTPUT_HIST: ("output", ()),
+                     slots.GAP_HIST: ("gap", (_MAIN, "gap IS NOT NULL"))}
+
+
+@dataclass(frozen=True, slots=True)
+class Histograms:
+    """Exact nearest-rank percentiles of a selection from the ledger's value histograms.
+
+    The range's whole 16-day blocks and whole UTC days come from ``slot_hist``
+    (one row per bin), its partial days from the requests (counted into the same
+    bins); the bin holding the rank is then walked in the ledger's (value, ts)
+    index, restricted to the range and scope. Work: the range's bins plus one
+    bin's share of the history, whatever the history's length.
+    """
+
+    sel: Selection
+
+    @classmethod
+    def of(cls, selection: Selection) -> Histograms | None:
+        """The selection's histograms, or None where the ledger cannot answer by them.
+
+        Needs slots of this layout and no ``--project``/``--model``/``--source``
+        filter (the histograms are per roots bitmask only).
+        """
+        if not selection.slots or selection.filtered:
+            return None
+        if slots.read_version(selection.read) != slots.VERSION:
+            return None
+        return cls(selection)
+
+    def _value(self, measure: int) -> tuple[str, tuple[str, ...]]:
+        """The SQL of the measure's value and the conditions of the rows it counts."""
+        if measure == slots.CONTEXT_HIST:
+            return self.sel.context, ()
+        return _HIST_ROWS[measure]
+
+    def counts(self, measure: int) -> list[tuple[int, int]]:
+        """``(bin, requests)`` of the selection, ascending (bins without requests left out)."""
+        since, until = self.sel.range.since, self.sel.range.until
+        d_lo = None if since is None else math.ceil(since / _DAY)
+        d_hi = None if until is None else math.floor(until / _DAY)
+        found: dict[int, int] = {}
+        edges: list[tuple[float | None, float | None]] = []
+        if d_lo is not None and d_hi is not None and d_lo >= d_hi:
+            edges.append((since, until))  # inside one day or two partial ones
+        else:
+            self._stored(measure, d_lo, d_hi, found)
+            if since is not None and d_lo is not None and d_lo * _DAY > since:
+                edges.append((since, d_lo * _DAY))
+            if until is not None and d_hi is not None and d_hi * _DAY < until:
+                edges.append((d_hi * _DAY, until))
+        value, extra = self._value(measure)
+        binned = slots.bin_sql(f"CAST(round({value} * 1000) AS INTEGER)"
+                               if measure == slots.GAP_HIST else value)
+        for lo, hi in edges:
+            cond, params = Range(lo, hi, self.sel.range.zone).sql()
+            sql = (f"SELECT {binned}, count(*) FROM {self.sel.relation} AS r "
+                   f"WHERE {' AND '.join((cond, *extra))} GROUP BY 1")
+            for b, n in self.sel.read(sql, params):
+                found[int(b)] = found.get(int(b), 0) + int(n)
+        return sorted(found.items())
+
+    def _stored(self, measure: int, d_lo: int | None, d_hi: int | None,
+                found: dict[int, int]) -> None:
+        """Add the stored bins of whole days ``[d_lo, d_hi)``: blocks where whole, else days."""
+        b_lo = None if d_lo is None else -(-d_lo // _BLOCK)
+        b_hi = None if d_hi is None else d_hi // _BLOCK
+        spans: list[str] = []
+        if b_lo is not None and b_hi is not None and b_lo >= b_hi:
+            spans.append(_units(0, d_lo, d_hi))
+        else:
+            spans.append(_units(1, b_lo, b_hi))
+            if d_lo is not None and b_lo is not None and d_lo < b_lo * _BLOCK:
+                spans.append(_units(0, d_lo, b_lo * _BLOCK))
+            if d_hi is not None and b_hi is not None and b_hi * _BLOCK < d_hi:
+                spans.append(_units(0, b_hi * _BLOCK, d_hi))
+        scope = f" AND ({self.sel.slot_scope})" if self.sel.slot_scope else ""
+        # One SELECT per span (not an OR): each is a range of the primary key.
+        parts = " UNION ALL ".join(f"SELECT bin, n FROM slot_hist WHERE measure = {int(measure)} "
+                                   f"AND {span}{scope}" for span in spans)
+        sql = f"SELECT bin, sum(n) FROM ({parts}) GROUP BY bin"
+        for b, n in self.sel.read(sql, []):
+            found[int(b)] = found.get(int(b), 0) + int(n)
+
+    def ranks(self, measure: int, percents: Sequence[int]) -> list[int | float]:
+        """The nearest-rank ``p``-th percentile of the measure for each ``p`` (0 if none).
+
+        ``p = 100`` is the largest value.
+        """
+        bins = self.counts(measure)
+        n = sum(c for _, c in bins)
+        if n == 0:
+            return [0 for _ in percents]
+        out: list[int | float] = []
+        for p in percents:
+            rank = min(max(-(-p * n // 100), 1), n)  # ceil(p * n / 100), exact in integers
+            below = 0
+            for b, count in bins:
+                if below + count >= rank:
+                    out.append(self._in_bin(measure, b, count, rank - below - 1))
+                    break
+                below += count
+        return out
+
+    def _in_bin(self, measure: int, b: int, count: int, offset: int) -> int | float:
+        """The ``offset``-th smallest selected value of bin ``b`` (holding ``count`` of them)."""
+        value, extra = self._value(measure)
+        lo, hi = slots.bin_bounds(b)
+        bounds: tuple[str, ...]
+        if measure == slots.GAP_HIST:  # gaps are seconds; the bins whole milliseconds
+            bounds = (f"{value} >= ?", f"{value} < ?")
+            params: list[object] = [(lo - 0.5) / 1000, (hi - 0.5) / 1000]
+        elif hi == lo + 1:  # one value: an equality, so the index seeks the time range too
+            bounds, params = (f"{value} = ?",), [lo]
+        else:
+            bounds, params = (f"{value} >= ?", f"{value} < ?"), [lo, hi]
+        rest = count - 1 - offset  # from the nearer end of the bin
+        order, skip = ("", offset) if offset <= rest else (" DESC", rest)
+        # One value: the range is the index's second column, a seek. Else ``+ts``: the range
+        # filters the walk of the value's index (and never makes SQLite pick the ts index).
+        cond, range_params = self.sel.range.sql("ts" if len(bounds) == 1 else "+ts")
+        sql = (f"SELECT {value} FROM {self.sel.relation} AS r WHERE "
+               f"{' AND '.join((*bounds, *extra, cond))} ORDER BY {value}{order} "
+               f"LIMIT 1 OFFSET {skip}")
+        rows = self.sel.read(sql, [*params, *range_params])
+        return rows[0][0] if rows else 0
+
+
+def _units(span: int, lo: int | None, hi: int | None) -> str:
+    """SQL for the slot_hist rows of one span with units in ``[lo, hi)`` (None: unbounded)."""
+    parts = [f"span = {span}"]
+    if lo is not None:
+        parts.append(f"unit >= {int(lo)}")
+    if hi is not None:
+        parts.append(f"unit < {int(hi)}")
+    return " AND ".join(parts)
+
+
 def _gap_buckets(found: Iterable[Fact]) -> tuple[dict[str, GapBucket], float]:
     """Main requests per gap bucket, and output per second over gaps of at most 120 s."""
     sums = [[0, 0, 0] for _ in GAP_BUCKETS]
@@ -321,23 +479,6 @@ class _Session:
     gaps: int = 0  # main requests with a gap before them
     first: float = math.inf
     last: float = -math.inf
-
-
-def _sessions(found: Iterable[Fact]) -> dict[str, _Session]:
-    """Requests, output and first and last request time of each session."""
-    out: dict[str, _Session] = {}
-    for f in found:
-        s = out.get(f.attrs.session)
-        if s is None:
-            s = out[f.attrs.session] = _Session()
-        s.requests += f.usage.requests
-        s.output += f.usage.output
-        s.cache_read += f.usage.cache_read
-        if f.bucket > 0:
-            s.gaps += f.usage.requests
-        s.first = min(s.first, f.first)
-        s.last = max(s.last, f.last)
-    return out
 
 
 def _busiest_sessions(selection: Selection, sessions: Mapping[str, _Session],

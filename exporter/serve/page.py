@@ -119,7 +119,9 @@ class LedgerSource:
         self._ledger = ledger
         self._base = Selection(
             ledger.read, ledger.scope(list(roots)), Range(None, None, zone),
-            slots="slots" in tables, days="slot_days" in tables,
+            slots="slots" in tables, days={"slot_days", "slot_day_peaks"} <= tables,
+            slot_thresholds=slots.read_thresholds(ledger.read) if "slots" in tables
+            else slots.DEFAULT_THRESHOLDS,
             slot_scope=ledger.scope_filter(list(roots)),
             context="context" if "context" in columns else CONTEXT_SQL)
         self._plan = "plan_windows" in tables
@@ -178,7 +180,9 @@ class LedgerSource:
         def day(t: str) -> str:
             return f"CAST(({t} + {offset_sql(segments, t)}) / {DAY} AS INTEGER)"
 
-        found = Facts(selection, self._prices).collect(TimeKey(day, aligned, day_aligned=utc))
+        # Folded per price class and project in SQL: the sessions never reach Python.
+        found = Facts(selection, self._prices, by_class=True, keep_project=True).collect(
+            TimeKey(day, aligned, day_aligned=utc))
         days: dict[int, Usage] = {}
         policy = LabelPolicy(self._project_label)
         projects: dict[str, int] = {}
