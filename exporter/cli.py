@@ -139,7 +139,9 @@ def build_parser() -> Parser:
 def _serve_arguments(serve: argparse.ArgumentParser) -> None:
     """The flags of `serve`, each with its default."""
     serve.add_argument("--listen", metavar="HOST:PORT",
-                       help=f"where /metrics is served (default: {_default('listen')})")
+                       help="where /metrics, /healthz and the page are served; beyond "
+                            "loopback it logs a warning unless CLAUDE_CODE_EXPORTER_LISTEN_"
+                            f"BEYOND_LOOPBACK=true (default: {_default('listen')})")
     serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                        help="the project label: the path's last part, the whole path, a hash, "
                             f"or none (default: {_default('project_label')})")
