@@ -48,6 +48,14 @@ examples:
 
 exit codes: 0 stopped by SIGTERM/SIGINT · 2 bad usage or configuration · 3 unusable ledger"""
 
+BACKFILL_EPILOG = """\
+examples:
+  claude-code-exporter backfill --blocks blocks/     TSDB blocks through promtool, for Prometheus
+  claude-code-exporter backfill -o history.om        the text, for promtool on another machine
+  claude-code-exporter backfill -o h.om --since 30d  only the last 30 days (values stay cumulative)
+
+exit codes: 0 ok · 2 bad usage or configuration (or no promtool for --blocks) · 3 unusable ledger"""
+
 
 def _default(name: str) -> str:
     """A setting's default as help text shows it."""
@@ -63,7 +71,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", dest="data_dirs", action="append", type=Path, metavar="PATH",
         help="transcript root or projects/ dir; repeatable; replaces the default roots "
-             "(default: $CLAUDE_CONFIG_DIR, ~/.claude and ~/.config/claude)",
+             "(default: $CLAUDE_CONFIG_DIR, ~/.claude and $XDG_CONFIG_HOME/claude, "
+             "else ~/.config/claude)",
     )
     parser.add_argument("--state-dir", type=Path, metavar="DIR",
                         help="where the ledger lives (default: $XDG_STATE_HOME/"
@@ -113,13 +122,16 @@ def build_parser() -> Parser:
                        help="Claude Code's statusLine command: record the plan-limit figures, "
                             "print one line (docs/plan-limits.md)")
 
-    gen = parser.add_command(sub, "generate",
-                             help="write a synthetic transcript tree with ground truth")
+    gen = parser.add_command(
+        sub, "generate", help="write a synthetic transcript tree with ground truth",
+        description="Write a synthetic Claude Code transcript tree and truth.json, the totals "
+                    "`report --json` must give for it (for demos, tests and benchmarks).")
     gen.add_argument("root", type=Path, help="directory to create (acts as ~/.claude)")
-    gen.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
-    gen.add_argument("--sessions", type=int, default=8,
+    gen.add_argument("--seed", type=int, default=0, metavar="N",
+                     help="random seed: the same seed writes the same tree (default: %(default)s)")
+    gen.add_argument("--sessions", type=int, default=8, metavar="N",
                      help="sessions to write (default: %(default)s)")
-    gen.add_argument("--target-mb", type=float,
+    gen.add_argument("--target-mb", type=float, metavar="MB",
                      help="grow the tree to about this size (default: as the sessions make it)")
     return parser
 
@@ -127,7 +139,9 @@ def build_parser() -> Parser:
 def _serve_arguments(serve: argparse.ArgumentParser) -> None:
     """The flags of `serve`, each with its default."""
     serve.add_argument("--listen", metavar="HOST:PORT",
-                       help=f"where /metrics is served (default: {_default('listen')})")
+                       help="where /metrics, /healthz and the page are served; beyond "
+                            "loopback it logs a warning unless CLAUDE_CODE_EXPORTER_LISTEN_"
+                            f"BEYOND_LOOPBACK=true (default: {_default('listen')})")
     serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                        help="the project label: the path's last part, the whole path, a hash, "
                             f"or none (default: {_default('project_label')})")
@@ -151,7 +165,7 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
                             "(default: plain HTTP)")
     serve.add_argument("--tls-key-file", type=Path, metavar="FILE",
                        help="the certificate's private key (default: none)")
-    serve.add_argument("--basic-auth-user",
+    serve.add_argument("--basic-auth-user", metavar="NAME",
                        help="require basic auth; the password comes from the config or "
                             "CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD, never a flag "
                             "(default: no auth)")
@@ -178,28 +192,39 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
 # ---- backfill (docs/backfill.md) -------------------------------------------------------
 def _add_backfill(parser: Parser, sub: Any) -> None:
     """The ``backfill`` subcommand: history as OpenMetrics for promtool."""
-    bf = parser.add_command(sub, "backfill", help="ingest, then write the ledger's history as "
-                            "OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`")
+    bf = parser.add_command(
+        sub, "backfill", help="ingest, then write the ledger's history as "
+        "OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`",
+        description="Ingest what is new, then write the ledger's history (serve's series, "
+                    "and the plan limits the status line recorded) as OpenMetrics text or, "
+                    "through promtool, as TSDB blocks for Prometheus (docs/backfill.md).",
+        epilog=BACKFILL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(bf)
     where = bf.add_mutually_exclusive_group(required=True)
     where.add_argument("--output", "-o", type=Path, metavar="FILE",
-                       help="the OpenMetrics file to write (this or --blocks is required)")
+                       help="the OpenMetrics file to write (default: none; this or --blocks is "
+                            "required)")
     where.add_argument("--blocks", type=Path, metavar="DIR",
                        help="run promtool (on PATH) to write TSDB blocks into DIR, one block "
-                            "at a time (no big file)")
-    bf.add_argument("--step", type=_duration, default=60,
-                    help="resolution: one boundary every STEP (default 1m)")
-    bf.add_argument("--anchor", type=_duration, default=3600,
+                            "at a time, no big file (default: none)")
+    bf.add_argument("--step", type=_duration, default=60, metavar="DURATION",
+                    help="resolution: one sample time every DURATION, e.g. 30s, 1m, 1h "
+                         "(default: 1m)")
+    bf.add_argument("--anchor", type=_duration, default=3600, metavar="DURATION",
                     help="also write a series at each multiple of this, UTC, within a day of "
-                         "one of its changes (default 1h)")
-    bf.add_argument("--since", type=_moment, help="first sample time (values stay cumulative)")
-    bf.add_argument("--until", type=_moment,
-                    help="last sample time (default now): where live scrapes begin")
+                         "one of its changes (default: 1h)")
+    bf.add_argument("--since", type=_moment, metavar="WHEN",
+                    help="first sample time: an ISO date or date-time (UTC unless it has an "
+                         "offset) or an age like 30d, 12h, 30m; values stay cumulative "
+                         "(default: the first request)")
+    bf.add_argument("--until", type=_moment, metavar="WHEN",
+                    help="last sample time, as --since: where live scrapes begin "
+                         "(default: now)")
     bf.add_argument("--label", action="append", type=_target_label, default=[],
                     metavar="NAME=VALUE",
                     help="target label on every series (default job=claude-code and "
                          "instance=the listen address; NAME= drops one); repeatable")
-    bf.add_argument("--listen", help="HOST:PORT: the default instance label "
+    bf.add_argument("--listen", metavar="HOST:PORT", help="the default instance label "
                     f"(default: {_default('listen')})")
     bf.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                     help=f"as for serve (default: {_default('project_label')})")

@@ -60,8 +60,12 @@ def size(n: float) -> str:
 
 
 def usd(x: float) -> str:
-    """Format dollars: cents from $1 up, four decimals below (one request costs ~$0.001)."""
-    return f"${x:,.2f}" if abs(x) >= 1 or x == 0 else f"${x:.4f}"
+    """Format dollars: cents from $1 up, four decimals below (one request costs ~$0.001).
+
+    A negative amount (the cache saved less than its writes cost) reads ``-$0.0343``.
+    """
+    sign, x = ("-", -x) if x < 0 else ("", x)
+    return sign + (f"${x:,.2f}" if x >= 1 or x == 0 else f"${x:.4f}")
 
 
 def pct(x: float) -> str:
@@ -242,7 +246,9 @@ def _upload_and_lines(f: Summary) -> Table:
     table.add_row("upload, total (estimate)", size(f.upload_total))
     table.add_row("upload per request", f"p50 {size(f.upload.p50)} · p90 {size(f.upload.p90)}")
     lines = {k: int(f.lines.get(k, 0)) for k in ("usage", "duplicate", "other", "rejected")}
-    table.add_row("lines read", " · ".join(f"{k} {v:,}" for k, v in lines.items()))
+    # The rejected count has its own row below: said once, the row fits 80 columns unwrapped.
+    table.add_row("lines read", " · ".join(f"{k} {v:,}" for k, v in lines.items()
+                                           if k != "rejected"))
     table.add_row("rejected lines", f"{lines['rejected']:,}")
     for reason, n in sorted(f.rejected.items()):
         table.add_row(f"  rejected: {reason}", f"{n:,}")

@@ -3,7 +3,8 @@
 `report` ingests what is new, then prints the summary (no view) or one view —
 daily, weekly, monthly, session, project, blocks — as a table, JSON or CSV,
 over the requests that appeared under the transcript roots (``--data-dir`` or
-the defaults), in the range and zone asked for.
+the defaults), in the range and zone asked for; or `limits`, the plan windows
+the status line recorded (the account's: the filters do not apply).
 """
 
 from __future__ import annotations
@@ -129,8 +130,15 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ) -> Reques
                             ("--limit", args.limit is not None),
                             ("--order", args.order is not None)):
             if given:
+                views_of = "|limits" if flag == "--csv" else ""  # limits has a CSV too
                 raise UsageError(f"{flag} needs a view: report daily|weekly|monthly|session|"
-                                 f"project|blocks {flag}")
+                                 f"project|blocks{views_of} {flag}")
+    if args.view == LIMITS:  # one row per window instance: nothing to split, cut or order
+        for flag, given in (("--breakdown", args.breakdown), ("--limit", args.limit is not None),
+                            ("--order", args.order is not None)):
+            if given:
+                raise UsageError(f"{flag} does not apply to report limits (it lists every "
+                                 "window instance in the range, by window and reset)")
     try:
         zone = resolve_zone(args.timezone, env)
         rng = Range.parse(args.since, args.until, zone, now)

@@ -259,11 +259,30 @@ def view_csv(view: View) -> str:
             records.extend({**lead, "model": m, **_usage_json(u)} for m, u in row.breakdown)
         else:
             records.append({**lead, **_usage_json(row.usage), "models": ";".join(row.models)})
+    return _csv(records, csv_header(view))
+
+
+def csv_header(view: View) -> list[str]:
+    """The CSV columns of a view, also when it has no row (a header is always printed)."""
+    lead = {"session": ["session", "project", "first_request", "last_request",
+                        "duration_seconds", "gap_p50_seconds"],
+            "project": ["project", "sessions", "first_request", "last_request"],
+            "blocks": ["start", "end", "first_request", "last_request", "active"],
+            }.get(view.name, ["period", "start", "end"])
+    usage = list(_usage_json(view.total))
+    return [*lead, "model", *usage] if view.breakdown else [*lead, *usage, "models"]
+
+
+def _csv(records: list[dict[str, Any]], header: list[str]) -> str:
+    """Records as CSV under ``header``: the header line even with no record.
+
+    Booleans are written as in the JSON, ``true``/``false`` (not Python's ``True``).
+    """
     buffer = io.StringIO()
-    if records:
-        writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: (("true" if v else "false") if isinstance(v, bool) else v)
+                      for k, v in r.items()} for r in records)
     return buffer.getvalue()
 
 
@@ -375,6 +394,12 @@ def limits_table(view: Limits, level: int) -> Table:
     return out
 
 
+#: The keys of a window instance in JSON, and the CSV header of `report limits --csv`.
+INSTANCE_FIELDS: Final = ("window", "start", "resets_at", "first_sample", "last_sample",
+                          "peak_percent", "limit_reached", "open", "cost_usd",
+                          "usd_per_percent", "pairs")
+
+
 def _instance_json(inst: Instance, view: Limits) -> dict[str, Any]:
     """One window instance as JSON (and a CSV line)."""
     zone = view.covered.range.zone
@@ -411,10 +436,4 @@ def limits_json(view: Limits) -> dict[str, Any]:
 
 def limits_csv(view: Limits) -> str:
     """The instances as CSV, one line each."""
-    records = [_instance_json(i, view) for i in view.instances]
-    buffer = io.StringIO()
-    if records:
-        writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    return buffer.getvalue()
+    return _csv([_instance_json(i, view) for i in view.instances], list(INSTANCE_FIELDS))

@@ -48,8 +48,11 @@ on stdin and prints model · context · 5h · 7d · today's cost. Set it in
   --then CMD             run CMD (your own status-line command) with the same stdin
                          and print its output instead of ours
   --then-timeout SECONDS give up on CMD after this long (default 5)
-  --state-dir DIR        where samples go (default $CLAUDE_CODE_EXPORTER_STATE_DIR,
-                         else $XDG_STATE_HOME/claude-code-exporter)
+  --state-dir DIR        where samples go, the state dir of serve (default
+                         $CLAUDE_CODE_EXPORTER_STATE_DIR, else $XDG_STATE_HOME/
+                         claude-code-exporter, else ~/.local/state/claude-code-exporter)
+
+It always prints a line and exits 0 (docs/plan-limits.md).
 """
 
 

@@ -15,7 +15,7 @@ may pick a build for another Grafana, and its output differs between builds.
 
 The conventions every panel follows (target filters, no recorded series,
 rounded counts, bars of ``increase()``) are in :mod:`grafana.panels`. Metric
-names are those of ``shared/design/metrics.md``. ``python3 -m grafana.render``
+names are those of the catalogue, docs/metrics.md. ``python3 -m grafana.render``
 draws the dashboards from a live Prometheus (docs/grafana.md).
 """
 

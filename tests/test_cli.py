@@ -178,7 +178,12 @@ def test_a_typo_in_the_config_file_names_the_file(tmp_path: Path) -> None:
      "(2026-01-02T00:00:00Z)"),
     (("--timezone", "Europe/Berln"), "unknown time zone 'Europe/Berln'; did you mean "
                                      "Europe/Berlin?"),
-    (("--csv",), "--csv needs a view: report daily|weekly|monthly|session|project|blocks --csv"),
+    (("--csv",), "--csv needs a view: report daily|weekly|monthly|session|project|blocks|limits "
+                 "--csv"),
+    (("--breakdown",), "--breakdown needs a view: report daily|weekly|monthly|session|project|"
+                       "blocks --breakdown"),
+    (("limits", "--limit", "3"), "--limit does not apply to report limits (it lists every "
+                                 "window instance in the range, by window and reset)"),
     (("daily", "--project", "nope"), "--project 'nope' matches nothing in the ledger "
                                      "(known: p)"),
 ])
@@ -193,7 +198,7 @@ def test_unusable_report_flags_are_exit_2(args: tuple[str, ...], message: str,
     assert proc.stderr == f"claude-code-exporter report: error: {message}\n"
 
 
-@pytest.mark.parametrize("command", ["report", "serve"])
+@pytest.mark.parametrize("command", ["report", "serve", "backfill"])
 def test_help_shows_every_default_then_examples_and_exit_codes(command: str) -> None:
     """Every flag has help text with its default; the help ends with examples and exit codes."""
     parser = build_parser()

@@ -27,6 +27,7 @@ from exporter import statusline
 from exporter.ledger import Ledger
 from exporter.plan import spool, store
 from exporter.projections.pricing import Pricing
+from exporter.report_views import INSTANCE_FIELDS
 from tests.conftest import ROOT
 from tests.support.plan import FIVE_HOURS, Run, generate, store_requests
 
@@ -113,19 +114,26 @@ def test_limits_as_a_table_and_as_csv(week: tuple[Path, Run]) -> None:
     text = report(state, "limits")
     assert "Plan limits" in text and "five_hour" in text and "seven_day" in text
     assert "1 % ≈ $2.4" in text or "1 % ≈ $2.3" in text
-    lines = list(csv.DictReader(io.StringIO(report(state, "limits", "--csv"))))
+    reader = csv.DictReader(io.StringIO(report(state, "limits", "--csv")))
+    lines = list(reader)
+    assert reader.fieldnames == list(INSTANCE_FIELDS)
     assert [row["window"] for row in lines] == ["five_hour"] * 5 + ["seven_day"]
     assert all(float(row["cost_usd"]) > 0 for row in lines)
     since = lines[3]["start"]
     later: list[dict[str, Any]] = json.loads(
         report(state, "limits", "--json", "--since", since))["instances"]
     assert [i["window"] for i in later] == ["five_hour", "five_hour", "seven_day"]
+    assert all(set(i) == set(INSTANCE_FIELDS) for i in later)
 
 
 def test_limits_without_samples_says_how_to_record_them(tmp_path: Path) -> None:
-    """No status line configured: the view says how to set it up; JSON has no windows."""
+    """No status line configured: the view says how to set it up; JSON has no windows.
+
+    The CSV is its header alone, the instance keys of the JSON.
+    """
     state = tmp_path / "state"
     Ledger(state / "ledger.sqlite3").close()
     assert "statusline" in report(state, "limits")
     doc = json.loads(report(state, "limits", "--json"))
     assert doc["windows"] == [] and doc["instances"] == [] and doc["samples"] == 0
+    assert report(state, "limits", "--csv").splitlines() == [",".join(INSTANCE_FIELDS)]

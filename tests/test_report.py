@@ -88,6 +88,7 @@ def test_other_units() -> None:
     assert usd(0.00144) == "$0.0014"
     assert usd(1234.5) == "$1,234.50"
     assert usd(0) == "$0.00"
+    assert usd(-0.0343) == "-$0.0343" and usd(-1234.5) == "-$1,234.50"
     assert pct(0.969) == "96.9%"
     assert pct(0.00001) == "<0.1%"
     assert duration(10.7) == "10.7 s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -139,6 +140,29 @@ def test_csv_has_one_line_per_row_or_per_model(ledger: Ledger, trees: list[Path]
     split = views.build("daily", sel, prices, views.Options(breakdown=True))
     assert len(view_csv(split).splitlines()) == 1 + sum(len(r.breakdown) for r in split.rows)
 
+
+
+@pytest.mark.parametrize("breakdown", [False, True])
+@pytest.mark.parametrize("name", views.VIEWS)
+def test_csv_header_is_printed_also_without_rows(ledger: Ledger, trees: list[Path],
+                                                 prices: Prices, name: str,
+                                                 breakdown: bool) -> None:
+    """An empty range still prints the CSV header, the same as a view with rows has."""
+    options = views.Options(breakdown=breakdown, now=last_request(select(ledger, trees)))
+    full = view_csv(views.build(name, select(ledger, trees), prices, options)).splitlines()
+    future = Range(datetime(2030, 1, 1, tzinfo=UTC).timestamp(), None, UTC_ZONE)
+    empty = views.build(name, select(ledger, trees, future), prices, options)
+    assert empty.count == 0 and len(full) > 1
+    assert view_csv(empty).splitlines() == full[:1]
+
+
+def test_csv_writes_booleans_as_the_json_does(ledger: Ledger, trees: list[Path],
+                                               prices: Prices) -> None:
+    """A block's ``active`` is ``true``/``false`` in the CSV, as in the JSON."""
+    sel = select(ledger, trees)
+    view = views.build("blocks", sel, prices, views.Options(now=last_request(sel)))
+    active = [line["active"] for line in csv.DictReader(io.StringIO(view_csv(view)))]
+    assert set(active) <= {"true", "false"} and "true" in active
 
 # ---- time zones --------------------------------------------------------------------------
 def late(ts: str, key: str = "k") -> Request:

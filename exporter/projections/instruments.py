@@ -1,4 +1,4 @@
-"""The metric catalogue as OpenTelemetry instruments (docs: shared/design/metrics.md).
+"""The metric catalogue as OpenTelemetry instruments (docs/metrics.md).
 
 One MeterProvider per exporter, read by a PrometheusMetricReader that
 registers into a CollectorRegistry passed in (never the global one), with
