@@ -350,7 +350,9 @@ def render_limits(view: Limits, console: Console) -> None:
         left = win.resets_at - view.now
         resets = (f"resets in {duration(left)} ({when(win.resets_at, zone)})" if left > 0
                   else f"reset at {when(win.resets_at, zone)}")
-        worth = ("no estimate yet" if value is None or est is None else
+        idle = est is not None and est.windows > 0 and est.usd <= 0
+        worth = ("no estimate: no requests here while the figure moved" if value is None and idle
+                 else "no estimate yet" if value is None or est is None else
                  f"1 % ≈ {usd(value)}, the window ≈ {usd(100 * value)} at list price "
                  f"({est.pairs:,} sample pairs, {est.windows} "
                  f"window{'' if est.windows == 1 else 's'})")

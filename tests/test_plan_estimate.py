@@ -69,6 +69,14 @@ def test_no_movement_no_estimate() -> None:
     assert (est.pairs, est.windows) == (0, 0)
 
 
+def test_no_cost_here_no_estimate() -> None:
+    """A window that moved while this machine spent nothing gives no estimate, not $0 per 1 %."""
+    levels = [(10.0, 1.0), (12.0, 5.0), (15.0, 9.0)]
+    est = usd_per_percent([levels], lambda a, b: 0.0)
+    assert est.usd_per_percent is None
+    assert (est.windows, est.percent, est.usd) == (1, 3.0, 0.0)
+
+
 # -------------------------------------------------------------- ledger cost
 
 

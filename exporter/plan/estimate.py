@@ -44,7 +44,7 @@ CostBetween = Callable[[float, float], float]
 class Estimate:
     """Dollars per 1 % of a window, and what it rests on."""
 
-    usd_per_percent: float | None  # None: no instance moved far enough to say
+    usd_per_percent: float | None  # None: no instance moved far enough, or none cost anything here
     pairs: int  # consecutive change-point pairs behind it
     windows: int  # window instances that contributed
     usd: float  # the summed cost
@@ -86,5 +86,8 @@ def usd_per_percent(
         percent += high - low
         pairs += len(points) - 1
         windows += 1
-    value = usd / percent if percent > 0 else None
+    # No cost at all while the figure moved: the usage was all elsewhere (another
+    # machine, claude.ai), so the ledger says nothing about the window's size; $0
+    # would read as "the window is worth nothing".
+    value = usd / percent if percent > 0 and usd > 0 else None
     return Estimate(value, pairs, windows, usd, percent)
