@@ -258,6 +258,10 @@ def _upload_and_lines(f: Summary) -> Table:
 def render_text(figures: Summary, console: Console) -> None:
     """Print the summary as a readable terminal report of rich tables."""
     console.print(header("Summary", figures.covered))
+    if figures.covered.first is None:  # tables of zeros say less than one sentence
+        console.print("No requests in this range.")
+        console.print(_upload_and_lines(figures))
+        return
     console.print(_overview(figures))
     console.print(_cache_expiry(figures))
     wide = console.width >= WIDE_CONSOLE

@@ -52,6 +52,16 @@ def test_report_text_on_real_transcripts(real_tree: Path, tmp_path: Path) -> Non
         assert figure in proc.stdout, figure
 
 
+def test_an_empty_range_says_so_instead_of_tables_of_zeros(real_tree: Path,
+                                                            tmp_path: Path) -> None:
+    """A summary over a range with no request prints one sentence, not zero-filled tables."""
+    proc = run("report", "--data-dir", str(real_tree), "--state-dir", str(tmp_path),
+               "--since", "2099-01-01")
+    assert proc.returncode == 0, proc.stderr
+    assert "No requests in this range." in proc.stdout
+    assert "By model" not in proc.stdout and "gap p50" not in proc.stdout
+
+
 def test_since_and_until_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--since/--until keep [since, until); a date-only --until includes that whole day."""
     proj = tmp_path / "projects" / "-p"
