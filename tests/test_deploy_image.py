@@ -9,6 +9,7 @@ its paths moved into a scratch directory and its listen address on loopback.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -102,8 +103,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     root = base / "venv"
     proc = run([sys.executable, "-m", "venv", str(root)])
     assert proc.returncode == 0, shown(proc)
+    # Without PYTHONPATH: a checkout on it (with its egg-info) would read as "already installed".
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = run([str(root / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                "--no-input", str(wheel)], timeout=600)
+                "--no-input", str(wheel)], env=clean, timeout=600)
     assert proc.returncode == 0, shown(proc)
     yield Venv(root, wheel, time.monotonic() - started)
     shutil.rmtree(base, ignore_errors=True)
