@@ -382,6 +382,11 @@ class Ledger:
                 # The pass failed already (that error is the one to see); the next open
                 # derives and builds what is missing.
 
+    @property
+    def raw(self) -> bool:
+        """Whether a raw pass is under way (see :meth:`bulk`): batches cost little to commit."""
+        return self._raw
+
     def _derive(self) -> None:
         """Inside a transaction: everything a raw pass left to the end, from its rows."""
         db = self._db
@@ -433,7 +438,12 @@ class Ledger:
                 self._settle_due(self.rules, batch, force=False)
             elif batch.ids:
                 self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
-            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times})
+            # Slots a changed row touches are summed again; appended rows elsewhere are
+            # added to theirs (a file growing by one line costs one line).
+            refreshed = {slots.slot_of(ts) for ts in batch.slot_times}
+            slots.refresh(self._db, refreshed)
+            slots.add(self._db, [rid for rid in batch.new_ids
+                                 if slots.slot_of(batch.rows[rid].ts) not in refreshed])
             self._finish_batch(batch, parsed, checkpoints, bytes_read, len(batch.new_ids))
         return batch.applied()
 
@@ -550,49 +560,80 @@ class Ledger:
         The gap of a main request is the time since the latest earlier main
         request, (ts, key) order, of any file holding it: a function of the
         appearances alone, so file, scan and id order cannot change it.
+
+        Only the part of a chain from the batch's earliest change on is read
+        and recomputed (a file growing by one line costs one line): a change
+        is a request new to the file, or one whose time or source moved (at
+        its old and its new place).
         """
         db = self._db
         legacy = db.execute("SELECT id FROM files WHERE path = ?", (LEGACY_FILE,)).fetchone()
         # The legacy pseudo-file is no conversation: its predecessors were fixed at migration.
         files = batch.files - {legacy[0] if legacy else -1}
-        members: dict[int, dict[int, tuple[float, str, int, float | None]]] = {}
-        old = sorted(files - batch.fresh_files)  # a file made by this batch has no stored rows
-        for part in _chunks(old):
-            marks = ",".join("?" * len(part))
-            for fid, rid, prev, ts, key, source in db.execute(
-                "SELECT a.file, a.request, a.prev, r.ts, r.key, r.source FROM appearances a "
-                f"JOIN requests r ON r.id = a.request WHERE a.file IN ({marks})", part,
-            ):
-                members.setdefault(fid, {})[rid] = (ts, key, source, prev)
-        for rid, fids in batch.seen.items():
-            for fid in fids:
-                chain = members.setdefault(fid, {})
-                if rid not in chain:
-                    chain[rid] = (0.0, "", 0, None)
-                    batch.new_appearances.append((rid, fid))
-        changed: set[int] = set(batch.moved) | set(batch.new_ids)
         rows = batch.rows
+        holders: dict[int, set[int]] = {}  # stored files of the batch's stored rows
+        stored = sorted(rid for rid in {*batch.seen, *batch.moved} if rid in batch.known)
+        for part in _chunks(stored):
+            marks = ",".join("?" * len(part))
+            for rid, fid in db.execute(
+                    f"SELECT request, file FROM appearances WHERE request IN ({marks})", part):
+                holders.setdefault(rid, set()).add(fid)
+        points: dict[int, list[tuple[float, str]]] = {}  # per file: where its chain changed
+        fresh: dict[int, list[int]] = {}  # per file: requests new to it
+        for rid, fids in batch.seen.items():
+            for fid in fids - holders.get(rid, set()):
+                batch.new_appearances.append((rid, fid))
+                fresh.setdefault(fid, []).append(rid)
+                points.setdefault(fid, []).append((rows[rid].ts, rows[rid].key))
+        for rid in batch.moved:
+            was, now = batch.known[rid], rows[rid]
+            for fid in holders.get(rid, set()):
+                points.setdefault(fid, []).extend(((was.ts, was.key), (now.ts, now.key)))
+        changed: set[int] = set(batch.moved) | set(batch.new_ids)
         for fid in files:
-            chain = members.get(fid, {})
-            order = []
-            for rid, stored in chain.items():
-                row = rows.get(rid)
-                # The batch's values win over the stored ones.
-                ts, key, source = (row.ts, row.key, int(row.source)) if row else stored[:3]
-                prev = stored[3]
-                if source == Source.MAIN:
-                    order.append((ts, key, rid, prev))
-                elif prev is not None:
-                    batch.prevs[(rid, fid)] = None
-                    changed.add(rid)
-            order.sort()
-            last: float | None = None
-            for ts, _key, rid, prev in order:
-                if last != prev:
-                    batch.prevs[(rid, fid)] = last
-                    changed.add(rid)
-                last = ts
+            if fid in points:
+                self._rechain(fid, min(points[fid]), fresh.get(fid, []), batch, changed)
         self._gaps(batch, changed)
+
+    def _rechain(self, fid: int, lo: tuple[float, str], fresh: list[int], batch: _Batch,
+                 changed: set[int]) -> None:
+        """Recompute one file's predecessors from ``lo`` (ts, key) on.
+
+        Members before ``lo`` neither moved nor are new, so their stored values
+        are current: the latest main one among them seeds the chain.
+        """
+        db = self._db
+        ts0, key0 = lo
+        seed = db.execute(
+            "SELECT r.ts FROM appearances a JOIN requests r ON r.id = a.request "
+            "WHERE a.file = ? AND r.source = 0 AND (r.ts < ? OR (r.ts = ? AND r.key < ?)) "
+            "ORDER BY r.ts DESC, r.key DESC LIMIT 1", (fid, ts0, ts0, key0)).fetchone()
+        members: dict[int, tuple[float, str, int, float | None]] = {
+            rid: (ts, key, source, prev) for rid, prev, ts, key, source in db.execute(
+                "SELECT a.request, a.prev, r.ts, r.key, r.source FROM appearances a "
+                "JOIN requests r ON r.id = a.request WHERE a.file = ? "
+                "AND (r.ts > ? OR (r.ts = ? AND r.key >= ?))", (fid, ts0, ts0, key0))}
+        for rid in fresh:
+            members.setdefault(rid, (0.0, "", 0, None))
+        rows = batch.rows
+        order = []
+        for rid, stored in members.items():
+            row = rows.get(rid)
+            # The batch's values win over the stored ones.
+            ts, key, source = (row.ts, row.key, int(row.source)) if row else stored[:3]
+            prev = stored[3]
+            if source == Source.MAIN:
+                order.append((ts, key, rid, prev))
+            elif prev is not None:
+                batch.prevs[(rid, fid)] = None
+                changed.add(rid)
+        order.sort()
+        last: float | None = seed[0] if seed else None
+        for ts, _key, rid, prev in order:
+            if last != prev:
+                batch.prevs[(rid, fid)] = last
+                changed.add(rid)
+            last = ts
 
     def _gaps(self, batch: _Batch, rids: set[int]) -> None:
         """The gaps of requests whose chains moved: from the max predecessor over their files."""
@@ -672,7 +713,6 @@ class Ledger:
         for rid in batch.new_ids:
             row = batch.rows[rid]
             inserts.append((rid, *row, row.context, batch.masks[rid]))
-            batch.slot_times.add(row.ts)
         updates = []
         for rid, known in batch.known.items():
             row = batch.rows[rid]
@@ -1041,7 +1081,7 @@ class _Batch:
     prevs: dict[tuple[int, int], float | None] = field(default_factory=dict)  # to write
     sessions: dict[str, float] = field(default_factory=dict)  # latest ts seen per session
     grown: set[str] = field(default_factory=set)  # sessions whose last time moved
-    slot_times: set[float] = field(default_factory=set)  # times whose usage slots changed
+    slot_times: set[float] = field(default_factory=set)  # times of changed rows (old and new)
 
     def applied(self) -> Applied:
         """The public result."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
 from exporter.records import (
@@ -45,6 +46,7 @@ PAGE: Final = 20_000  # rows per page when Python must see them: memory stays bo
 
 _FIELDS: Final = Request._fields
 _SOURCES: Final = tuple(Source)
+_TS: Final = attrgetter("ts")
 _MAXED: Final = ("source", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
                  "recorded_cost_usd", "web_search")
 _DESCRIPTIVE: Final = ("ts", "model", "session", "project", "service_tier", "inference_geo",
@@ -103,7 +105,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
                        "SELECT id, ?, NULL FROM requests WHERE key = ?",
                        [(fid, key) for key in app.keys])
         if app.keys:
-            last = max(requests[key].ts for key in app.keys)
+            last = max(map(_TS, map(requests.__getitem__, app.keys)))
             latest[app.session] = max(latest.get(app.session, last), last)
     db.executemany("INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) DO UPDATE "
                    "SET last_ts = excluded.last_ts WHERE excluded.last_ts > last_ts",

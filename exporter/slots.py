@@ -50,6 +50,15 @@ BUCKET: Final = (
 )
 # Gaps are whole milliseconds (the ledger rounds them): integer sums are exact in any order.
 GAP_MS: Final = "CAST(round(r.gap * 1000) AS INTEGER)"
+# What a slot row becomes when more rows are added to it (as ``sum``/``min``/``max`` would).
+_ADDED: Final = ", ".join([
+    *(f"{c} = {c} + excluded.{c}" for c in ("n", "input", "output", "cache_read",
+                                             "cache_write_5m", "cache_write_1h", "web_search",
+                                             "m0", "m1", "m2", "m3", "m4")),
+    "gap_ms = CASE WHEN gap_ms IS NULL THEN excluded.gap_ms WHEN excluded.gap_ms IS NULL "
+    "THEN gap_ms ELSE gap_ms + excluded.gap_ms END",
+    "first = min(first, excluded.first)", "last = max(last, excluded.last)",
+])
 MINUTES: Final = ", ".join(
     f"sum(CAST(r.ts / 60 AS INTEGER) % 5 = {i})" for i in range(SLOT_SECONDS // 60)
 )
@@ -175,6 +184,49 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
     _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
+
+def add(db: sqlite3.Connection, ids: Sequence[int]) -> None:
+    """Add newly inserted rows to their slots (inside the caller's transaction).
+
+    A new row changes its slots' sums by exactly its own values (integer sums,
+    minima, maxima), so a batch of appended rows costs its own size, not its
+    slots' population; the caller refreshes instead any slot a changed row
+    touches (and leaves that slot's new rows to the refresh).
+    """
+    if not ids:
+        return
+    level = level_sql(stored_thresholds(db))
+    days: set[int] = set()
+    for part in _chunks(sorted(ids)):
+        marks = ",".join("?" * len(part))
+        where = f"r.id IN ({marks})"
+        db.execute(
+            "INSERT OR IGNORE INTO slot_sessions (session) "
+            f"SELECT DISTINCT r.session FROM requests r WHERE {where}", part)
+        db.execute(
+            f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+            f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+            f"r.inference_geo, r.speed, {level} FROM requests r "
+            f"JOIN slot_sessions s ON s.session = r.session WHERE {where}", part)
+        db.execute(
+            "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+            f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
+            f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
+            f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
+            f"WHERE {where} GROUP BY 1, 2, 3, 4 ON CONFLICT (slot, key, roots, bucket) DO UPDATE "
+            f"SET {_ADDED}", part)
+        days.update(r[0] for r in db.execute(
+            f"SELECT DISTINCT CAST(r.ts / 300 AS INTEGER) / {SLOTS_PER_DAY} FROM requests r "
+            f"WHERE {where}", part))
+    for day in sorted(days):
+        _refresh_days(db, day, day)
+
+
+def _chunks(items: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
+    """Slices of at most ``size`` items, for ``IN (…)`` lookups."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:

@@ -167,3 +167,46 @@ def test_raw_pass_cut_short_is_derived_on_the_next_open(resumed_tree: Path,
     Scanner(reopened, [resumed_tree / "projects"], workers=1).scan()
     fresh = _ingest(resumed_tree, tmp_path / "fresh", watched=False)
     _same(_dump(fresh), _dump(reopened))
+
+
+def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> None:
+    """Appends over many passes give the gaps, predecessors and owners of one raw pass.
+
+    Times are out of order; later copies move a request earlier or make it a
+    sidechain; a resume copies another file's requests.
+    """
+    import random
+
+    from tests.conftest import assistant, jsonl
+
+    rng = random.Random(3)
+    tree = tmp_path / "tree"
+    proj = tree / "projects" / "-p"
+    proj.mkdir(parents=True)
+
+    def line(n: int, minute: int, session: str, **kw: Any) -> bytes:
+        return jsonl(assistant(f"m{n}", f"r{n}", session=session,
+                               ts=f"2026-10-01T{10 + minute // 60:02d}:{minute % 60:02d}:00.000Z",
+                               usage={"output_tokens": rng.randint(1, 99)}, **kw))
+
+    writes: list[tuple[str, bytes]] = []
+    for n in range(60):
+        minute = n * 3 + rng.randint(-7, 7)  # out of order by up to a few requests
+        writes.append(("a.jsonl", line(n, max(minute, 0), "A")))
+        if n % 5 == 0:  # the resume copies some, one minute earlier: the request moves
+            writes.append(("b.jsonl", line(n, max(minute - 1, 0), "B")))
+        if n % 11 == 0:  # a later copy marks it a sidechain: it leaves the main chain
+            writes.append(("a.jsonl", line(n, max(minute, 0), "A", sidechain=True)))
+    inc = _ledger(tmp_path / "inc.db")
+    scanner = Scanner(inc, [tree / "projects"], workers=1, on_applied=lambda _a: None)
+    for i, (name, data) in enumerate(writes):
+        with (proj / name).open("ab") as fh:
+            fh.write(data)
+        if i % 3 == 0:
+            scanner.scan()
+    scanner.scan()
+    raw = _ingest(tree, tmp_path / "raw", watched=False)
+    got, want = _dump(raw), _dump(inc)
+    assert any(r[16] is not None for r in got["requests"])  # gaps were computed
+    for table in ("requests", "appearances", "files", "sessions"):
+        assert got[table] == want[table], table
