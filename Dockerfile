@@ -6,7 +6,8 @@
 #       -v ~/.claude:/claude:ro -v claude-code-exporter-state:/state \
 #       -p 127.0.0.1:9477:9477 claude-code-exporter
 #
-# Inside its own network namespace the exporter listens on 0.0.0.0; publish
+# Inside its own network namespace the exporter listens on 0.0.0.0 (and says
+# so with LISTEN_BEYOND_LOOPBACK, so a healthy start logs no warning); publish
 # the port on the host's loopback only (token counts and project names are
 # private). See docs/deploy.md.
 
@@ -57,6 +58,7 @@ ENV PATH=/opt/claude-code-exporter/bin:$PATH \
     CLAUDE_CODE_EXPORTER_DATA_DIRS=/claude \
     CLAUDE_CODE_EXPORTER_STATE_DIR=/state \
     CLAUDE_CODE_EXPORTER_LISTEN=0.0.0.0:9477 \
+    CLAUDE_CODE_EXPORTER_LISTEN_BEYOND_LOOPBACK=true \
     CLAUDE_CODE_EXPORTER_LOG_FORMAT=json
 
 VOLUME ["/state"]

@@ -9,7 +9,7 @@ Usage: python3 -m bench.attacks NAME [options]; NAME is one of
 Each prints one JSON object. Loopback only; bounded in time. Run with
 PYTHONPATH pointing at another checkout to measure that code instead.
 Processes run in the unit's limits (MemoryMax=2G, TasksMax=256) when this
-machine allows cgroups (see tests/hardening.Cgroup).
+machine allows cgroups (see tests/support/hardening.Cgroup).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 from bench.common import OUT
 from tests.conftest import ROOT, assistant, jsonl
-from tests.hardening import Cgroup, Slowloris, peak_rss, threads
 from tests.support.exposition import total
+from tests.support.hardening import Cgroup, Slowloris, peak_rss, threads
 from tests.support.process import Serve
 
 MB = 1024 * 1024

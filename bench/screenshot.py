@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from exporter.synth import GenOptions, generate
-from tests.daemon_proc import Daemon
+from tests.support.process import Serve
 
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 BUDGETS = ("--budget-day-usd", "120", "--budget-month-usd", "1500")
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="page-shots-") as tmp:
         demo_tree(Path(tmp) / "tree", datetime.now(UTC))
-        daemon = Daemon(Path(tmp) / "tree", Path(tmp) / "state", *BUDGETS, env={"TZ": "UTC"})
+        daemon = Serve(Path(tmp) / "tree", Path(tmp) / "state", *BUDGETS, env={"TZ": "UTC"})
         try:
             for name, size in SIZES.items():
                 target = args.out / f"page-{name}.png"

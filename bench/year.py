@@ -35,7 +35,7 @@ from pathlib import Path
 
 from bench.common import exporter_cmd, machine
 from exporter.synth import GenOptions, generate
-from tests.daemon_proc import free_port
+from tests.support.net import free_port
 
 DEADLINE_S = 600.0  # per start-up: far above any target, so a hang fails the run
 

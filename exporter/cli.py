@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,16 @@ from exporter import __version__, report_cli
 from exporter.cliparse import Parser
 from exporter.config import ConfigError, Settings, load_settings
 from exporter.ingest.discover import default_roots, projects_dirs
-from exporter.ingest.scan import Scanner, ScanResult
+from exporter.ingest.scan import ScanResult
 from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
+from exporter.parts import daemon_parts, metrics_options, scan_options
 from exporter.progress import progress_bar
 from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing, load_pricing
+
+Environ = Mapping[str, str]
+"""The process's environment, read once by :func:`main` and handed down."""
 
 EXIT_CONFIG = 2
 EXIT_LEDGER = 3
@@ -233,30 +237,26 @@ def _moment(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, environ: Environ) -> Settings:
     """Settings from the flags that name settings, the environment and --config."""
     fields = set(Settings.model_fields)
     flags = {k: v for k, v in vars(args).items() if k in fields}
-    return load_settings(flags, args.config)
+    return load_settings(flags, environ, args.config)
 
 
-def transcript_dirs(settings: Settings) -> list[Path]:
+def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
     """The projects directories to read: --data-dir, or every default root."""
-    roots = settings.data_dirs or default_roots(os.environ, Path.home())
+    roots = settings.data_dirs or default_roots(environ, Path.home())
     return projects_dirs(roots)
 
 
-def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
-           dirs: Sequence[Path] | None = None, quiet: bool = False) -> ScanResult:
-    """One ingestion pass into ``ledger`` (what `report` and `backfill` do first).
+def ingest(ledger: Ledger, settings: Settings, log: Any, dirs: Sequence[Path], *,
+           show_progress: bool, quiet: bool = False) -> ScanResult:
+    """One ingestion pass over ``dirs`` into ``ledger`` (what `report` and `backfill` do first).
 
-    ``dirs``: the directories to read (default: every transcript dir); ``quiet``
-    logs the pass at DEBUG (a terminal report is its own summary of the pass).
+    ``quiet`` logs the pass at DEBUG (a terminal report is its own summary of the pass).
     """
-    scanner = Scanner(ledger, transcript_dirs(settings) if dirs is None else list(dirs),
-                      workers=settings.workers, log=log,
-                      batch_bytes=int(settings.batch_mb * 1024 * 1024),
-                      max_line_bytes=settings.max_line_bytes)
+    scanner = scan_options(settings).scanner(ledger, dirs, log=log)
     with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
         result = scanner.scan(progress=progress)
     (log.debug if quiet else log.info)(
@@ -266,7 +266,27 @@ def ingest(ledger: Ledger, settings: Settings, log: Any, *, show_progress: bool,
     return result
 
 
-def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> Ledger:
+def ingest_plan_samples(settings: Settings, log: Any) -> None:
+    """Move the status line's new samples into the ledger (``report``/``backfill`` as the writer).
+
+    A failure (a locked or full disk) is logged and the command goes on: the
+    samples stay in the spool for the next run (docs/plan-limits.md).
+    """
+    import sqlite3
+
+    from exporter.plan.store import ingest_spool
+
+    try:
+        done = ingest_spool(settings.ledger_path, settings.state_dir)
+    except (OSError, sqlite3.Error) as exc:
+        log.warning("plan_samples_not_ingested", detail=str(exc))
+        return
+    log.debug("plan_samples_ingested", new=done.new, repeated=done.repeated,
+              bytes_read=done.bytes_read)
+
+
+def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
+                role: str = "report") -> Ledger:
     """The ledger, keeping its rollups by the counting rules ``serve`` uses.
 
     Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
@@ -276,7 +296,6 @@ def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> L
     from exporter.projections.counting import Counting
 
     rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)
-    dirs = transcript_dirs(settings)
     ledger = open_for(settings.ledger_path, role, [str(d) for d in dirs], rules=rules,
                       settle_seconds=settings.settle_seconds)
     if ledger.readonly and ledger.holder is not None:
@@ -289,24 +308,26 @@ def open_ledger(settings: Settings, pricing: Pricing, role: str = "report") -> L
     return ledger
 
 
-def cmd_report(args: argparse.Namespace, settings: Settings, log: Any,
+def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ,
                now: float | None = None) -> int:
     """Ingest what is new, then print the summary or a view."""
     now = time.time() if now is None else now
-    req = report_cli.check(args, now)
+    req = report_cli.check(args, now, environ)
     missing = report_cli.missing_data_dirs(settings)
     if missing:
         raise report_cli.UsageError(f"--data-dir {missing[0]} does not exist")
-    dirs = transcript_dirs(settings)
+    dirs = transcript_dirs(settings, environ)
     pricing = _pricing(settings)
-    ledger = open_ledger(settings, pricing)
+    ledger = open_ledger(settings, pricing, dirs)
     try:
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
         present = [d for d in dirs if d.is_dir()]
         scan = ScanResult(files=1) if ledger.readonly else ingest(
-            ledger, settings, log, show_progress=req.output == "text", dirs=present, quiet=True)
+            ledger, settings, log, present, show_progress=req.output == "text", quiet=True)
+        if not ledger.readonly:
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         sel = report_cli.selection(ledger, dirs, args, req.range)
-        if report_cli.empty(sel) and not scan.files:
+        if report_cli.empty(sel) and not scan.files and req.view != report_cli.LIMITS:
             print(report_cli.first_run_message(dirs, Path.home()),
                   file=sys.stderr if req.output != "text" else sys.stdout)
             if req.output == "text":
@@ -323,7 +344,7 @@ def _pricing(settings: Settings) -> Pricing:
                         warn=lambda line: print(f"claude-code-exporter: {line}", file=sys.stderr))
 
 
-def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
+def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ) -> int:
     """Run the daemon until SIGTERM/SIGINT."""
     # Imported here: OpenTelemetry and the watcher cost `report` 0.2 s of start-up.
     from exporter.serve.daemon import Daemon
@@ -335,7 +356,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any) -> int:
     with scratch as tmp:
         if args.demo:
             settings = _demo_settings(settings, Path(tmp), log)
-        daemon = Daemon(settings, transcript_dirs(settings), log)
+        parts = daemon_parts(settings, transcript_dirs(settings, environ),
+                             warn=lambda line: log.warning("prices_not_updated", detail=line))
+        daemon = Daemon(parts, log)
         daemon.install_signals()
         daemon.start()
         if args.demo:
@@ -363,8 +386,10 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
     threading.Thread(target=run_live, args=(session, stop), name="demo", daemon=True).start()
 
 
-def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
+def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any,
+                 environ: Environ) -> int:
     """Ingest what is new, then write the ledger's history as OpenMetrics text."""
+    from exporter.plan.figures import plan_history
     from exporter.projections.backfill import (
         DEFAULT_LABELS,
         BackfillError,
@@ -372,20 +397,22 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
         serve_samples,
         write_history,
     )
-    from exporter.serve.daemon import metrics_options
 
     if args.blocks is not None and shutil.which("promtool") is None:
         print("claude-code-exporter: --blocks needs promtool on PATH (Debian: apt-get install "
               "prometheus); or write a file with --output", file=sys.stderr)
         return EXIT_CONFIG
     pricing = _pricing(settings)
-    ledger = open_ledger(settings, pricing, "backfill")
-    dirs = transcript_dirs(settings)
+    dirs = transcript_dirs(settings, environ)
+    metrics = metrics_options(settings)
+    ledger = open_ledger(settings, pricing, dirs, "backfill")
     try:
         if not ledger.readonly:
-            ingest(ledger, settings, log, show_progress=True)
+            ingest(ledger, settings, log, dirs, show_progress=True)
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         requests = ledger.requests(view=ledger.scope(dirs))
-        serve = serve_samples(ledger, pricing, metrics_options(settings), dirs)
+        serve = serve_samples(ledger, pricing, metrics, dirs)
+        plan = plan_history(ledger.read)  # the status line's samples (docs/plan-limits.md)
     finally:
         ledger.close()
     labels = {**DEFAULT_LABELS, "instance": settings.listen, **dict(args.label)}
@@ -396,13 +423,12 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
         labels={k: v for k, v in labels.items() if v},
     )
     if args.blocks is not None:
-        return _backfill_blocks(args, requests, pricing=pricing,
-                                metrics=metrics_options(settings), opts=opts, serve=serve)
+        return _backfill_blocks(args, requests, pricing=pricing, metrics=metrics, opts=opts,
+                                serve=serve, plan=plan)
     partial = args.output.with_name(args.output.name + ".partial")
     try:
         with partial.open("w", encoding="utf-8") as out:
-            stats = write_history(requests, pricing, metrics_options(settings), out, opts,
-                                  serve=serve)
+            stats = write_history(requests, pricing, metrics, out, opts, serve=serve, plan=plan)
         partial.replace(args.output)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
@@ -420,7 +446,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any) -> int:
 
 
 def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricing, metrics: Any,
-                     opts: Any, serve: Any) -> int:
+                     opts: Any, serve: Any, plan: Any = None) -> int:
     """``backfill --blocks DIR``: promtool turns the history into blocks, chunk by chunk."""
     from exporter.projections.backfill import BackfillError, write_blocks
 
@@ -429,7 +455,7 @@ def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricin
         with progress_bar(sys.stderr.isatty(), "writing blocks", "steps") as progress:
             stats = write_blocks(requests, pricing, metrics, args.blocks, opts,
                                  promtool=promtool, serve=serve, workdir=args.blocks.parent,
-                                 progress=progress)
+                                 progress=progress, plan=plan)
     except BackfillError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -457,25 +483,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``claude-code-exporter`` command."""
+def main(argv: Sequence[str] | None = None, environ: Environ | None = None) -> int:
+    """Entry point of the ``claude-code-exporter`` command (``environ``: default os.environ)."""
     words = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if environ is None else environ
     if words[:1] == ["statusline"]:
         from exporter import statusline
 
-        return statusline.main(words[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
+        return statusline.main(words[1:], sys.stdin.buffer, sys.stdout.buffer, env)
     args = build_parser().parse_args(words)
     if args.command == "generate":
         return cmd_generate(args)
     try:
-        settings = _settings(args)
+        settings = _settings(args, env)
     except ConfigError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
     command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(args.command, cmd_report)
     try:
-        return command(args, settings, log)
+        return command(args, settings, log, env)
     except (report_cli.UsageError, LedgerError, ConfigError, ValueError) as exc:
         return _failed(args.command, exc, log)
 

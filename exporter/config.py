@@ -2,7 +2,9 @@
 
 Precedence, highest first: command-line flags, environment variables
 (``CLAUDE_CODE_EXPORTER_<NAME>``), the TOML file given with ``--config``,
-built-in defaults. Every invalid setting is reported at once, each naming the
+built-in defaults. The environment is an argument of :func:`load_settings`
+(the command line passes ``os.environ``; tests pass a dict): nothing here reads
+the process's own. Every invalid setting is reported at once, each naming the
 setting, its flag and its environment variable.
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -22,22 +23,28 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
-    InitSettingsSource,
+    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+from pydantic_settings.sources.utils import parse_env_vars
 
 ENV_PREFIX = "CLAUDE_CODE_EXPORTER_"
 DEFAULT_PORT = 9477
 CLAUDE_TELEMETRY_PORT = 9464  # Claude Code's own OpenTelemetry Prometheus port: never ours
 
 
-def default_state_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_STATE_HOME/claude-code-exporter`` (default ``~/.local/state/…``)."""
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    """``$XDG_STATE_HOME/claude-code-exporter`` (default ``~/.local/state/…``) under ``env``."""
     base = env.get("XDG_STATE_HOME", "").strip()
     root = Path(base) if base else Path.home() / ".local" / "state"
     return root / "claude-code-exporter"
+
+
+def _state_dir_without_env() -> Path:
+    """The state dir's default when no environment is given (load_settings gives one)."""
+    return default_state_dir({})
 
 
 class Settings(BaseSettings):
@@ -50,9 +57,13 @@ class Settings(BaseSettings):
         description="transcript roots or projects/ dirs (replace the defaults); env: comma list",
     )
     state_dir: Path = Field(
-        default_factory=default_state_dir, description="where the ledger lives"
+        default_factory=_state_dir_without_env, description="where the ledger lives"
     )
     listen: str = Field(f"127.0.0.1:{DEFAULT_PORT}", description="HOST:PORT for /metrics")
+    listen_beyond_loopback: bool = Field(
+        False, description="a listen address beyond loopback is intended (the container image, "
+                           "inside its own network namespace): no warning for it at start",
+    )
     namespace: str = Field("claude_code", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     project_label: Literal["basename", "full", "hash", "none"] = "basename"
     upload_bytes_per_token: float = Field(4.0, gt=0)
@@ -216,8 +227,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Flags (init), then environment (the file comes in through :func:`load_settings`)."""
-        return init_settings, env_settings
+        """The values given to the constructor only: :func:`load_settings` merges the sources."""
+        return (init_settings,)
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -229,6 +240,16 @@ def split_listen(value: str) -> tuple[str, int]:
     if not 0 <= port < 65536:
         raise ValueError(f"port {port} is out of range")
     return host.strip("[]"), port
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host that only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_ip(host: str) -> bool:
@@ -244,8 +265,9 @@ class ConfigError(Exception):
     """Invalid configuration: the message names every bad setting."""
 
 
-def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> Settings:
-    """Build the settings from flags, environment and an optional TOML file.
+def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str],
+                  config_file: Path | None = None) -> Settings:
+    """Build the settings from flags, the environment ``environ`` and an optional TOML file.
 
     Every problem is reported at once, in one ConfigError: unknown keys of the
     file (with the nearest valid key), and each invalid value named where it
@@ -259,15 +281,43 @@ def load_settings(flags: Mapping[str, Any], config_file: Path | None = None) -> 
         problems += [_unknown_key(config_file, key) for key in table if key not in fields]
         table = {k: v for k, v in table.items() if k in fields}
     given = _Given({k: v for k, v in flags.items() if v is not None}, table, config_file,
-                   dict(os.environ))
+                   dict(environ))
+    # Lowest first, as pydantic-settings merges its own sources: defaults that depend
+    # on the environment, the file, the CLAUDE_CODE_EXPORTER_* variables, the flags.
+    values = _merged({"state_dir": default_state_dir(environ)}, table,
+                     _Environment(Settings, environ)(), given.flags)
     settings = None
     try:
-        settings = _with_file(table)(**given.flags)
+        settings = Settings(**values)
     except ValidationError as exc:
         problems += _describe(exc, given)
     if problems or settings is None:
         raise ConfigError("\n".join(["invalid configuration:", *problems]))
     return settings
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping, not ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ  # read by _load_env_vars, which the base __init__ calls
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty,
+                              self.env_parse_none_str)
+
+
+def _merged(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """The layers merged, later ones winning; tables (dicts) merge key by key."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = _merged(out[key], value)
+            else:
+                out[key] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,29 +328,6 @@ class _Given:
     table: Mapping[str, Any]
     config_file: Path | None
     env: Mapping[str, str]
-
-
-def _with_file(table: Mapping[str, Any]) -> type[Settings]:
-    """Settings whose lowest-precedence source is ``table`` (the checked TOML file)."""
-    if not table:
-        return Settings
-
-    class FileSettings(Settings):
-        """Settings with the config file's table under flags and environment."""
-
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            """Flags (init), then environment, then the file."""
-            return init_settings, env_settings, InitSettingsSource(settings_cls, dict(table))
-
-    return FileSettings
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -35,11 +35,13 @@ from exporter.projections.periods import PeriodError, Range, local_zone, resolve
 from exporter.records import Source
 
 SUMMARY: Final = "summary"
+LIMITS: Final = "limits"  # the status line's plan windows (docs/plan-limits.md)
 EPILOG: Final = """\
 examples:
   claude-code-exporter report                    summary of everything recorded
   claude-code-exporter report daily --since 7d   one row per day of the last week
   claude-code-exporter report blocks --json      5-hour blocks; the open one projected
+  claude-code-exporter report limits             plan windows: used, resets, $ per 1 %
 
 exit codes: 0 ok · 2 bad usage or configuration · 3 unusable ledger"""
 
@@ -51,9 +53,10 @@ class UsageError(Exception):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `report` beyond the common ones."""
     parser.add_argument(
-        "view", nargs="?", default=SUMMARY, choices=(SUMMARY, *views.VIEWS),
+        "view", nargs="?", default=SUMMARY, choices=(SUMMARY, *views.VIEWS, LIMITS),
         help="what to show: the summary (default), or a table per day, week (Monday "
-             "first), month, session, project or 5-hour block")
+             "first), month, session, project or 5-hour block, or the plan's 5-hour and "
+             "weekly limits as the status line recorded them (limits)")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
                      help="print JSON (docs/figures.md has the shape) instead of tables "
@@ -201,6 +204,10 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
             report.render_text(result, console)
             report.render_prices(result, prices.pricing, console)
         return 0
+    if req.view == LIMITS:
+        from exporter import report_views  # noqa: PLC0415 - rich, for tables only
+
+        return report_views.run_limits(req.output, req.range, settings.ledger_path, prices, now)
     options = views.Options(order=args.order, limit=args.limit, breakdown=args.breakdown,
                             block_rule=args.block_rule, now=now)
     view = views.build(req.view, sel, prices, options)

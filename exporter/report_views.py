@@ -4,6 +4,8 @@ A table has one row per period or item, a totals row, and, for blocks, a line
 on the open block. Columns have a priority: a wide console shows every column,
 a narrow one (80 columns, a pipe) the essential ones, so no figure is ever cut.
 The JSON and CSV shapes are documented in docs/figures.md ("Report views").
+`report limits` (the plan windows of the status line, docs/plan-limits.md)
+is rendered here too, from the ledger's plan tables.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import csv
 import io
 import math
 import re
+import sqlite3
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from rich import box
@@ -21,10 +26,13 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from exporter.projections.facts import Usage
-from exporter.projections.periods import Zone, iso
+from exporter.plan.cost import ledger_cost
+from exporter.plan.figures import Instance, PlanFigures, instances, limits_rows, plan_figures
+from exporter.projections.facts import Prices, Usage
+from exporter.projections.figures import Covered
+from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report import cost_cell, duration, header, pct, tokens, usd, when
+from exporter.report import cost_cell, duration, header, pct, to_json, tokens, usd, when
 
 TITLES: Final = {
     "daily": "Daily usage", "weekly": "Weekly usage (Monday to Sunday)",
@@ -251,6 +259,159 @@ def view_csv(view: View) -> str:
             records.extend({**lead, "model": m, **_usage_json(u)} for m, u in row.breakdown)
         else:
             records.append({**lead, **_usage_json(row.usage), "models": ";".join(row.models)})
+    buffer = io.StringIO()
+    if records:
+        writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    return buffer.getvalue()
+
+
+# ---- limits: the plan windows of the status line (docs/plan-limits.md) -----------------
+LIMITS: Final = "limits"
+LIMITS_TITLE: Final = "Plan limits (from the status line)"
+NO_SAMPLES: Final = ("No status-line samples recorded: set `claude-code-exporter statusline` "
+                     "as Claude Code's status line (docs/plan-limits.md).")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The `report limits` view: each window now, and every instance in the range."""
+
+    covered: Covered
+    now: float
+    figures: PlanFigures
+    instances: tuple[Instance, ...]
+
+
+def limits_view(conn: sqlite3.Connection, prices: Prices, rng: Range, now: float) -> Limits:
+    """The view from a read connection to the ledger (its plan tables and requests)."""
+    def cost(a: float, b: float) -> float:
+        return ledger_cost(conn, prices, a, b)
+
+    found = tuple(instances(conn, cost, now, rng.since, rng.until))
+    figures = plan_figures(conn, now, cost)
+    first = min((i.first_seen for i in found), default=None)
+    last = max((i.last_seen for i in found), default=None)
+    return Limits(Covered(rng, first, last), now, figures, found)
+
+
+def run_limits(output: str, rng: Range, ledger_path: Path, prices: Prices, now: float, *,
+               console: Console | None = None) -> int:
+    """Print `report limits` as a table, JSON or CSV; return the exit code (0)."""
+    conn = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True, timeout=10)
+    try:
+        view = limits_view(conn, prices, rng, now)
+    finally:
+        conn.close()
+    if output == "json":
+        sys.stdout.write(to_json(limits_json(view)) + "\n")
+    elif output == "csv":
+        sys.stdout.write(limits_csv(view))
+    else:
+        render_limits(view, console or Console())
+    return 0
+
+
+def _money(value: float | None) -> str:
+    """Dollars, or a dash when there is no figure."""
+    return "—" if value is None else usd(value)
+
+
+def render_limits(view: Limits, console: Console) -> None:
+    """Each window now (figure, reset, estimate), then a table of its instances."""
+    zone = view.covered.range.zone
+    console.print(header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
+    if not view.figures.windows:
+        console.print(NO_SAMPLES)
+        return
+    for name, win in view.figures.windows.items():
+        est = win.estimate
+        value = None if est is None else est.usd_per_percent
+        left = win.resets_at - view.now
+        resets = (f"resets in {duration(left)} ({when(win.resets_at, zone)})" if left > 0
+                  else f"reset at {when(win.resets_at, zone)}")
+        worth = ("no estimate yet" if value is None or est is None else
+                 f"1 % ≈ {usd(value)}, the window ≈ {usd(100 * value)} at list price "
+                 f"({est.pairs:,} sample pairs, {est.windows} "
+                 f"window{'' if est.windows == 1 else 's'})")
+        console.print(f"{name}: {100 * win.used_ratio:.0f} % used, {resets} · {worth}")
+    if not view.instances:
+        console.print("No window in this range.")
+        return
+    for level in LEVELS:  # the widest layout that fits: no figure is ever cut
+        out = limits_table(view, level)
+        natural = Measurement.get(console, console.options.update_width(10_000), out)
+        if natural.maximum <= console.width:
+            break
+    console.print(out)
+    console.print("Cost: this machine's requests at list price. Other machines and claude.ai "
+                  "share the windows, so $ per 1 % is a lower bound (docs/plan-limits.md).")
+
+
+#: The instance table's columns: title, cell, priority (1: always shown).
+LIMIT_COLUMNS: Final[tuple[tuple[str, Callable[[Instance, Limits], str], int], ...]] = (
+    ("window", lambda i, v: i.window, 1),
+    ("start", lambda i, v: when(i.start, v.covered.range.zone), 2),
+    ("reset", lambda i, v: when(i.resets_at, v.covered.range.zone), 1),
+    ("peak", lambda i, v: f"{i.peak_percent:g} %", 1),
+    ("cost", lambda i, v: usd(i.cost_usd), 1),
+    ("$ per 1 %", lambda i, v: _money(i.estimate.usd_per_percent), 1),
+    ("pairs", lambda i, v: f"{i.estimate.pairs:,}", 3),
+    ("status", lambda i, v: ("open" if i.open(v.now) else "ended")
+     + (", limit" if i.exhausted else ""), 2),
+)
+
+
+def limits_table(view: Limits, level: int) -> Table:
+    """The instances as a table with the columns of priority ``level`` or more important."""
+    cols = [(t, cell) for t, cell, priority in LIMIT_COLUMNS if priority <= level]
+    out = Table(box=box.SIMPLE_HEAD)
+    for i, (title, _) in enumerate(cols):
+        out.add_column(title, justify="left" if title in ("window", "status") or i == 0
+                       else "right", no_wrap=True)
+    for inst in view.instances:
+        out.add_row(*(cell(inst, view) for _, cell in cols))
+    return out
+
+
+def _instance_json(inst: Instance, view: Limits) -> dict[str, Any]:
+    """One window instance as JSON (and a CSV line)."""
+    zone = view.covered.range.zone
+    est = inst.estimate
+    per = None if est.usd_per_percent is None else round(est.usd_per_percent, 6)
+    return {
+        "window": inst.window, "start": iso(inst.start, zone),
+        "resets_at": iso(inst.resets_at, zone),
+        "first_sample": iso(inst.first_seen, zone), "last_sample": iso(inst.last_seen, zone),
+        "peak_percent": inst.peak_percent, "limit_reached": inst.exhausted,
+        "open": inst.open(view.now), "cost_usd": round(inst.cost_usd, 6),
+        "usd_per_percent": per, "pairs": est.pairs,
+    }
+
+
+def limits_json(view: Limits) -> dict[str, Any]:
+    """The view as JSON: each window now (with the look-back estimate), then the instances."""
+    zone = view.covered.range.zone
+    windows = []
+    for row in limits_rows(view.figures, view.now):
+        win = view.figures.windows[str(row["window"])]
+        per = None if win.estimate is None else win.estimate.usd_per_percent
+        windows.append({**row, "resets_at": iso(win.resets_at, zone),
+                        "usd_per_percent": None if per is None else round(per, 6),
+                        "window_usd": None if per is None else round(100 * per, 4)})
+    return {
+        "view": LIMITS,
+        "range": view.covered.to_json(),
+        "samples": view.figures.samples,
+        "windows": windows,
+        "instances": [_instance_json(i, view) for i in view.instances],
+    }
+
+
+def limits_csv(view: Limits) -> str:
+    """The instances as CSV, one line each."""
+    records = [_instance_json(i, view) for i in view.instances]
     buffer = io.StringIO()
     if records:
         writer = csv.DictWriter(buffer, fieldnames=list(records[0]), lineterminator="\n")

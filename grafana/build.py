@@ -115,8 +115,12 @@ def row(title: str, panels: list[AnyPanel]) -> Row:
 
 def board(uid: str, title: str, description: str,
           variable_list: Sequence[dash.DatasourceVariable | dash.QueryVariable],
-          rows: Sequence[Row]) -> dm.Dashboard:
-    """A dashboard: shared settings, links to its siblings, rows of panels, numbered ids."""
+          rows: Sequence[Row], *,
+          annotations: Sequence[dash.AnnotationQuery] = ()) -> dm.Dashboard:
+    """A dashboard: shared settings, links to its siblings, rows of panels, numbered ids.
+
+    ``annotations``: query annotations beside Grafana's built-in one (marks on every graph).
+    """
     builder = (
         dash.Dashboard(title).uid(uid).description(description).tags([TAG])
         .time("now-24h", "now").refresh("1m").timezone("browser")
@@ -131,6 +135,8 @@ def board(uid: str, title: str, description: str,
             .enable(True).hide(True).icon_color("rgba(0, 211, 255, 1)")
         )
     )
+    for extra in annotations:
+        builder = builder.annotation(extra)
     for variable in variable_list:
         builder = builder.with_variable(variable)
     for row_title, panels in rows:
@@ -246,9 +252,9 @@ def usage() -> dm.Dashboard:
             single("Saved by the prompt cache, selected range", "Estimated list-price USD the "
                    "prompt cache saved in the time range: every cache read billed as plain input "
                    "instead, minus the cache-write premium (5 min 1.25x, 1 h 2x input); negative "
-                   "when caches were written and not read. From the cost counters by token type "
-                   "(reads are 0.1x input in every Anthropic price, so a read saved 9x its cost; "
-                   "writes lost 0.2x and 0.5x theirs). `report` gives the exact figure.",
+                   "when caches were written and not read. From the exporter's saving and "
+                   "write-premium counters, priced at each model's rates ([pricing] overrides "
+                   "included), as `report` prices them.",
                    "currencyUSD", Q(f"{_saved(*mp)}", instant=True), decimals=2, w=4, h=7),
             single("Without the cache, selected range", "What the same requests would have cost "
                    "with no prompt cache (spent + saved), at the same long-context tier.",
@@ -313,9 +319,100 @@ def usage() -> dm.Dashboard:
     )
     return board(
         "claude-code-usage", "Claude Code / Usage & cost",
-        "Estimated list-price spend of Claude Code: today against the daily budget, cost per "
-        "day and per hour by model, token type and project, requests and tokens.",
-        variables("model", "project"), [budgets, money, tokens],
+        "Estimated list-price spend of Claude Code: today against the daily budget, the plan's "
+        "5-hour and weekly limits, cost per day and per hour by model, token type and project, "
+        "requests and tokens.",
+        variables("model", "project"), [budgets, _plan_row(), money, tokens],
+        annotations=[_plan_resets()],
+    )
+
+
+# ---- plan limits (docs/plan-limits.md) -------------------------------------------------
+USED = "claude_code_plan_window_used_ratio"
+RESETS = "claude_code_plan_window_resets_at_seconds"
+PER_WINDOW = "max by (user, window)"  # one account per user label: its machines agree
+WINDOW_LEGEND = "{{window}} {{user}}"
+PLAN_SCOPE = ("From Claude Code's status line (`claude-code-exporter statusline`, "
+              "docs/plan-limits.md); a plan window is the account's: all models and projects.")
+
+
+def _burn(window: str = "30m") -> str:
+    """The official figure's pace per second (least squares over ``window``; resets clamp to 0)."""
+    return f"clamp_min(deriv({USED}{sel()}[{window}]), 0)"
+
+
+def _plan_row() -> Row:
+    """Utilisation over time, burn rate, reset, time to limit, projection, window in dollars."""
+    return row(
+        "Plan limits from the status line (all models and projects)",
+        [
+            timeseries("Plan window used (dashed: 80 % and the limit)", "Official utilisation "
+                       "of the 5-hour and weekly windows, 0-100 % (a little over 100 % once "
+                       "the limit is passed); it drops to 0 when the window resets (the "
+                       "annotations mark each reset). " + PLAN_SCOPE, "percentunit",
+                       Q(f"{PER_WINDOW} ({USED}{sel()})", WINDOW_LEGEND),
+                       lines=BUDGET, decimals=0, w=12, h=8),
+            timeseries("Burn rate, per hour", "How fast the official figure rises: the "
+                       "least-squares slope over the last 30 minutes, in percent of the window "
+                       "per hour (0 while idle and across a reset). " + PLAN_SCOPE,
+                       "percentunit", Q(f"{PER_WINDOW} ({_burn()}) * 3600", WINDOW_LEGEND),
+                       decimals=0, w=12, h=8),
+            single("Resets in", "Time until each window resets, as Claude Code reported it. "
+                   + PLAN_SCOPE, "s",
+                   Q(f"({PER_WINDOW} ({RESETS}{sel()}) - time()) > 0", "{{window}}",
+                     instant=True), no_value="reset", w=4, h=5),
+            single("Time to limit at this pace", "At the burn rate of the last 30 minutes, "
+                   "time until the window reaches 100 %; empty while it is not rising. Red "
+                   "within an hour: compare with Resets in (ClaudeCodeFiveHourLimitAhead fires "
+                   "when the limit comes first). " + PLAN_SCOPE, "s",
+                   Q(f"min by (user, window) (clamp_min(1 - {USED}{sel()}, 0) / "
+                     f"({_burn()} > 0))", "{{window}}", instant=True),
+                   thresholds=thresholds((None, "red"), (3600, "orange"), (4 * 3600, "green")),
+                   no_value="not rising", w=4, h=5),
+            single("Projected at reset", "The figure the window reaches by its reset at the "
+                   "pace of the last 30 minutes (the alert's expression): over 100 % means the "
+                   "limit comes first. " + PLAN_SCOPE, "percentunit",
+                   Q(f"{PER_WINDOW} ({USED}{sel()} + {_burn()} * "
+                     f"clamp_min({RESETS}{sel()} - time(), 0))", "{{window}}", instant=True),
+                   thresholds=BUDGET, decimals=0, w=4, h=5),
+            _window_dollars(),
+            single("Context window, latest session", "How full the context window of the "
+                   "session whose status line refreshed last is (compaction near 100 %). "
+                   + PLAN_SCOPE, "percentunit",
+                   Q(f"max(claude_code_context_window_used_ratio{sel()})", instant=True),
+                   thresholds=BUDGET, decimals=0, w=3, h=5),
+            single("Status line last reported", "Seconds since a status line last recorded a "
+                   "sample: growing while you work means the status line is not set (or "
+                   "another tool took it over; ClaudeCodePlanSamplesStale). " + PLAN_SCOPE, "s",
+                   Q(f"min(claude_code_plan_sample_age_seconds{sel()})", instant=True), w=3,
+                   h=5),
+        ],
+    )
+
+
+def _window_dollars() -> stat.Panel:
+    """100 x dollars per percent, with the number of sample pairs behind each estimate."""
+    panel = single(
+        "Window in list-price dollars (and sample pairs)", "What a whole window is worth at "
+        "list price: dollars per 1 % of it (this machine's request costs between the moments "
+        "the official figure moved) x 100, over the last 7 days (5-hour) or 35 days (weekly); "
+        "next to it the sample pairs the estimate rests on. A lower bound when other machines "
+        "or claude.ai share the account. " + PLAN_SCOPE, "currencyUSD",
+        Q(f"{PER_WINDOW} (100 * claude_code_plan_window_usd_per_percent{sel()})",
+          "{{window}} $", instant=True),
+        Q(f"{PER_WINDOW} (claude_code_plan_window_usd_per_percent_pairs{sel()})",
+          "{{window}} pairs", instant=True),
+        decimals=0, no_value="no estimate yet", w=6, h=5)
+    return panel.override_by_regexp(" pairs$", [dm.DynamicConfigValue(id_val="unit",
+                                                                      value="short")])
+
+
+def _plan_resets() -> dash.AnnotationQuery:
+    """A mark on every graph where a plan window reset (its reset time moved on)."""
+    return (
+        dash.AnnotationQuery().name("Plan window resets").datasource(DS).enable(True)
+        .icon_color("rgba(255, 152, 48, 1)")
+        .expr(f"changes({RESETS}{sel()}[5m]) > 0")
     )
 
 
@@ -337,10 +434,11 @@ NO_MODEL_NO_PROJECT = ("These counters have no model or project label: $model an
                        "not apply.")
 
 
-#: Cache savings per cost type, as a multiple of that type's cost: Anthropic bills a cache
-#: read at 0.1x input, a 5-minute write at 1.25x and a 1-hour write at 2x, in every tier,
-#: so a read saved (1 - 0.1) / 0.1 = 9x its cost and a write lost 0.25/1.25 or 1/2 of its.
-SAVED_PER_COST = (("cache_read", "9"), ("cache_write_5m", "-0.2"), ("cache_write_1h", "-0.5"))
+#: What the prompt cache saved on reads and cost above plain input on writes, per
+#: request at its model's rates (exporter.projections.savings): the counters, not ratios of
+#: the cost counters, so a [pricing] override with other cache multipliers is right too.
+SAVINGS = "claude_code_cache_savings_usd_total"
+WRITE_PREMIUM = "claude_code_cache_write_premium_usd_total"
 OUTPUT = 'type="output"'
 
 
@@ -350,9 +448,9 @@ def _type(kind: str) -> str:
 
 
 def _saved(*extra: str) -> str:
-    """USD the prompt cache saved over the range, from the cost counters by token type."""
-    parts = " or ".join(f"{in_range(COST, *extra, _type(t))} * {w}" for t, w in SAVED_PER_COST)
-    return f"sum({parts})"
+    """USD the prompt cache saved over the range: reads' saving minus writes' premium."""
+    reads = in_range(SAVINGS, *extra, _type("cache_read"))
+    return f"sum({reads} or {in_range(WRITE_PREMIUM, *extra)} * -1)"
 
 
 def _prompt_cost(q: float, kind: str) -> str:

@@ -239,7 +239,9 @@ def draw_stat(canvas: Canvas, box: Box, data: PanelData) -> None:
         return
     ax = canvas.blank(box)
     cell = box.width / len(series)
-    texts = [fmt(s.values[-1], data.unit, _decimals(data.panel)) for s in series]
+    # A series' own unit where an override sets one (a count beside dollars), as Grafana does.
+    texts = [fmt(s.values[-1], properties(data.panel, s.name).get("unit", data.unit),
+                 _decimals(data.panel)) for s in series]
     longest = max(len(t) for t in texts)
     size_px = min(box.height * 0.42, cell / (0.62 * longest + 1))
     for i, (s, text) in enumerate(zip(series, texts, strict=True)):

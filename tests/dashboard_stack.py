@@ -15,7 +15,11 @@ What a user does on the first day, step by step, with the real tools:
    command of docs/backfill.md (``promtool tsdb create-blocks-from rules``
    against this Prometheus), whose blocks are moved in before a restart;
 5. a live session then makes a few requests and a transcript gets a malformed
-   line, so the gauges and the "now" figures have something to show.
+   line, so the gauges and the "now" figures have something to show;
+6. the status line (``claude-code-exporter statusline``) recorded the plan
+   windows all along: its samples fit the generated requests (``tests.support.plan``),
+   so ``backfill`` and ``serve`` both find them in their state dir's spool, and
+   a few live refreshes move the 5-hour figure while Prometheus scrapes.
 
 Scrapes and rule evaluations run every ``INTERVAL`` (short, so that the live
 part settles quickly); the history is at the backfill's resolution.
@@ -36,12 +40,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
 from exporter.synth.live import LiveSession
 from tests.conftest import ROOT
-from tests.promserver import PromServer, require_binary
+from tests.support import plan
 from tests.support.net import LOOPBACK
 from tests.support.process import Serve, stopping
+from tests.support.prometheus import PromServer, require_binary
 from tests.support.wait import poll
 
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
@@ -73,6 +79,8 @@ class HistoryStack:
     rules_start: int  # where the recording rules' backfill starts (a full hour)
     truth: dict[str, Any]
     requests: int  # rows the exporter's ledger holds after the live requests
+    plan: dict[str, float]  # the last live status-line figure of each window, percent
+    plan_usd: tuple[float, float]  # USD per 1 % the samples were made with (5-hour, weekly)
 
 
 def _run(argv: list[str], timeout: float = 300) -> str:
@@ -151,6 +159,13 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Histor
         start=datetime.fromtimestamp(now, UTC).replace(microsecond=0)
         - timedelta(hours=HISTORY_H)))
     until = int(now) // 60 * 60
+    # The status line's samples over the same history, in both state dirs' spools.
+    pricing = Pricing.load()
+    past = plan.requests_of(tree, base / "plan-scratch")
+    usd_5h, usd_7d = plan.sizes(past, pricing)
+    samples = plan.refreshes(past, pricing, usd_5h=usd_5h, usd_7d=usd_7d)
+    for state in (base / "backfill-state", base / "state"):
+        plan.record(state, samples)
     history = base / "history.om"
     _run([sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tree),
           "--state-dir", str(base / "backfill-state"), "--output", str(history),
@@ -186,8 +201,9 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Histor
     prom.start(ready_timeout=60)
 
     requests += _live(tree, prom, requests)
+    figures = _live_plan(base / "state", prom, samples[-1][1])
     return HistoryStack(base, tree, prom, daemon, dead, probe, until, rules_start, truth,
-                        requests)
+                        requests, figures, (usd_5h, usd_7d))
 
 
 def _live(tree: Path, prom: PromServer, requests: int) -> int:
@@ -209,6 +225,25 @@ def _live(tree: Path, prom: PromServer, requests: int) -> int:
                   f'== {expected}', timeout=60)
     prom.wait_for(f"{rejected} > {before}", timeout=60)
     return LIVE_REQUESTS
+
+
+def _live_plan(state: Path, prom: PromServer, last: dict[str, Any]) -> dict[str, float]:
+    """Three live refreshes with a rising 5-hour figure, each waited for in Prometheus."""
+    now = time.time()
+    windows = {name: (float(w["used_percentage"]), int(w["resets_at"]))
+               for name, w in last["rate_limits"].items()}
+    pct, reset = windows["five_hour"]
+    if reset < now + 600:  # the history's last 5-hour window is over: a new one starts
+        pct, reset = 8.0, int(now) + 4 * 3600
+    week_pct, week_reset = windows["seven_day"]
+    for step in range(1, 4):
+        windows = {"five_hour": (min(pct + 3 * step, 99.0), reset),
+                   "seven_day": (min(week_pct + step, 99.0), week_reset)}
+        plan.record_now(state, plan.payload(time.time(), windows))
+        want = windows["five_hour"][0] / 100
+        prom.wait_for(f'claude_code_plan_window_used_ratio{{instance="{INSTANCE}", '
+                      f'window="five_hour"}} == {want}', timeout=60)
+    return {name: value for name, (value, _) in windows.items()}
 
 
 @contextlib.contextmanager

@@ -40,10 +40,10 @@ import yaml
 
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT
-from tests.promserver import PromServer, require_binary
 from tests.support.exposition import total
 from tests.support.net import LOOPBACK
 from tests.support.process import Serve
+from tests.support.prometheus import PromServer, require_binary
 from tests.support.wait import poll
 from tests.vmserver import VMServer
 

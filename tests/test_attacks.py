@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, assistant, jsonl
-from tests.hardening import Cgroup, Slowloris, children, peak_rss, remove_tree, threads
 from tests.support.exposition import total
+from tests.support.hardening import Cgroup, Slowloris, children, peak_rss, remove_tree, threads
 from tests.support.process import Serve
 from tests.support.wait import poll
 

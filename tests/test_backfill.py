@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import math
 import os
@@ -35,7 +36,7 @@ from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
 from tests.ledgers import ledger_of, replica
-from tests.promserver import PromServer, prometheus_config, require_binary
+from tests.support.prometheus import PromServer, prometheus_config, require_binary
 
 DAY = 86_400
 START = datetime(2026, 10, 1, tzinfo=UTC).timestamp()
@@ -94,7 +95,8 @@ def parse(text: str) -> tuple[dict[str, str], dict[tuple[str, str], list[tuple[i
         m = LINE.fullmatch(line)
         assert m, line
         name, labels, value, ts = m.groups()
-        suffixes = ("_total",) if types[family] == "counter" else ("_bucket", "_count", "_sum")
+        suffixes = {"counter": ("_total",), "gauge": ("",)}.get(
+            types[family], ("_bucket", "_count", "_sum"))
         assert name in {family + s for s in suffixes}, f"{name} outside family {family}"
         points[(name, labels or "")].append((int(ts), float(value)))
     return types, points
@@ -492,3 +494,155 @@ def test_cli_blocks_runs_promtool_and_leaves_no_text(tmp_path: Path) -> None:
                            env={**os.environ, "PATH": str(tmp_path / "nothing")})
     assert alone.returncode == 2 and "promtool on PATH" in alone.stderr
     assert not (tmp_path / "s2").exists()  # refused before opening a ledger
+
+
+# ------------------------------------------------------------------ plan limits
+PLAN_T0 = 1_790_000_040.0  # a minute boundary + 40 s
+FIVE_H = 5 * 3600
+
+
+def plan_refreshes() -> list[tuple[float, dict[str, Any]]]:
+    """Status-line payloads over two 5-hour windows: a limit reached, a stale session, a reset.
+
+    Also a repeat of the same figures, a refresh without ``rate_limits`` (before
+    the first response), and a second instance after the first one's reset.
+    """
+    from tests.support.plan import payload
+
+    reset_a, reset_b, week = PLAN_T0 + FIVE_H + 20, PLAN_T0 + 2 * FIVE_H + 600, PLAN_T0 + 6 * DAY
+
+    def doc(at: float, five: float | None, reset: float, seven: float | None,
+            session: str = "sess-a") -> tuple[float, dict[str, Any]]:
+        windows: dict[str, tuple[float, int]] = {}
+        if five is not None:
+            windows["five_hour"] = (five, int(reset))
+        if seven is not None:
+            windows["seven_day"] = (seven, int(week))
+        return at, payload(at, windows, session=session, context=42.0, cost=1.25)
+
+    return [
+        doc(PLAN_T0, None, 0, None),  # the session's first refresh: no figures yet
+        doc(PLAN_T0 + 100, 10.0, reset_a, 5.0),
+        doc(PLAN_T0 + 130, 10.0, reset_a, 5.0),  # the same figures again
+        doc(PLAN_T0 + 3000, 40.0, reset_a, 9.0),
+        doc(PLAN_T0 + 3050, 30.0, reset_a, 8.0, "sess-b"),  # stale: another session
+        doc(PLAN_T0 + 9000, 100.0, reset_a, 20.0),  # the limit
+        doc(PLAN_T0 + 9500, 103.0, reset_a, 21.0),
+        doc(PLAN_T0 + FIVE_H + 4000, 3.0, reset_b, 22.0),  # after the reset: a new instance
+        doc(PLAN_T0 + FIVE_H + 7000, 12.0, reset_b, 25.0),
+    ]
+
+
+def plan_ledger(state: Path, refreshes: list[tuple[float, dict[str, Any]]]) -> Ledger:
+    """A ledger holding ``refreshes`` as the real status-line command records them."""
+    import functools
+
+    from exporter import statusline
+    from exporter.plan import spool
+    from exporter.plan.store import ingest_samples
+
+    for t, d in refreshes:
+        statusline.main([], io.BytesIO(json.dumps(d).encode()), io.BytesIO(),
+                        {spool.STATE_DIR_ENV: str(state)}, clock=functools.partial(float, t))
+    ledger = Ledger(state / "ledger.sqlite3")
+    if refreshes:
+        ingest_samples(ledger._db)
+    return ledger
+
+
+def plan_shown(ledger: Ledger, now: float) -> dict[Any, float]:
+    """The plan series serve shows at ``now`` over ``ledger`` (its figures, as /metrics has)."""
+    from exporter.plan.figures import plan_figures
+
+    fig = plan_figures(ledger._db, now)
+    out: dict[Any, float] = {}
+    if fig.samples:
+        out[("claude_code_plan_window_samples_total", ())] = float(fig.samples)
+    for name, win in fig.windows.items():
+        lab = (("window", name),)
+        out[("claude_code_plan_window_used_ratio", lab)] = win.used_ratio
+        out[("claude_code_plan_window_resets_at_seconds", lab)] = win.resets_at
+        out[("claude_code_plan_windows_exhausted_total", lab)] = float(win.exhausted)
+    return out
+
+
+def test_plan_history_is_what_serve_showed_at_every_boundary(tmp_path: Path) -> None:
+    """At each minute, the backfilled plan series equal serve's figures over the samples so far.
+
+    Gauges are written from their first value on (no 0 before it); the window
+    falls to 0 at its reset time, between two samples; counters only grow.
+    """
+    from exporter.plan.figures import plan_history
+
+    refreshes = plan_refreshes()
+    ledger = plan_ledger(tmp_path / "all", refreshes)
+    until = PLAN_T0 + 2 * FIVE_H + 3600
+    out = io.StringIO()
+    write_history([], Pricing.load(), MetricsOptions(), out,
+                  BackfillOptions(labels=TARGET, until=until), plan=plan_history(ledger.read))
+    ledger.close()
+    types, points = parse(out.getvalue())
+    assert types["claude_code_plan_window_used_ratio"] == "gauge"
+    assert types["claude_code_plan_window_samples"] == "counter"
+    checked = 0
+    for t in sorted({int(at) // 60 * 60 + 60 for at, _ in refreshes}
+                    | {int(PLAN_T0 + FIVE_H) // 60 * 60 + d for d in (0, 60, 120)}
+                    | {int(until) // 60 * 60}):
+        seen = plan_ledger(tmp_path / f"at-{t}", [r for r in refreshes if r[0] < t])
+        want = plan_shown(seen, t)
+        seen.close()
+        got = {k: v for k, v in in_force(points, t).items() if "plan" in k[0]}
+        # A counter is born at 0 the step before its first change (docs/backfill.md).
+        born = {k for k, v in got.items() if k not in want and k[0].endswith("_total") and not v}
+        assert {k: v for k, v in got.items() if k not in born} == want, t
+        checked += bool(want)
+    assert checked >= 8
+    (used,) = [p for k, p in points.items()
+               if k[0] == "claude_code_plan_window_used_ratio" and "five_hour" in k[1]]
+    assert used[0][1] == 0.1 and min(v for _, v in used) == 0.0  # born at 10 %, reset to 0
+    # Within a day of a change a gauge has a point at least every 4 minutes: graphs are lines.
+    assert max(b[0] - a[0] for a, b in itertools.pairwise(used)) <= 240
+    (exhausted,) = [p for k, p in points.items()
+                    if k[0] == "claude_code_plan_windows_exhausted_total" and "five_hour" in k[1]]
+    assert exhausted[-1][1] == 1 and all(a[1] <= b[1] for a, b in itertools.pairwise(exhausted))
+
+
+def test_backfill_without_samples_writes_no_plan_series(small: list[Request]) -> None:
+    """A ledger the status line never fed: no plan family in the file."""
+    from exporter.plan.figures import PlanHistory
+
+    out = io.StringIO()
+    write_history(small, Pricing.load(), MetricsOptions(), out, BackfillOptions(labels=TARGET),
+                  now=small[-1].ts + 3600, plan=PlanHistory())
+    assert "plan_window" not in out.getvalue()
+
+
+def test_cli_backfill_ingests_the_spool_and_writes_the_plan_history(tmp_path: Path) -> None:
+    """Samples recorded while no exporter ran: `backfill` moves them in and writes their history."""
+    import functools
+
+    from exporter import statusline
+    from exporter.plan import spool
+
+    generate(tmp_path / "tree", GenOptions(seed=2, sessions=2))
+    state = tmp_path / "state"
+    refreshes = plan_refreshes()
+    for t, d in refreshes:
+        statusline.main([], io.BytesIO(json.dumps(d).encode()), io.BytesIO(),
+                        {spool.STATE_DIR_ENV: str(state)}, clock=functools.partial(float, t))
+    out = tmp_path / "history.om"
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tmp_path / "tree"),
+         "--state-dir", str(state), "--output", str(out), "--log-level", "error"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    types, points = parse(out.read_text())
+    assert types["claude_code_plan_window_used_ratio"] == "gauge"
+    ((_, counted),) = [(k, p) for k, p in points.items()
+                       if k[0] == "claude_code_plan_window_samples_total"]
+    distinct = {json.dumps(d, sort_keys=True) for _, d in refreshes}
+    assert len(distinct) == len(refreshes) - 1  # the same figures twice are one sample
+    assert counted[-1][1] == len(distinct)
+    assert types["claude_code_requests"] == "counter"  # and the requests' history beside it

@@ -21,10 +21,16 @@ from typing import Any, Self
 import pytest
 import yaml
 
-from tests import promserver
 from tests.conftest import ROOT
-from tests.promserver import ManagedProcess, PromServer, ServerPool, ThreadedServer
 from tests.support.net import LOOPBACK, free_port, http_get
+from tests.support.prometheus import (
+    ManagedProcess,
+    PromServer,
+    ServerPool,
+    ThreadedServer,
+    prometheus_config,
+    require_binary,
+)
 from tests.support.wait import poll
 from tests.tls import self_signed
 
@@ -123,7 +129,7 @@ class Blackbox:
     """prometheus-blackbox-exporter on 127.0.0.1 with a given config file."""
 
     def __init__(self, config: Path, workdir: Path) -> None:
-        binary = promserver.require_binary("prometheus-blackbox-exporter")
+        binary = require_binary("prometheus-blackbox-exporter")
         self.port = free_port()
         self.process = ManagedProcess(
             [
@@ -160,7 +166,7 @@ class Blackbox:
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate and key for 127.0.0.1 (made with openssl)."""
-    promserver.require_binary("openssl")
+    require_binary("openssl")
     return self_signed(tmp_path_factory.mktemp("tls"))
 
 
@@ -212,7 +218,7 @@ def test_shipped_module_requires_https() -> None:
 
 def test_blackbox_config_check(tmp_path: Path) -> None:
     """prometheus-blackbox-exporter --config.check accepts the shipped blackbox.yml."""
-    binary = promserver.require_binary("prometheus-blackbox-exporter")
+    binary = require_binary("prometheus-blackbox-exporter")
     proc = subprocess.run(
         [binary, "--config.check", f"--config.file={BLACKBOX_FILE}"],
         capture_output=True,
@@ -284,7 +290,7 @@ def test_shipped_scrape_job_shape() -> None:
 
 def test_promtool_accepts_config_with_blackbox_job() -> None:
     """Promtool check config accepts the shipped prometheus.yml, blackbox job included."""
-    promtool = promserver.require_binary("promtool")
+    promtool = require_binary("promtool")
     proc = subprocess.run(
         [promtool, "check", "config", str(CONFIG)],
         capture_output=True,
@@ -319,7 +325,7 @@ def test_prometheus_scrapes_probe_through_shipped_relabelling(
         if rule["target_label"] == "__address__":
             rule["replacement"] = blackbox.address
     server = prometheus(
-        promserver.prometheus_config([job], interval="1s"),
+        prometheus_config([job], interval="1s"),
     )
     result = server.wait_for(f'probe_success{{job="blackbox",instance="{https_server.url}"}} == 1')
     assert len(result) == 1

@@ -25,14 +25,14 @@ from exporter.ingest.discover import find_transcripts
 from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
-from tests.hardening import (
+from tests.support.exposition import total
+from tests.support.hardening import (
     can_drop_dac,
     check_against_truth,
     integrity,
     ledger_counter,
     ledger_report,
 )
-from tests.support.exposition import total
 from tests.support.process import Serve
 from tests.support.wait import poll
 from tests.test_report_truth import assert_matches

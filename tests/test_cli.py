@@ -148,7 +148,7 @@ def test_missing_data_dir_is_exit_2_naming_it(tmp_path: Path) -> None:
                                   "--sinse; did you mean --since?"),
     (("report", "dayly"), "claude-code-exporter report: error: argument view: invalid choice: "
                           "'dayly' (choose from 'summary', 'daily', 'weekly', 'monthly', "
-                          "'session', 'project', 'blocks'); did you mean 'daily'?"),
+                          "'session', 'project', 'blocks', 'limits'); did you mean 'daily'?"),
     (("serve", "--lisen", "127.0.0.1:1"), "claude-code-exporter serve: error: unrecognized "
                                           "arguments: --lisen 127.0.0.1:1; did you mean --listen?"),
     (("reprot",), "claude-code-exporter: error: argument command: invalid choice: 'reprot' "

@@ -36,9 +36,10 @@ from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.records import CountClass, HistSeries, Parsed, Request, Source
-from tests.daemon_proc import Daemon, poll
 from tests.ledgers import appearances, ledger_of
-from tests.promserver import PromServer, prometheus_config, require_binary, static_job
+from tests.support.process import Serve
+from tests.support.prometheus import PromServer, prometheus_config, require_binary, static_job
+from tests.support.wait import poll
 from tests.test_otlp import Receiver, attrs, metrics_of
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -203,10 +204,10 @@ def test_modes_are_checked_and_views_follow_them() -> None:
 
 def test_settings_and_flag() -> None:
     """The setting takes a list (TOML, flags) or a comma list (environment); bad modes fail."""
-    assert load_settings({"compat": "genai, native,genai"}).compat == ["genai", "native"]
-    assert load_settings({}).compat == []
+    assert load_settings({"compat": "genai, native,genai"}, {}).compat == ["genai", "native"]
+    assert load_settings({}, {}).compat == []
     with pytest.raises(ConfigError, match="compat"):
-        load_settings({"compat": ["native", "prometheus"]})
+        load_settings({"compat": ["native", "prometheus"]}, {})
     proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", "--compat", "otel"],
                           capture_output=True, text=True, check=False, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
@@ -507,7 +508,7 @@ def test_dashboard_25255_answers_our_totals_on_a_real_prometheus(
     """Dashboard 25255's main panels, on Prometheus scraping `serve --compat native`, equal ours."""
     tree = Tree(tmp_path / "claude")
     tree.write(zero_calls(), T0)
-    daemon = Daemon(tree.root, tmp_path / "state", "--compat", "native")
+    daemon = Serve(tree.root, tmp_path / "state", "--compat", "native")
     try:
         prom = prometheus(daemon.url.removeprefix("http://"))
         series = len(NATIVE_TYPES) * len(KINDS)
@@ -565,7 +566,7 @@ def assert_dashboard(prom: PromServer, at: float, window: str, want: dict[str, A
     assert hit == pytest.approx(want["hit"], rel=1e-12)
 
 
-def daemon_cost(daemon: Daemon) -> float:
+def daemon_cost(daemon: Serve) -> float:
     """The native cost family's total in one scrape of the daemon."""
     fams = daemon.scrape()
     fam = fams.get("claude_code_cost_usage_USD")
@@ -593,7 +594,7 @@ def test_genai_over_otlp_and_prometheus_match_the_ledger(tmp_path: Path) -> None
     tree = Tree(tmp_path / "claude")
     requests = tree.write(CALLS, T0)
     with Receiver() as receiver:
-        daemon = Daemon(tree.root, tmp_path / "state", "--compat", "genai",
+        daemon = Serve(tree.root, tmp_path / "state", "--compat", "genai",
                         "--otlp-endpoint", receiver.url, "--otlp-interval-seconds", "0.3",
                         "--otlp-user", "none")
         try:

@@ -20,7 +20,6 @@ import yaml
 
 from exporter.config import ENV_PREFIX
 from tests.conftest import ROOT
-from tests.promserver import in_ci
 from tests.support.deploy import (
     COMPOSE,
     DEPLOY,
@@ -33,6 +32,7 @@ from tests.support.deploy import (
     shown,
     tool,
 )
+from tests.support.prometheus import in_ci
 
 
 def bind_mounts(service: str) -> list[tuple[Path, str]]:

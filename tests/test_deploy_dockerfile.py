@@ -11,7 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from exporter.config import ENV_PREFIX
+from exporter.config import ENV_PREFIX, is_loopback, load_settings
+from exporter.parts import http_options
 from tests.conftest import ROOT
 from tests.support.deploy import (
     DOCKERFILE,
@@ -63,6 +64,20 @@ def test_dockerfile_builds_in_stages_and_runs_unprivileged() -> None:
     assert exec_form(final("ENTRYPOINT").args) == ["claude-code-exporter"]
     assert exec_form(final("CMD").args) == ["serve"]
     assert "/healthz" in " ".join(healthcheck_argv())
+
+
+def test_the_image_s_public_bind_is_acknowledged_and_a_bare_one_warns() -> None:
+    """The image's ENV loads, binds 0.0.0.0 and says it means to: no warning at start.
+
+    The same address from a bare ``--listen`` (no acknowledgement) still warns.
+    """
+    env = {k: v for k, v in dockerfile_env().items() if k.startswith(ENV_PREFIX)}
+    image = http_options(load_settings({}, env))
+    assert image.host == "0.0.0.0" and not is_loopback(image.host)
+    assert image.warnings(is_loopback(image.host)) == []
+    bare = http_options(load_settings({"listen": "0.0.0.0:9477"}, {}))
+    assert [event for event, _ in bare.warnings(is_loopback(bare.host))] == [
+        "listening_beyond_loopback"]
 
 
 def build_context_files() -> list[str]:

@@ -14,7 +14,7 @@ from exporter.ingest.discover import (
     path_key,
     projects_dirs,
 )
-from tests.hardening import remove_tree
+from tests.support.hardening import remove_tree
 
 
 def test_default_roots_order_and_comma_list(tmp_path: Path) -> None:

@@ -7,35 +7,13 @@ import shutil
 import threading
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from exporter.ingest.follow import Follower, public_error
 from exporter.ledger import LedgerError
+from tests.support.logs import Log
 from tests.support.wait import poll
-
-
-class Log:
-    """A structlog-like logger that keeps (level, event, fields)."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, dict[str, Any]]] = []
-
-    def _add(self, level: str, event: str, **kw: Any) -> None:
-        self.events.append((level, event, kw))
-
-    def info(self, event: str, **kw: Any) -> None:
-        """Keep an INFO line."""
-        self._add("info", event, **kw)
-
-    def warning(self, event: str, **kw: Any) -> None:
-        """Keep a WARNING line."""
-        self._add("warning", event, **kw)
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        """The fields of every line logged as ``event``."""
-        return [kw for _, e, kw in self.events if e == event]
 
 
 class Running:

@@ -13,25 +13,11 @@ from collections.abc import Collection
 
 from exporter.ingest.follow import MAX_EVENT_PATHS, Follower
 from exporter.ledger import LedgerError
+from tests.support.clock import Clock
+from tests.support.logs import Log
 from tests.support.wait import poll
-from tests.test_follow import Log
 
 RESCAN = 30.0
-
-
-class Clock:
-    """A monotonic clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        """The time now."""
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward."""
-        self.now += seconds
 
 
 class Driven:

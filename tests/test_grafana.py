@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
+from exporter.plan.metrics import PLAN_FAMILIES
 from grafana import render
 from grafana.draw import table_cells
 from grafana.query import (
@@ -52,7 +53,7 @@ from grafana.query import (
 from tests import dashboard_stack
 from tests.conftest import ROOT
 from tests.dashboard_stack import DEAD_USER, INSTANCE, JOB, RECORDING_FILE, USER, HistoryStack
-from tests.promserver import sample_value
+from tests.support.prometheus import sample_value
 
 GRAFANA = ROOT / "grafana"
 DASHBOARD_DIR = GRAFANA / "dashboards"
@@ -67,6 +68,9 @@ MOUNTS = {
 }
 #: Series Prometheus makes itself, which dashboards may use.
 PROMETHEUS_SERIES = {"up", "scrape_duration_seconds", "ALERTS"}
+#: The plan-limit families: exposed by serve once the status line recorded a sample, so
+#: not in the golden exposition of a ledger without samples (tests/test_plan_metrics.py).
+PLAN_SERIES = {f.exposed() for f in PLAN_FAMILIES}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 TARGET_FILTERS = ('job=~"$job"', 'instance=~"$instance"', 'user=~"$user"')
 GRID_COLUMNS = 24
@@ -277,7 +281,7 @@ def test_every_metric_selector_carries_the_target_filters() -> None:
 
 def test_metric_names_exist_in_the_exposition_or_the_rules() -> None:
     """Every metric named by a panel or variable is exported, recorded, or Prometheus's own."""
-    known = exposition_names(GOLDEN.read_text()) | rule_names() | PROMETHEUS_SERIES
+    known = exposition_names(GOLDEN.read_text()) | rule_names() | PROMETHEUS_SERIES | PLAN_SERIES
     missing = {name: unknown_metrics(board, known) for name, board in dashboards().items()}
     assert not any(missing.values()), missing
 
@@ -338,7 +342,7 @@ def test_panels_that_ignore_model_or_project_say_so() -> None:
 def test_an_unknown_metric_name_is_reported() -> None:
     """The name check catches a typo in a panel query and in a variable query."""
     board = json.loads(json.dumps(dashboards()["claude-code-usage.json"]))
-    known = exposition_names(GOLDEN.read_text()) | rule_names() | PROMETHEUS_SERIES
+    known = exposition_names(GOLDEN.read_text()) | rule_names() | PROMETHEUS_SERIES | PLAN_SERIES
     assert unknown_metrics(board, known) == []
     panel = panels(board)[0]
     panel["targets"][0]["expr"] = (
@@ -605,3 +609,34 @@ def test_metric_names_exist_in_the_live_exporter(drawn: Drawn) -> None:
     known |= rule_names() | PROMETHEUS_SERIES
     missing = {name: unknown_metrics(board, known) for name, board in dashboards().items()}
     assert not any(missing.values()), missing
+
+
+def test_plan_row_draws_the_status_line_history_and_the_live_figures(drawn: Drawn) -> None:
+    """The plan row: backfilled utilisation, the live figure, a burn rate, the window in dollars.
+
+    The samples were generated from the history's requests with a known size per 1 %;
+    the panel's estimate (from serve's ledger) is close to it, and equals /metrics.
+    """
+    usage = by_title(drawn, "claude-code-usage.json")
+    stack = drawn.stack
+    used = usage["Plan window used (dashed: 80 % and the limit)"]
+    (five,) = [s for r in used.results for s in r.series if s.labels.get("window") == "five_hour"]
+    assert len(five.times) > 100  # the backfilled history, not only the live scrapes
+    assert max(five.values) >= 0.5 and 0.0 in five.values  # windows filled, and reset
+    # The live figure (recorded seconds ago, maybe after the graph's last step): at least
+    # that much by the reset, at the pace of the live refreshes.
+    projected = usage["Projected at reset"]
+    (at_reset,) = [s.values[-1] for r in projected.results for s in r.series
+                   if s.labels.get("window") == "five_hour"]
+    assert at_reset > stack.plan["five_hour"] / 100
+    burn = usage["Burn rate, per hour"]
+    assert max(v for r in burn.results for s in r.series for v in s.values) > 0
+    ahead = usage["Time to limit at this pace"]
+    assert all(v > 0 for r in ahead.results for s in r.series for v in s.values)
+    dollars = usage["Window in list-price dollars (and sample pairs)"]
+    shown = {s.name: s.values[-1] for r in dollars.results for s in r.series}
+    exposed = {s["metric"]["window"]: sample_value(s) for s in stack.prom.query(
+        f'claude_code_plan_window_usd_per_percent{{instance="{INSTANCE}"}}')}
+    assert shown["five_hour $"] == pytest.approx(100 * exposed["five_hour"], rel=1e-9)
+    assert shown["five_hour $"] == pytest.approx(100 * stack.plan_usd[0], rel=0.1)
+    assert shown["five_hour pairs"] >= 20

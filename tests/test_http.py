@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
+from exporter.serve.http import (
+    BasicAuth,
+    HttpOptions,
+    HttpServer,
+    Limits,
+    make_app,
+    server_context,
+)
 from tests.tls import self_signed
 
 
@@ -72,7 +79,7 @@ def test_tls_and_basic_auth(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
     auth = BasicAuth("prom", "s3cret")
     srv = HttpServer(make_app(_registry(), lambda: (True, {}), "1", auth), "127.0.0.1", 0,
-                     (cert, key))
+                     server_context(cert, key))
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
         url = f"https://127.0.0.1:{srv.port}/metrics"
@@ -196,3 +203,14 @@ def test_a_trickling_request_is_cut_at_the_whole_request_deadline() -> None:
         assert srv.stats.timed_out >= 1
     finally:
         srv.close()
+
+
+def test_exposure_warnings_name_what_may_leave_the_machine() -> None:
+    """Beyond loopback warns unless acknowledged; basic auth without TLS always warns."""
+    auth = BasicAuth("prom", "pw")
+    assert HttpOptions("127.0.0.1", 9477).warnings(loopback=True) == []
+    assert [e for e, _ in HttpOptions("0.0.0.0", 9477).warnings(loopback=False)] == [
+        "listening_beyond_loopback"]
+    assert HttpOptions("0.0.0.0", 9477, beyond_loopback=True).warnings(loopback=False) == []
+    assert [e for e, _ in HttpOptions("0.0.0.0", 9477, auth=auth, beyond_loopback=True)
+            .warnings(loopback=False)] == ["basic_auth_without_tls"]

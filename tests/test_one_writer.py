@@ -16,7 +16,9 @@ from exporter.ledger import Ledger
 from exporter.ledger_lock import LedgerBusyError, WriterLock, open_ledger
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
-from tests.daemon_proc import Daemon, poll, total
+from tests.support.exposition import total
+from tests.support.process import Serve
+from tests.support.wait import poll
 
 LEDGER = "ledger.sqlite3"
 
@@ -30,7 +32,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_second_serve_exits_naming_the_first(tmp_path: Path) -> None:
     """A second serve on the same state dir exits 3, naming the PID that holds it."""
     generate(tmp_path / "tree", GenOptions(seed=3, sessions=2, requests_per_session=20))
-    first = Daemon(tmp_path / "tree", tmp_path / "state")
+    first = Serve(tmp_path / "tree", tmp_path / "state")
     try:
         second = cli("serve", "--data-dir", str(tmp_path / "tree"), "--state-dir",
                      str(tmp_path / "state"), "--listen", "127.0.0.1:0")
@@ -40,7 +42,7 @@ def test_second_serve_exits_naming_the_first(tmp_path: Path) -> None:
         assert first.proc.poll() is None  # the first one is untouched and still serving
     finally:
         assert first.stop() == 0
-    again = Daemon(tmp_path / "tree", tmp_path / "state")  # the lock died with its holder
+    again = Serve(tmp_path / "tree", tmp_path / "state")  # the lock died with its holder
     assert again.stop() == 0
 
 
@@ -50,7 +52,7 @@ def test_report_beside_serve_shows_what_serve_has_and_serve_what_report_saw(
     """Report reads serve's ledger without ingesting; both agree without a restart."""
     tree, state = tmp_path / "tree", tmp_path / "state"
     truth = generate(tree, GenOptions(seed=5, sessions=3, requests_per_session=30))
-    serve = Daemon(tree, state)
+    serve = Serve(tree, state)
     try:
         want = truth["totals"]["requests"]
         poll(lambda: total(serve.scrape(), "claude_code_requests") == want, 30, "ingested")

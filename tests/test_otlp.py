@@ -26,8 +26,8 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import otlp
 from exporter.synth import GenOptions, generate
-from tests.promserver import ThreadedServer
 from tests.support.process import Serve
+from tests.support.prometheus import ThreadedServer
 from tests.support.wait import poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -121,13 +121,15 @@ def test_push_carries_the_catalogue_with_truth_values(
     ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(Pricing.load()))
     Scanner(ledger, projects_dirs([tree]), workers=1).scan()
     ledger.settle(force=True)
-    settings = load_settings({"otlp_endpoint": receiver.url, "otlp_interval_seconds": 3600,
-                              "otlp_headers": {"authorization": "Bearer t0ken"},
-                              "otlp_resource_attributes": {"team": "platform"}})
-    reader = otlp.reader(settings)
+    options = otlp.OtlpOptions.of(load_settings(
+        {"otlp_endpoint": receiver.url, "otlp_interval_seconds": 3600,
+         "otlp_headers": {"authorization": "Bearer t0ken"},
+         "otlp_resource_attributes": {"team": "platform"}}, {}))
+    assert options is not None
+    reader = otlp.reader(options)
     registry = CollectorRegistry()
     proj = Projection(Pricing.load(), MetricsOptions(), registry, readers=[reader],
-                      resource=otlp.resource(settings, host="ws-1", user="alice"))
+                      resource=otlp.resource(options, host="ws-1", user="alice"))
     try:
         proj.load(ledger)
         assert reader.force_flush(timeout_millis=20_000)
@@ -177,10 +179,10 @@ def test_identity_policies() -> None:
 def test_settings_refuse_a_silent_exporter() -> None:
     """Turning /metrics off needs an OTLP endpoint; endpoints must be http(s) URLs."""
     with pytest.raises(ConfigError, match="prometheus_enabled"):
-        load_settings({"prometheus_enabled": False})
+        load_settings({"prometheus_enabled": False}, {})
     with pytest.raises(ConfigError, match="otlp_endpoint"):
-        load_settings({"otlp_endpoint": "collector:4318"})
-    assert load_settings({"otlp_endpoint": "https://c.example"}).otlp_endpoint == (
+        load_settings({"otlp_endpoint": "collector:4318"}, {})
+    assert load_settings({"otlp_endpoint": "https://c.example"}, {}).otlp_endpoint == (
         "https://c.example/v1/metrics")
 
 

@@ -26,8 +26,8 @@ from exporter.projections.facts import ZERO, Prices
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.serve import page, svg
-from exporter.serve.http import BasicAuth, HttpServer, make_app
-from tests.daemon_proc import Daemon
+from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
+from tests.support.process import Serve
 from tests.tls import self_signed
 
 CHARTS = ("daily-cost", "cumulative-cost", "tokens", "by-model", "by-project",
@@ -119,17 +119,17 @@ def _first_day(today: date) -> date:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Path, Path]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, Path, Path]]:
     """A daemon over a week of generated sessions ending today, UTC, budgets, hashed projects."""
     root = tmp_path_factory.mktemp("page")
     tree, state = root / "tree", root / "state"
     demo_tree(tree, datetime.now(UTC), days=6)
-    daemon = Daemon(tree, state, *BUDGETS, "--project-label", "hash", env={"TZ": "UTC"})
+    daemon = Serve(tree, state, *BUDGETS, "--project-label", "hash", env={"TZ": "UTC"})
     yield daemon, tree, state
     assert daemon.stop() == 0
 
 
-def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Daemon, Path, Path]) -> None:
+def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Serve, Path, Path]) -> None:
     """Chromium loads / with no console message; every chart is drawn; figures equal report's."""
     daemon, tree, state = served
     html, messages = dump_dom(daemon.url + "/")
@@ -156,7 +156,7 @@ def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Daemon, Path, Pa
     assert sizes["context"] == [f"{recent['context_tokens'][k]:,}" for k in ("p50", "p90", "max")]
 
 
-def test_summary_json_is_report_json(served: tuple[Daemon, Path, Path]) -> None:
+def test_summary_json_is_report_json(served: tuple[Serve, Path, Path]) -> None:
     """/api/summary.json carries report --json's object for the page's 30 days, plus the page's."""
     daemon, tree, state = served
     status, body = _get(daemon.url + "/api/summary.json")
@@ -190,7 +190,7 @@ def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
     app = make_app(CollectorRegistry(), lambda: (True, {}), "t", BasicAuth("me", "pw"),
                    routes=page.routes(_sample, "t"))
-    srv = HttpServer(app, "127.0.0.1", 0, (cert, key))
+    srv = HttpServer(app, "127.0.0.1", 0, server_context(cert, key))
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
         base = f"https://127.0.0.1:{srv.port}"

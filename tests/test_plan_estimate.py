@@ -1,6 +1,6 @@
 """Dollars per 1 % of a plan window: the estimator, the ledger's cost in SQL, and a generated run.
 
-The generated run makes requests (real ledger rows, priced by the shipped
+The generated run (tests/support/plan.py) makes requests (real ledger rows, priced by the shipped
 table) and the status-line refreshes Claude Code would send if each 1 % of
 the window were worth a known number of dollars, then checks that the
 estimate read back through the whole path (status-line command → spool →
@@ -12,10 +12,8 @@ from __future__ import annotations
 import functools
 import io
 import json
-import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +26,16 @@ from exporter.plan.cost import ledger_cost, publish_today
 from exporter.plan.estimate import change_points, usd_per_percent
 from exporter.plan.figures import DAY, plan_figures
 from exporter.plan.store import ingest_samples
+from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing
-from exporter.records import Parsed, Request, Source
-
-T0 = 1_790_000_000.0
-FIVE_HOURS = 5 * 3600.0
+from exporter.records import Request, Source
+from tests.support.plan import T0, Run, generate, store_requests
 
 
 @pytest.fixture(scope="module")
 def pricing() -> Pricing:
     """The shipped price table."""
     return Pricing.load()
-
-
-def store_requests(ledger: Ledger, requests: list[Request]) -> None:
-    """Put requests into the ledger through its own write path."""
-    parsed = Parsed()
-    for req in requests:
-        parsed.add(req)
-    ledger.apply(parsed, [], 0)
 
 
 # ---------------------------------------------------------------- estimator
@@ -84,9 +73,10 @@ def test_no_movement_no_estimate() -> None:
 
 
 def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricing) -> None:
-    """The grouped SQL prices as Pricing.cost does per request, over a half-open range.
+    """The report's price classes price as Pricing.cost does per request, over a half-open range.
 
-    Long context, US region, fast mode and an unpriced model included.
+    Long context, US region, fast mode and an unpriced model included; to the
+    micro-dollar the report rounds to.
     """
     rng = random.Random(3)
     reqs = []
@@ -107,8 +97,30 @@ def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricin
         priced = pricing.cost(r)
         expected += sum(priced.values()) if priced else 0.0
     assert expected > 0
-    assert ledger_cost(led._db, pricing, lo, hi) == pytest.approx(expected, rel=1e-12)
-    assert ledger_cost(led._db, pricing, T0 + 1000, T0 + 2000) == 0.0
+    prices = Prices.of(pricing)
+    assert ledger_cost(led._db, prices, lo, hi) == pytest.approx(expected, abs=1e-6)
+    assert ledger_cost(led._db, prices, T0 + 1000, T0 + 2000) == 0.0
+    led.close()
+
+
+def test_ledger_cost_is_the_reports_cost_web_searches_included(tmp_path: Path,
+                                                               pricing: Pricing) -> None:
+    """Over the same range the estimate's cost is the cost `report` shows, searches billed."""
+    from exporter.projections import figures
+    from exporter.projections.facts import Selection
+    from exporter.projections.periods import UTC_ZONE, Range
+
+    reqs = [Request(f"q{i}", T0 + 10 * i, "claude-opus-4-6", "s", "/p", Source.MAIN, 1000,
+                    200, 50_000, 0, 0, web_search=i % 3) for i in range(60)]
+    led = Ledger(tmp_path / "ledger.sqlite3")
+    store_requests(led, reqs)
+    prices = Prices.of(pricing)
+    lo, hi = T0 + 95, T0 + 455
+    sel = Selection(led.read, "requests", Range(lo, hi, UTC_ZONE))
+    shown = figures.summary(sel, prices, kv_bytes_per_token={}, upload_bytes_per_token=0.0,
+                            lines={}, rejected={})
+    assert shown.totals.web_search > 0
+    assert ledger_cost(led._db, prices, lo, hi) == shown.totals.cost_usd > 0
     led.close()
 
 
@@ -122,87 +134,12 @@ def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pr
                     1_000_000, 0, 0, 0, 0)]
     led = Ledger(tmp_path / "ledger.sqlite3")
     store_requests(led, reqs)
-    assert publish_today(led._db, pricing, tmp_path, now) == pytest.approx(5.0)
+    assert publish_today(led._db, Prices.of(pricing), tmp_path, now) == pytest.approx(5.0)
     assert spool.read_today(str(tmp_path), now) == pytest.approx(5.0)
     led.close()
 
 
 # ----------------------------------------------------------- generated run
-
-
-@dataclass
-class Run:
-    """A generated stretch of plan usage: ledger requests and status-line refreshes."""
-
-    usd_per_percent_5h: float
-    usd_per_percent_7d: float
-    foreign_share: float = 0.0  # share of the usage made on other machines (not in the ledger)
-    decimals: int = 0  # the official figure's rounding
-    lag: bool = False  # the figure a response carries leaves out that response's own usage
-    requests: list[Request] = field(default_factory=list)
-    refreshes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-
-
-def generate(run: Run, pricing: Pricing, seed: int = 11) -> Run:
-    """Five 5-hour windows inside one weekly window, each driven to 70-100 %."""
-    rng = random.Random(seed)
-    week_reset = int(T0 + 7 * DAY)
-    week_usd = 0.0
-    history: list[dict[str, Any]] = []
-    for k in range(5):
-        start = T0 + k * 6 * 3600
-        reset = int(start + FIVE_HOURS)
-        target = rng.uniform(0.7, 1.0) * 100 * run.usd_per_percent_5h
-        window_usd, t, n = 0.0, start + 30, 0
-        while window_usd < target and t < reset - 120:
-            t += rng.uniform(2, 12)
-            n += 1
-            req = Request(f"w{k}r{n}", t, "claude-opus-4-6", "sess-a", "/p", Source.MAIN,
-                          rng.randrange(500, 4000), rng.randrange(800, 4000),
-                          rng.randrange(40_000, 160_000), rng.randrange(0, 8000), 0)
-            priced = pricing.cost(req)
-            assert priced is not None
-            usd = sum(priced.values())
-            if rng.random() < run.foreign_share:
-                usd_foreign = usd  # the same request made elsewhere: the window moves, no row
-                window_usd += usd_foreign
-                week_usd += usd_foreign
-                continue
-            run.requests.append(req)
-            lagged = usd if run.lag else 0.0
-            window_usd += usd
-            week_usd += usd
-            five = _official((window_usd - lagged) / run.usd_per_percent_5h, run.decimals)
-            seven = _official((week_usd - lagged) / run.usd_per_percent_7d, run.decimals)
-            doc = _payload("sess-a", five, reset, seven, week_reset, rng=rng)
-            at = t + rng.uniform(0.05, 1.0)
-            run.refreshes.append((at, doc))
-            history.append(doc)
-            if rng.random() < 0.2:  # Claude Code refreshes again with unchanged figures
-                run.refreshes.append((at + rng.uniform(1, 3), doc))
-            if rng.random() < 0.1 and len(history) > 30:  # another session, figures minutes old
-                old = dict(history[-30], session_id="sess-b")
-                run.refreshes.append((at + 0.5, old))
-    return run
-
-
-def _official(percent: float, decimals: int) -> float:
-    """The figure as Claude Code shows it: rounded down to whole (or tenth) percents."""
-    scale = 10.0**decimals
-    return math.floor(percent * scale) / scale
-
-
-def _payload(session: str, five: float, five_reset: int, seven: float, seven_reset: int, *,
-             rng: random.Random) -> dict[str, Any]:
-    """A status-line payload with the given official figures."""
-    return {
-        "session_id": session, "model": {"id": "claude-opus-4-6", "display_name": "Opus 4.6"},
-        "version": "2.1.90",
-        "rate_limits": {"five_hour": {"used_percentage": five, "resets_at": five_reset},
-                        "seven_day": {"used_percentage": seven, "resets_at": seven_reset}},
-        "context_window": {"used_percentage": rng.randrange(5, 90),
-                           "context_window_size": 200_000},
-    }
 
 
 def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
@@ -219,7 +156,8 @@ def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
     end = run.refreshes[-1][0] + 60
 
     def figures() -> Any:
-        return plan_figures(led._db, end, lambda a, b: ledger_cost(led._db, pricing, a, b),
+        prices = Prices.of(pricing)
+        return plan_figures(led._db, end, lambda a, b: ledger_cost(led._db, prices, a, b),
                             lookback={"five_hour": 30 * DAY, "seven_day": 30 * DAY})
 
     return figures

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from exporter.plan.metrics import PLAN_FAMILIES
-from tests import promserver
 from tests.conftest import ROOT
+from tests.support.prometheus import require_binary
 
 PROM_DIR = ROOT / "deploy" / "prometheus"
 RULES = PROM_DIR / "rules" / "claude-code-plan.yml"
@@ -25,7 +25,7 @@ ALERTS = {"ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitHigh", "ClaudeCo
 @pytest.fixture(scope="module")
 def promtool() -> str:
     """Path of promtool (Debian package prometheus)."""
-    return promserver.require_binary("promtool")
+    return require_binary("promtool")
 
 
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

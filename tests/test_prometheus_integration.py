@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.promserver import sample_value
 from tests.stack import (
     ALERTS_FILE,
     DAY_BUDGET_USD,
@@ -26,6 +25,7 @@ from tests.stack import (
     Stack,
 )
 from tests.support.exposition import total
+from tests.support.prometheus import sample_value
 from tests.support.wait import poll
 
 TOKEN_TYPES = {"input", "output", "cache_read", "cache_write_5m", "cache_write_1h"}

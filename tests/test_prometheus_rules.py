@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import promserver
 from tests.conftest import ROOT
-from tests.promserver import (
+from tests.support.prometheus import (
     ExpositionServer,
     PromServer,
     ServerPool,
     prometheus_config,
+    require_binary,
     sample_value,
     static_job,
 )
@@ -78,7 +78,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..
 @pytest.fixture(scope="module")
 def promtool() -> str:
     """Path of promtool (Debian package prometheus)."""
-    return promserver.require_binary("promtool")
+    return require_binary("promtool")
 
 
 # ----------------------------------------------------------------- promtool
@@ -287,14 +287,14 @@ def test_require_binary_skips_outside_ci(monkeypatch: pytest.MonkeyPatch) -> Non
     """A missing binary skips the test when CI is unset."""
     monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="not found"):
-        promserver.require_binary("no-such-binary-claude-code-test")
+        require_binary("no-such-binary-claude-code-test")
 
 
 def test_require_binary_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """A missing binary fails the test when CI=true."""
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI is set"):
-        promserver.require_binary("no-such-binary-claude-code-test")
+        require_binary("no-such-binary-claude-code-test")
 
 
 # ------------------------------------------------------- real Prometheus

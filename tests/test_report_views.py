@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -278,3 +279,43 @@ def test_unknown_view_and_order_are_refused(prices: Prices) -> None:
         views.build("dayly", sel, prices, views.Options())
     with pytest.raises(ValueError, match="newest"):
         views.build("daily", sel, prices, views.Options(order="big"))
+
+
+def limits_sample() -> object:
+    """A `report limits` view by hand: two windows now, three instances (one at the limit)."""
+    from exporter.plan.estimate import Estimate
+    from exporter.plan.figures import Instance, PlanFigures, WindowFigures
+    from exporter.projections.figures import Covered
+    from exporter.report_views import Limits
+
+    now = 1_790_050_000.0
+    est = Estimate(2.4012, 1234, 5, 1000.0, 416.4)
+    five = Instance("five_hour", now - 30_000, now - 12_000, now - 29_000, now - 12_500, 103.0,
+                    247.31, Estimate(2.39, 871, 1, 247.0, 103.0))
+    other = Instance("five_hour", now - 9000, now + 9000, now - 8800, now - 60, 41.0, 98.2,
+                     Estimate(None, 0, 0, 0.0, 0.0))
+    week = Instance("seven_day", now - 200_000, now + 404_800, now - 199_000, now - 60, 62.0,
+                    1843.77, Estimate(14.02, 630, 1, 869.0, 62.0))
+    figures = PlanFigures(windows={"five_hour": WindowFigures(0.41, now + 9000, 1, est),
+                                   "seven_day": WindowFigures(0.62, now + 404_800, 0, None)},
+                          samples=9000)
+    return Limits(Covered(Range(None, None, UTC_ZONE), now - 199_000, now - 60), now, figures,
+                  (five, other, week))
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_limits_table_never_cuts_a_figure(width: int) -> None:
+    """At 80 and 160 columns every figure of `report limits` shows in full; wide has them all."""
+    from exporter.report_views import render_limits
+
+    out = io.StringIO()
+    view: Any = limits_sample()
+    render_limits(view, Console(file=out, width=width, color_system=None))
+    shown = out.getvalue()
+    assert "…" not in shown
+    for figure in ("103 %", "$247.31", "$2.39", "$1,843.77", "$14.02", "five_hour", "seven_day",
+                   "1 % ≈ $2.40", "1,234 sample pairs"):
+        assert figure in shown, (width, figure)
+    wide = ("start", "  pairs  ", "ended, limit")
+    assert all((part in shown) == (width == 160) for part in wide), width
+    assert "no estimate yet" in shown  # the weekly window has none

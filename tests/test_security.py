@@ -254,17 +254,14 @@ def test_silent_clients_do_not_block_tls_scrapes(world: dict[str, Any]) -> None:
             sock.close()
 
 
-def test_default_bind_is_loopback_and_telemetry_port_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_default_bind_is_loopback_and_telemetry_port_refused() -> None:
     """Without settings the endpoint binds 127.0.0.1; port 9464 and host names are refused."""
-    for name in list(os.environ):
-        if name.startswith("CLAUDE_CODE_EXPORTER_"):
-            monkeypatch.delenv(name)
-    assert load_settings({}).listen == f"127.0.0.1:{DEFAULT_PORT}"
+    assert load_settings({}, {}).listen == f"127.0.0.1:{DEFAULT_PORT}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER_")}
     for listen in ("127.0.0.1:9464", "example.com:9477", "0.0.0.0:99999"):
         proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", "--listen", listen],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                              check=False)
         assert proc.returncode == 2, (listen, proc.stderr)
         assert re.search(r"listen", proc.stderr), proc.stderr
 

@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from tests import teamstack
-from tests.promserver import PromServer, require_binary, sample_value
 from tests.stack import append_stage
 from tests.support.exposition import total
+from tests.support.prometheus import PromServer, require_binary, sample_value
 from tests.support.wait import poll
 from tests.teamstack import JOB, Member, Spec, TeamStack
 from tests.test_grafana import DASHBOARD_DIR, panels, query_variables

@@ -25,8 +25,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.promserver import PromServer, require_binary
 from tests.support.net import LOOPBACK, http_get
+from tests.support.prometheus import PromServer, require_binary
 
 #: The Debian package's version (``victoria-metrics -version`` prints nothing useful).
 DEBIAN_VERSION = "1.79.5"

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import structlog
-
 from exporter.ingest.discover import (
     find_transcripts,
     fs_path,
@@ -178,7 +176,11 @@ class Scanner:
         # Each worker holds a batch in memory (~40 MB): past 8 the disk is the limit anyway.
         self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
         self.on_applied = on_applied
-        self.log = log if log is not None else structlog.get_logger()
+        if log is None:  # imported only then: structlog imports rich (0.1 s of start-up)
+            import structlog  # noqa: PLC0415
+
+            log = structlog.get_logger()
+        self.log = log
         self._absent: set[str] = set()  # absent roots already logged
 
     def root_of(self, path: str) -> str:

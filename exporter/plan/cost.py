@@ -1,59 +1,54 @@
-"""List-price cost of ledger requests in a time range, in SQL; "today" for the status line.
+"""List-price cost of ledger requests in a time range, priced as `report` prices; "today".
 
-:func:`ledger_cost` sums token counts per rate class (model, long context,
-tier, region, speed) in one grouped query over ``ts`` (an index range scan
-once the ledger indexes ``ts``) and prices each class once: the cost function
-the dollars-per-percent estimate takes. :func:`publish_today` writes today's
-total for the status-line command, which must not import the price table.
+:func:`ledger_cost` is the cost function the dollars-per-percent estimate
+takes. It does not price anything itself: it asks the report's facts
+(:class:`~exporter.projections.facts.Facts`, one grouped query per price
+class over ``ts``) and prices them with the report's
+:class:`~exporter.projections.facts.Prices` — date-conditional prices, long
+context, region, tier, speed and web searches included — so the estimate,
+the status line's "today" and ``report`` never disagree about what a request
+cost. :func:`publish_today` writes today's total for the status-line
+command, which must not import the price table.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import Any
 
 from exporter.plan import spool
-
-if TYPE_CHECKING:
-    from exporter.projections.pricing import Pricing
-
-_NEVER: Final = 1 << 62  # the threshold of a model without a long-context price
+from exporter.projections.facts import Facts, Prices, Reader, Selection, usd
+from exporter.projections.periods import UTC_ZONE, Range
 
 
-def ledger_cost(conn: sqlite3.Connection, pricing: Pricing, since: float, until: float) -> float:
-    """USD at list price of the requests with ``since <= ts < until`` (unpriced models: 0)."""
-    models = [m for (m,) in conn.execute(
-        "SELECT DISTINCT model FROM requests WHERE ts >= ? AND ts < ?", (since, until)
-    )]
-    if not models:
-        return 0.0
-    thresholds: list[object] = []
-    for model in models:
-        threshold = pricing.long_context_threshold(model)
-        thresholds += [model, _NEVER if threshold is None else threshold]
-    case = "CASE model " + "WHEN ? THEN ? " * len(models) + f"ELSE {_NEVER} END"
-    rows = conn.execute(
-        "SELECT model, service_tier, inference_geo, speed, "
-        f"input + cache_read + cache_write_5m + cache_write_1h > ({case}) AS long, "
-        "sum(input), sum(output), sum(cache_read), sum(cache_write_5m), sum(cache_write_1h) "
-        "FROM requests WHERE ts >= ? AND ts < ? GROUP BY 1, 2, 3, 4, 5",
-        (*thresholds, since, until),
-    )
-    total = 0.0
-    for model, tier, geo, speed, long, inp, out, read, w5, w1 in rows:
-        rates = pricing.rates(model, long_context=bool(long), inference_geo=geo,
-                              service_tier=tier, speed=speed)
-        if rates is not None:
-            total += sum(rates.cost(inp, out, read, w5, w1).values())
-    return total
+def reader(conn: sqlite3.Connection) -> Reader:
+    """A :data:`~exporter.projections.facts.Reader` over a plain SQLite connection."""
+
+    def read(sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, list(params)).fetchall()
+
+    return read
+
+
+def ledger_cost(conn: sqlite3.Connection, prices: Prices, since: float,
+                until: float | None) -> float:
+    """USD at list price of the requests with ``since <= ts < until`` (unpriced models: 0).
+
+    Every request of the ledger counts, whatever transcript root it came from:
+    a plan window is the account's, not a directory's. ``until=None``: no end.
+    """
+    selection = Selection(reader(conn), "requests", Range(since, until, UTC_ZONE))
+    facts = Facts(selection, prices, by_class=True).collect()
+    return usd(sum(f.usage.cost_pico for f in facts))
 
 
 def publish_today(
-    conn: sqlite3.Connection, pricing: Pricing, state_dir: str | os.PathLike[str], now: float
+    conn: sqlite3.Connection, prices: Prices, state_dir: str | os.PathLike[str], now: float
 ) -> float:
     """Write today's list-price cost (since local midnight) for the status line; return it."""
     since = spool.local_midnight(now)
-    usd = ledger_cost(conn, pricing, since, float("inf"))
-    spool.write_today(os.fspath(state_dir), since, usd, now)
-    return usd
+    total = ledger_cost(conn, prices, since, None)
+    spool.write_today(os.fspath(state_dir), since, total, now)
+    return total

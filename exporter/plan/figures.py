@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from exporter.plan import spool, store
 from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
@@ -22,6 +22,14 @@ DAY: Final = 86_400.0
 #: to follow a change of plan or of Anthropic's limits, long enough for many instances.
 LOOKBACK: Final[Mapping[str, float]] = {"five_hour": 7 * DAY, "seven_day": 35 * DAY}
 DEFAULT_LOOKBACK: Final = 35 * DAY
+#: How long each window lasts, by name prefix (``seven_day_opus`` is a weekly one): its
+#: start is its reset time minus this. A window of another name starts at its first sample.
+DURATIONS: Final = (("five_hour", 5 * 3600.0), ("seven_day", 7 * DAY))
+
+
+def duration(window: str) -> float | None:
+    """The length of a window of this name, or None when it is not known."""
+    return next((d for prefix, d in DURATIONS if window.startswith(prefix)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +123,37 @@ def _instances(
     return [groups[k] for k in sorted(groups)]
 
 
+Read = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
+"""Runs one read-only query on the ledger (``Ledger.read``, or ``cost.reader(conn)``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanHistory:
+    """The ledger's samples as ``backfill`` replays them (exporter.projections.timeline)."""
+
+    samples: tuple[float, ...] = ()  # first sighting of every distinct sample, ascending
+    #: (first seen, window, used %, reported reset) of every window figure with a reset
+    #: time, in time order: what the used-ratio, reset and exhausted series follow.
+    windows: tuple[tuple[float, str, float, float], ...] = ()
+
+
+def plan_history(read: Read) -> PlanHistory:
+    """Every sample of the ledger, for the backfill (empty without plan tables)."""
+    found = read("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                 "name = 'plan_samples'", [])
+    if not found[0][0]:
+        return PlanHistory()
+    times: list[float] = []
+    windows: list[tuple[float, str, float, float]] = []
+    for seen, text in read("SELECT first_seen, windows FROM plan_samples "
+                           "ORDER BY first_seen, key", []):
+        times.append(float(seen))
+        for name, (pct, resets) in sorted(json.loads(text).items()) if text else ():
+            if resets is not None:
+                windows.append((float(seen), name, float(pct), float(resets)))
+    return PlanHistory(tuple(times), tuple(windows))
+
+
 def window_history(
     conn: sqlite3.Connection, since: float, until: float
 ) -> list[tuple[float, str, float, float | None]]:
@@ -152,3 +191,55 @@ def limits_rows(figures: PlanFigures, now: float) -> list[dict[str, object]]:
             "pairs": 0 if est is None else est.pairs,
         })
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One window instance (a window and its reset time) as the samples saw it."""
+
+    window: str
+    start: float  # its reset time minus its duration (or its first sample)
+    resets_at: float  # as Claude Code reported it
+    first_seen: float  # first and last sample of it
+    last_seen: float
+    peak_percent: float  # the highest official figure seen
+    cost_usd: float  # list price of this ledger's requests from start to reset (or now)
+    estimate: Estimate  # dollars per 1 % from this instance's change points alone
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether it reached 100 %."""
+        return self.peak_percent >= 100.0
+
+    def open(self, now: float) -> bool:
+        """Whether it has not reset yet at ``now``."""
+        return self.resets_at > now
+
+
+def instances(conn: sqlite3.Connection, cost_between: CostBetween, now: float,
+              since: float | None = None, until: float | None = None) -> list[Instance]:
+    """The window instances overlapping [since, until), by window then start.
+
+    Each with its peak, the list-price cost inside it (up to ``now`` for the
+    open one) and its own estimate (change points of that instance only).
+    """
+    if not store.has_schema(conn):
+        return []
+    levels: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for name, key, pct, seen in conn.execute(
+            "SELECT window, resets_at, pct, first_seen FROM plan_levels"):
+        levels.setdefault((name, key), []).append((pct, seen))
+    out: list[Instance] = []
+    rows = conn.execute("SELECT window, resets_at, max_pct, first_seen, last_seen, "
+                        "reported_resets_at FROM plan_windows ORDER BY window, resets_at")
+    for name, key, peak, first, last, reported in rows.fetchall():
+        length = duration(name)
+        start = min(first, reported - length) if length is not None else first
+        if (since is not None and reported <= since) or (until is not None and start >= until):
+            continue
+        end = min(float(reported), now)
+        cost = cost_between(start, end) if end > start else 0.0
+        estimate = usd_per_percent([levels.get((name, key), [])], cost_between)
+        out.append(Instance(name, float(start), float(reported), first, last, peak, cost,
+                            estimate))
+    return out

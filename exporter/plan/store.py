@@ -135,6 +135,40 @@ def ingest_samples(
     return result
 
 
+def ingest_spool(
+    ledger_path: str | os.PathLike[str],
+    state_dir: str | os.PathLike[str],
+    *,
+    clock: Callable[[], float] = time.time,
+) -> Ingested:
+    """Move every new spool line into the ledger, on a connection of its own (the writer's).
+
+    What ``report`` and ``backfill`` do when they write the ledger (no ``serve``
+    runs): samples recorded while no daemon ran are in their figures too.
+    Nothing is opened, and no plan table created, while the status line never
+    recorded anything.
+    """
+    directory = os.fspath(state_dir)
+    if not any(os.path.exists(os.path.join(directory, name))
+               for name in (spool.SPOOL_NAME, spool.RETIRED_NAME)):
+        return Ingested()
+    total = Ingested()
+    conn = sqlite3.connect(ledger_path, isolation_level=None, timeout=10)
+    try:
+        while True:  # a large backlog comes in bounded reads
+            part = ingest_samples(conn, directory, clock=clock)
+            total.new += part.new
+            total.repeated += part.repeated
+            total.bytes_read += part.bytes_read
+            for mine, theirs in ((total.failures, part.failures), (total.rejected, part.rejected)):
+                for reason, n in theirs.items():
+                    mine[reason] = mine.get(reason, 0) + n
+            if not part.more:
+                return total
+    finally:
+        conn.close()
+
+
 def _db_dir(conn: sqlite3.Connection) -> str:
     """The directory of the connection's main database file."""
     for _seq, name, path in conn.execute("PRAGMA database_list"):

@@ -6,7 +6,9 @@ into the live scrapes without a jump (the timeline counts by the same rules
 as ``serve``, and its end is checked against what a ``serve`` starting from
 the ledger's rollups would expose).
 Counters and histograms are written; gauges and the exporter's own counters
-are not (see docs/backfill.md).
+are not (see docs/backfill.md), except the plan-limit families, which are the
+history of the status line's samples (:func:`~exporter.projections.timeline.plan_units`):
+the used-ratio and reset gauges and the samples and exhausted-windows counters.
 
 Which samples are written (``step`` is the resolution, ``anchor`` a multiple,
 ``hold`` the longest window queries must see exactly):
@@ -51,15 +53,18 @@ from typing import IO, Final
 from prometheus_client import CollectorRegistry
 
 from exporter.ledger import Ledger
+from exporter.plan.figures import PlanHistory
+from exporter.plan.metrics import PLAN_FAMILIES
 from exporter.projections import instruments
 from exporter.projections.compat import history as compat_history
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
-from exporter.projections.timeline import SampleKey, Timeline, Unit
+from exporter.projections.timeline import GAUGE, SampleKey, Timeline, Unit, plan_units
 from exporter.records import Request
 
 DEFAULT_LABELS: Final = {"job": "claude-code"}
 DEFAULT_HOLD: Final = 86_400  # the longest fixed window of the shipped rules and dashboards
+GAUGE_ANCHOR_S: Final = 240  # within Prometheus's 5-minute look-back of the previous sample
 # One promtool block per chunk: 2 h x 3**5, the largest block size below a month (promtool
 # rounds --max-block-duration down to 2 h x 3**n; 744h would give this one too).
 BLOCK_SECONDS: Final = 486 * 3600
@@ -106,8 +111,9 @@ class _Replay:
 
 def _replay(requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions,
             opts: BackfillOptions, *, now: float | None,
-            serve: Mapping[SampleKey, float] | None) -> _Replay:
-    """Count ``requests`` up to ``until`` and check the end against ``serve``."""
+            serve: Mapping[SampleKey, float] | None,
+            plan: PlanHistory | None = None) -> _Replay:
+    """Count ``requests`` up to ``until``, check the end against ``serve``, add ``plan``'s."""
     _check(opts)
     step = opts.step
     until = opts.until if opts.until is not None else (now if now is not None else time.time())
@@ -118,6 +124,9 @@ def _replay(requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptio
     timeline.run(kept)
     if serve is not None and len(kept) == len(requests):
         _verify(timeline.final(), serve)
+    if plan is not None:  # after the check: serve's projection does not hold them
+        for unit in plan_units(plan, step, metrics.namespace, end):
+            timeline.units[(unit.family, unit.labels)] = unit
     return _Replay(timeline, len(kept), start, end)
 
 
@@ -135,15 +144,16 @@ def _stats(replay: _Replay, written: tuple[int | None, int | None, int],
 def write_history(
     requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, out: IO[str],
     opts: BackfillOptions, *, now: float | None = None,
-    serve: Mapping[SampleKey, float] | None = None,
+    serve: Mapping[SampleKey, float] | None = None, plan: PlanHistory | None = None,
 ) -> BackfillStats:
     """Write the OpenMetrics history of ``requests`` (ledger time order) to ``out``.
 
     ``serve``: the samples a ``serve`` starting now would expose
     (:func:`serve_samples`); when the history reaches the newest request, its
-    end must equal them, or nothing is written.
+    end must equal them, or nothing is written. ``plan``: the status line's
+    samples (``exporter.plan.figures.plan_history``), for the plan-limit series.
     """
-    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
+    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve, plan=plan)
     written = _write(replay.timeline.units.values(), out, opts, start=replay.start,
                      end=replay.end, namespace=metrics.namespace)
     out.write("# EOF\n")
@@ -154,7 +164,7 @@ def write_blocks(
     requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, blocks: Path,
     opts: BackfillOptions, *, promtool: str, now: float | None = None,
     serve: Mapping[SampleKey, float] | None = None, workdir: Path | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, plan: PlanHistory | None = None,
 ) -> BackfillStats:
     """Turn the history into TSDB blocks in ``blocks`` with ``promtool``, one block at a time.
 
@@ -163,14 +173,15 @@ def write_blocks(
     to a temporary file in ``workdir``, handed to promtool and deleted, so
     the disk holds at most one block's text at a time. (promtool maps its input
     into memory, so a pipe cannot feed it.) ``progress(done, total)`` is
-    called after each chunk.
+    called after each chunk. ``plan`` as for :func:`write_history`.
     """
-    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve)
+    replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve, plan=plan)
     units = list(replay.timeline.units.values())
     windows = list(_windows(units, replay, opts, BLOCK_SECONDS))
     every, hold = _reach(opts)
     # Each unit's boundaries once (not once per chunk): a chunk takes a slice of them.
-    emitted = {id(u): array("q", emission(u, replay.start, replay.end, every, hold))
+    emitted = {id(u): array("q", emission(u, replay.start, replay.end,
+                                          _every(u, every, opts.step), hold))
                for u in units}
     blocks.mkdir(parents=True, exist_ok=True)
     first: int | None = None
@@ -224,9 +235,9 @@ def emission(unit: Unit, start: int | None, end: int, every: int,
 
     ``every`` is the anchor interval and ``hold`` the anchor reach around a
     change, in steps (None: anchors everywhere). A unit is born the boundary
-    before its first change (where it is written at 0).
+    before its first change (where it is written at 0); a gauge at its first value.
     """
-    lo = unit.steps[0] - 1
+    lo = unit.steps[0] - (0 if unit.kind == GAUGE else 1)
     if start is not None:
         lo = max(lo, start)
     if lo > end:
@@ -265,6 +276,17 @@ def _held(changes: Iterable[int], every: int, hold: int, lo: int, end: int) -> I
             yield at
             at += every
         nxt = max(nxt, at)
+
+
+def _every(unit: Unit, every: int, step: int) -> int:
+    """The anchor interval of ``unit`` in steps: a gauge's at most GAUGE_ANCHOR_S.
+
+    A graph of a gauge reads its instant values, which Prometheus looks up at
+    most 5 minutes back: anchors closer than that draw a line, not dots.
+    """
+    if unit.kind != GAUGE:
+        return every
+    return max(1, min(every, GAUGE_ANCHOR_S // step))
 
 
 def _reach(opts: BackfillOptions) -> tuple[int, int | None]:
@@ -314,7 +336,7 @@ def _write(units: Iterable[Unit], out: IO[str], opts: BackfillOptions, *, start:
                 if window is not None:
                     indexes = known[bisect_left(known, window[0]):bisect_left(known, window[1])]
             else:
-                indexes = emission(unit, start, end, every, hold)
+                indexes = emission(unit, start, end, _every(unit, every, opts.step), hold)
                 if window is not None:
                     indexes = [i for i in indexes if window[0] <= i < window[1]]
             for index in indexes:
@@ -415,8 +437,9 @@ def _unique(indexes: Iterable[int]) -> Iterable[int]:
 def _help(family: str, namespace: str) -> str:
     """The family's description from the catalogue."""
     name = family.removeprefix(f"{namespace}_")
+    plan = next((f.help for f in PLAN_FAMILIES if f.name == name), "")
     return (instruments.COUNTERS.get(name) or instruments.HISTOGRAMS.get(name)
-            or compat_history.HELP.get(family, ""))
+            or compat_history.HELP.get(family, "") or plan)
 
 
 def _series(name: str, labels: Sequence[tuple[str, str]]) -> str:

@@ -15,6 +15,11 @@ value at boundary ``i`` covers exactly the requests with ``ts < i * step``.
 
 The exporter's own counters (``exporter_*``: lines and bytes read) describe a
 process, not the history, and are not recorded.
+
+The plan-limit families (docs/plan-limits.md) come from the ledger's
+status-line samples instead of its requests (:func:`plan_units`): the samples
+counter, the exhausted-windows counter, and the used-ratio and reset gauges,
+each with the value ``serve`` would have shown at every boundary.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from exporter.plan.figures import PlanHistory
+from exporter.plan.store import window_instance
 from exporter.projections.compat.history import History
 from exporter.projections.counting import (
     HIST_BOUNDS,
@@ -42,6 +49,7 @@ from exporter.records import COUNT_SUMS, CountClass, Request
 
 COUNTER: Final = "counter"
 HISTOGRAM: Final = "histogram"
+GAUGE: Final = "gauge"  # the plan-limit gauges: written from their first value on
 _ZERO: Final[Sums] = (0,) * len(COUNT_SUMS)
 
 SampleKey = tuple[str, Labels]
@@ -75,6 +83,8 @@ class Unit:
         """The Prometheus sample name and labels of each position of ``values``."""
         if self.kind == COUNTER:
             return [(f"{self.family}_total", self.labels)]
+        if self.kind == GAUGE:
+            return [(self.family, self.labels)]
         les = [*(_le(b) for b in self.bounds), "+Inf"]
         out: list[SampleKey] = [
             (f"{self.family}_bucket", _sorted((*self.labels, ("le", le)))) for le in les
@@ -218,3 +228,82 @@ def _le(bound: float) -> str:
 def _sorted(labels: Labels) -> Labels:
     """Labels in name order."""
     return tuple(sorted(labels))
+
+
+# ---- plan limits: from the status line's samples --------------------------------------
+def plan_units(history: PlanHistory, step: int, namespace: str, end: int) -> list[Unit]:
+    """The plan-limit series at every boundary up to ``end``, as ``serve`` computes them.
+
+    At boundary ``i`` (time ``T = i * step``) a series covers the samples first
+    seen before ``T``: the samples counter counts them; per window, the
+    exhausted counter counts the instances (window and reset to the minute)
+    that reached 100 %, and the gauges show the newest instance's highest
+    figure (0 from its reset time on) and its reported reset time.
+    """
+    out: list[Unit] = []
+    index = _index(step)
+    if history.samples:
+        counted = Unit(f"{namespace}_plan_window_samples", COUNTER, (), [0])
+        for n, t in enumerate(history.samples, start=1):
+            _log(counted, index(t), [n], end)
+        out.append(counted)
+    by_window: dict[str, list[tuple[float, float, float]]] = {}
+    for seen, name, pct, resets in history.windows:
+        by_window.setdefault(name, []).append((seen, pct, resets))
+    for name in sorted(by_window):
+        out.extend(_window_units(name, by_window[name], step, namespace, end))
+    return [u for u in out if u.steps]
+
+
+def _window_units(name: str, figures: list[tuple[float, float, float]], step: int,
+                  namespace: str, end: int) -> list[Unit]:
+    """The used-ratio and reset gauges and the exhausted counter of one window."""
+    labels: Labels = (("window", name),)
+    used = Unit(f"{namespace}_plan_window_used_ratio", GAUGE, labels, [0.0])
+    resets_at = Unit(f"{namespace}_plan_window_resets_at_seconds", GAUGE, labels, [0.0])
+    exhausted = Unit(f"{namespace}_plan_windows_exhausted", COUNTER, labels, [0])
+    index = _index(step)
+    # Boundaries where a value can change: after a sample, and where a reset time passes.
+    candidates = sorted({index(t) for t, _, _ in figures}
+                        | {math.ceil(r / step) for _, _, r in figures})
+    peaks: dict[int, list[float]] = {}  # instance -> [highest %, latest reported reset]
+    full: set[int] = set()
+    pos = 0
+    for at in candidates:
+        if at > end:
+            break
+        while pos < len(figures) and index(figures[pos][0]) <= at:
+            _, pct, reported = figures[pos]
+            key = window_instance(reported)
+            peak = peaks.setdefault(key, [pct, reported])
+            peak[0], peak[1] = max(peak[0], pct), max(peak[1], reported)
+            if pct >= 100:
+                full.add(key)
+            pos += 1
+        if not peaks:
+            continue
+        high, reported = peaks[max(peaks)]
+        _log(used, at, [0.0 if reported <= at * step else high / 100.0], end)
+        _log(resets_at, at, [reported], end)
+        _log(exhausted, at, [len(full)], end)
+    return [used, resets_at, exhausted]
+
+
+def _index(step: int) -> Any:
+    """The boundary index at which something at ``t`` is first counted."""
+    return lambda t: math.floor(t / step) + 1
+
+
+def _log(unit: Unit, index: int, values: list[Any], end: int) -> None:
+    """Log ``values`` at boundary ``index`` when they changed (and ``index <= end``)."""
+    if index > end:
+        return
+    if unit.steps and unit.steps[-1] == index:
+        del unit.steps[-1]
+        del unit.log[-unit.width:]
+    unit.values = list(values)
+    prev = list(unit.log[-unit.width:]) if unit.steps else None
+    if prev == [float(v) for v in values]:
+        return
+    unit.steps.append(index)
+    unit.log.extend(float(v) for v in values)

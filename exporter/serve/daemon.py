@@ -5,31 +5,52 @@ ledger's rollup totals for this daemon's roots (O(label sets x buckets), not
 O(history)), open the HTTP endpoint, then follow the files until
 SIGTERM/SIGINT, when the current pass completes, the ledger is closed and the
 process exits 0.
+
+The daemon is handed its parts (:class:`DaemonParts`, built once from the
+settings by :func:`exporter.parts.daemon_parts`) and builds nothing from the
+settings itself; its clocks are arguments, so tests drive it in-process.
 """
 
 from __future__ import annotations
 
 import signal
-import ssl
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
 from exporter import __version__
-from exporter.config import ConfigError, Settings, split_listen
+from exporter.config import ConfigError, Settings, is_loopback
 from exporter.ingest.follow import Follower
+from exporter.ingest.options import ScanOptions
 from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger, LedgerError
 from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import load_pricing
+from exporter.projections.pricing import Pricing
 from exporter.serve import page
-from exporter.serve.http import BasicAuth, HttpServer, Limits, make_app
+from exporter.serve.http import HttpOptions, HttpServer, make_app
 from exporter.serve.plan_link import PlanLink
+
+if TYPE_CHECKING:
+    from exporter.serve.otlp import OtlpOptions
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonParts:
+    """What one ``serve`` runs with, each part built once from the settings."""
+
+    settings: Settings  # paths, poll/rescan and settle times, the page's budgets
+    dirs: tuple[Path, ...]  # the transcript directories followed
+    pricing: Pricing
+    scan: ScanOptions
+    metrics: MetricsOptions
+    http: HttpOptions
+    otlp: OtlpOptions | None = None  # None: no push
 
 
 class Daemon:
@@ -37,40 +58,38 @@ class Daemon:
 
     def __init__(
         self,
-        settings: Settings,
-        dirs: Sequence[Path],
+        parts: DaemonParts,
         log: Any,
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Open the ledger and build every part; nothing runs until start()."""
-        self.settings = settings
+        """Open the ledger; the scanners, projection and server are built by start()."""
+        self.parts = parts
+        self.settings = settings = parts.settings
         self.log = log
         self.stop_event = threading.Event()
         self.registry = registry if registry is not None else CollectorRegistry()
-        self.pricing = load_pricing(
-            settings.pricing, update=settings.update_prices,
-            warn=lambda line: log.warning("prices_not_updated", detail=line))
-        self.options = metrics_options(settings)
+        self.pricing = parts.pricing
+        self.dirs = list(parts.dirs)
         # One serve per state dir: a second one exits naming the first (LedgerBusyError).
-        lock = WriterLock.acquire(settings.ledger_path, "serve", [str(d) for d in dirs])
+        lock = WriterLock.acquire(settings.ledger_path, "serve", [str(d) for d in self.dirs])
         try:
-            self.ledger = Ledger(settings.ledger_path, rules=self.options.counting(self.pricing),
+            self.ledger = Ledger(settings.ledger_path, rules=parts.metrics.counting(self.pricing),
                                  settle_seconds=settings.settle_seconds, clock=clock, lock=lock)
         except LedgerError:
             lock.release(remove=True)  # a refused file gets no lock file beside it
             raise
-        self.scanner = Scanner(self.ledger, dirs, workers=settings.workers, log=log,
-                               batch_bytes=int(settings.batch_mb * 1024 * 1024),
-                               max_line_bytes=settings.max_line_bytes, clock=clock)
         self._files = 0
         self._pending = 0
         self._clock = clock
+        self.scanner: Scanner | None = None  # the follower's, built in start()
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
-            self._pass, lambda: self.scanner.dirs, settle=self._settle,
+            self._pass, lambda: self.dirs, settle=self._settle,
             poll=settings.poll, rescan_seconds=settings.rescan_seconds, log=log,
+            monotonic=monotonic,
         )
         self.http: HttpServer | None = None
         self.plan: PlanLink | None = None  # built in start(), beside the projection
@@ -78,22 +97,22 @@ class Daemon:
     def start(self) -> None:
         """Catch up, load the metrics, and open the endpoint."""
         started = time.perf_counter()
+        parts, ledger = self.parts, self.ledger
         # The only pass that may fork parser processes: no thread exists yet (the
-        # OTLP reader, HTTP server and watcher all start below). Later passes are
-        # small and run in-process, beside those threads.
-        first = self.scanner.scan()
-        self.scanner.workers = 1
+        # OTLP reader, HTTP server and watcher all start below). The follower's
+        # scanner runs its small passes in-process, beside those threads, and hands
+        # each batch to the projection.
+        first = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock).scan()
         self._files = first.files
-        ledger = self.ledger
         ledger.settle(force=True)  # what is on disk at start-up is final
-        push, resource = _push(self.settings)
-        dirs = self.scanner.dirs
+        push, resource = _push(parts.otlp)
         self.projection = Projection(
-            self.pricing, self.options, self.registry, roots=dirs, clock=self._clock,
+            self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
             files_watched=lambda: self._files, readers=push, resource=resource,
         )
-        self.projection.load(ledger, view=ledger.scope(dirs))
-        self.scanner.on_applied = self.projection.apply
+        self.projection.load(ledger, view=ledger.scope(self.dirs))
+        self.scanner = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock,
+                                          workers=1, on_applied=self.projection.apply)
         # The status line's plan-limit samples: into the ledger, and out as metrics.
         self.plan = PlanLink(self.settings.ledger_path, self.settings.state_dir, self.pricing,
                              clock=self._clock, log=self.log)
@@ -101,34 +120,21 @@ class Daemon:
                            self.settings.namespace)
         self.plan.tick()
         self.plan.after_pass()
-        host, port = split_listen(self.settings.listen)
-        auth = None
-        if self.settings.basic_auth_user and self.settings.basic_auth_password:
-            auth = BasicAuth(self.settings.basic_auth_user, self.settings.basic_auth_password)
-        tls = None
-        if self.settings.tls_cert_file and self.settings.tls_key_file:
-            tls = (self.settings.tls_cert_file, self.settings.tls_key_file)
+        http = parts.http
         # With prometheus_enabled off (OTLP only) /metrics is gone but /healthz stays,
         # for container health checks and supervisors.
-        pages = page.routes(page.source_of(self.settings, ledger, dirs, self.pricing,
+        pages = page.routes(page.source_of(self.settings, ledger, self.dirs, self.pricing,
                                            clock=self._clock), __version__)
-        app = make_app(self.registry, self.health, __version__, auth,
-                       metrics=self.settings.prometheus_enabled, routes=pages)
-        if tls is not None:  # checked apart, so the error names the right setting
-            try:
-                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(tls[0]), str(tls[1]))
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(f"tls_cert_file / tls_key_file: cannot load: {exc}") from exc
+        app = make_app(self.registry, self.health, __version__, http.auth,
+                       metrics=http.metrics, routes=pages)
         try:
-            self.http = HttpServer(app, host, port, tls, Limits(
-                max_connections=self.settings.http_max_connections,
-                timeout_seconds=self.settings.http_timeout_seconds,
-                max_header_bytes=self.settings.http_max_header_bytes))
+            self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
         except OSError as exc:  # a busy port, an address not on this machine
-            raise ConfigError(f"listen: cannot serve on {host}:{port}: {exc}") from exc
-        self._warn_exposure(host, tls is not None, auth is not None)
-        self.log.info("serving", listen=f"{host}:{self.http.port}",
-                      otlp=self.settings.otlp_endpoint, tls=tls is not None,
+            raise ConfigError(f"listen: cannot serve on {http.host}:{http.port}: {exc}") from exc
+        for event, fields in http.warnings(is_loopback(http.host)):
+            self.log.warning(event, **fields)
+        self.log.info("serving", listen=f"{http.host}:{self.http.port}",
+                      otlp=parts.otlp.endpoint if parts.otlp else None, tls=http.tls is not None,
                       requests=ledger.count(), files=first.files,
                       startup_seconds=round(time.perf_counter() - started, 3))
 
@@ -171,13 +177,6 @@ class Daemon:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
-    def _warn_exposure(self, host: str, tls: bool, auth: bool) -> None:
-        """Say so at start when private figures may leave this machine unprotected."""
-        if host not in ("127.0.0.1", "::1", "localhost") and not host.startswith("127."):
-            self.log.warning("listening_beyond_loopback", host=host, tls=tls, basic_auth=auth)
-        if auth and not tls:
-            self.log.warning("basic_auth_without_tls", detail="the password crosses in clear")
-
     def _settle(self) -> int:
         """Enter requests that went quiet into the histograms (ledger, then instruments)."""
         if self.projection is None:
@@ -192,6 +191,8 @@ class Daemon:
 
     def _pass(self, paths: Collection[str] | None = None) -> None:
         """One follow pass: over the paths file events named, or everything (None)."""
+        if self.scanner is None:
+            raise RuntimeError("start() builds the follower's scanner")
         result = self.scanner.scan(paths=paths)
         self._files = result.files
         if (result.new_requests or result.upgraded_requests) and self.plan is not None:
@@ -202,30 +203,14 @@ class Daemon:
 
     def _watchable(self) -> bool:
         """True if any transcript directory exists to be watched."""
-        return any(d.is_dir() for d in self.scanner.dirs)
+        return any(d.is_dir() for d in self.dirs)
 
 
-def _push(settings: Settings) -> tuple[list[Any], Any]:
-    """The OTLP reader and resource when ``otlp_endpoint`` is set (docs/teams.md)."""
-    if not settings.otlp_endpoint:
+def _push(options: OtlpOptions | None) -> tuple[list[Any], Any]:
+    """The OTLP reader and resource when the push is configured (docs/teams.md)."""
+    if options is None:
         return [], None
     # Imported only when configured: the OTLP exporter is not needed to scrape.
     from exporter.serve import otlp  # noqa: PLC0415
 
-    return [otlp.reader(settings)], otlp.resource(settings)
-
-
-def metrics_options(settings: Settings) -> MetricsOptions:
-    """The projection's options from the settings."""
-    budgets = {}
-    if settings.budget_day_usd is not None:
-        budgets["day"] = settings.budget_day_usd
-    if settings.budget_month_usd is not None:
-        budgets["month"] = settings.budget_month_usd
-    return MetricsOptions(
-        namespace=settings.namespace, project_label=settings.project_label,
-        kv_bytes_per_token=dict(settings.kv_bytes_per_token),
-        upload_bytes_per_token=settings.upload_bytes_per_token, budgets=budgets,
-        settle_seconds=settings.settle_seconds, version=__version__,
-        compat=tuple(settings.compat),
-    )
+    return [otlp.reader(options)], otlp.resource(options)

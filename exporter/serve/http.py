@@ -101,6 +101,18 @@ def make_app(
     return app
 
 
+def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
+    """The TLS server context for a certificate and its key (TLS 1.2 at least).
+
+    Loaded once, when the settings become parts: a file that cannot be read or a
+    key that does not match is an ``OSError`` / ``ssl.SSLError`` before anything runs.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert_file), str(key_file))
+    return context
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What clients may hold of the server: connections, time, header bytes."""
@@ -109,6 +121,32 @@ class Limits:
     timeout_seconds: float = 10.0  # a Prometheus scrape times out after 10 s by default
     max_header_bytes: int = 16 * 1024  # a scrape's request is a few hundred bytes
     max_headers: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class HttpOptions:
+    """Where and how ``serve`` answers: address, TLS, auth, limits, whether /metrics is on."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None = None
+    auth: BasicAuth | None = None
+    limits: Limits = field(default_factory=Limits)
+    metrics: bool = True  # False: OTLP push only, /healthz and the page stay
+    beyond_loopback: bool = False  # a non-loopback host is intended (the container image)
+
+    def warnings(self, loopback: bool) -> list[tuple[str, dict[str, Any]]]:
+        """(event, fields) to log at start when private figures may leave this machine.
+
+        ``loopback``: whether ``host`` is a loopback address (config.is_loopback).
+        """
+        out: list[tuple[str, dict[str, Any]]] = []
+        if not loopback and not self.beyond_loopback:
+            out.append(("listening_beyond_loopback", {"host": self.host, "tls": bool(self.tls),
+                                                      "basic_auth": bool(self.auth)}))
+        if self.auth and not self.tls:
+            out.append(("basic_auth_without_tls", {"detail": "the password crosses in clear"}))
+        return out
 
 
 LINGER_BYTES: Final = 256 * 1024  # read and dropped after an error reply, so it is not reset
@@ -303,16 +341,11 @@ class HttpServer:
 
     def __init__(
         self, app: Callable[..., Iterable[bytes]], host: str, port: int,
-        tls: tuple[Path, Path] | None = None, limits: Limits | None = None,
+        tls: ssl.SSLContext | None = None, limits: Limits | None = None,
     ) -> None:
-        """Bind ``host:port`` (port 0 picks a free one) and start serving."""
+        """Bind ``host:port`` (port 0 picks a free one) and start serving (HTTPS with ``tls``)."""
         cls = _Server6 if ":" in host else _Server
-        ctx = None
-        if tls is not None:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
-        self._server = cls((host, port), _QuietHandler, limits or Limits(), ctx)
+        self._server = cls((host, port), _QuietHandler, limits or Limits(), tls)
         self._server.set_app(app)
         self.host = host
         self.port: int = self._server.server_address[1]

@@ -20,6 +20,8 @@ import getpass
 import hashlib
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -44,6 +46,30 @@ CUMULATIVE: Final[dict[type, AggregationTemporality]] = {
     for kind in (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter,
                  ObservableGauge)
 }
+
+
+@dataclass(frozen=True, slots=True)
+class OtlpOptions:
+    """The push's receiver, cadence and resource policy, from the settings once."""
+
+    endpoint: str
+    interval_seconds: float = 60.0
+    timeout_seconds: float = 10.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    certificate_file: Path | None = None
+    host: str = "name"  # resource host policy: name, hash or none
+    user: str = "hash"  # resource user policy: name, hash or none
+    resource_attributes: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, settings: Settings) -> OtlpOptions | None:
+        """The options of ``settings`` (None when ``otlp_endpoint`` is not set)."""
+        if not settings.otlp_endpoint:
+            return None
+        return cls(settings.otlp_endpoint, settings.otlp_interval_seconds,
+                   settings.otlp_timeout_seconds, dict(settings.otlp_headers),
+                   settings.otlp_certificate_file, settings.otlp_host, settings.otlp_user,
+                   dict(settings.otlp_resource_attributes))
 
 
 def pseudonym(value: str) -> str:
@@ -73,37 +99,40 @@ def identity(host_policy: str, user_policy: str, host: str, user: str) -> dict[s
     return attrs
 
 
-def resource(settings: Settings, *, host: str | None = None, user: str | None = None) -> Resource:
+def resource(options: OtlpOptions, *, host: str | None = None,
+             user: str | None = None) -> Resource:
     """The OTLP resource: service, identity, then ``otlp_resource_attributes`` on top.
 
     ``OTEL_RESOURCE_ATTRIBUTES`` / ``OTEL_SERVICE_NAME`` are honoured below the
     exporter's own attributes, as the OpenTelemetry SDK does.
     """
     attrs: dict[str, str] = {"service.name": SERVICE_NAME, "service.version": __version__}
-    attrs |= identity(settings.otlp_host, settings.otlp_user,
+    attrs |= identity(options.host, options.user,
                       host if host is not None else socket.gethostname(),
                       user if user is not None else _login())
-    attrs |= dict(settings.otlp_resource_attributes)
+    attrs |= dict(options.resource_attributes)
     return Resource.create(attrs)
 
 
-def reader(settings: Settings) -> PeriodicExportingMetricReader:
-    """A periodic OTLP/HTTP reader for ``settings.otlp_endpoint`` (cumulative, gzip)."""
-    if not settings.otlp_endpoint:
-        raise ValueError("otlp_endpoint is not set")
-    cert = settings.otlp_certificate_file
+def reader(options: OtlpOptions) -> PeriodicExportingMetricReader:
+    """A periodic OTLP/HTTP reader for ``options.endpoint`` (cumulative, gzip).
+
+    Built when ``serve`` starts its projection: the reader's thread starts with it,
+    after the catch-up pass (which may fork parser processes).
+    """
+    cert = options.certificate_file
     exporter = OTLPMetricExporter(
-        endpoint=settings.otlp_endpoint,
-        headers=_headers(settings.otlp_headers),
-        timeout=settings.otlp_timeout_seconds,
+        endpoint=options.endpoint,
+        headers=_headers(options.headers),
+        timeout=options.timeout_seconds,
         compression=Compression.Gzip,
         certificate_file=str(cert) if cert is not None else None,
         preferred_temporality=dict(CUMULATIVE),
     )
     return PeriodicExportingMetricReader(
         exporter,
-        export_interval_millis=settings.otlp_interval_seconds * 1000,
-        export_timeout_millis=settings.otlp_timeout_seconds * 1000,
+        export_interval_millis=options.interval_seconds * 1000,
+        export_timeout_millis=options.timeout_seconds * 1000,
     )
 
 

@@ -5,7 +5,10 @@ Three duties, each on the thread that owns it:
 - ``tick()`` (the follower thread, every second): when the status line's spool
   changed, move its new samples into the ledger (exactly once: the spool offset
   commits with the rows), and refresh today's cost file the status line prints;
-- ``after_pass()`` (the follower thread): a pass added requests, so today's cost moved;
+- ``after_pass()`` (the follower thread): a pass added requests, so today's cost moved.
+  It is repriced at most every ``today_every`` seconds (by the injected clock): a busy
+  session's passes come every second, and the status line's figure need not follow
+  each one. A pending change is published by a later ``tick``, and a new day at once;
 - the plan families (``register``): read at scrape time through a read-only
   connection of their own, at most once a second whatever the number of scrapers.
 """
@@ -22,7 +25,12 @@ from typing import Any
 
 from exporter.plan import cost, metrics, spool, store
 from exporter.plan.figures import PlanFigures, plan_figures
+from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing
+
+#: Seconds between two repricings of today for the status line (it refreshes at most
+#: every 300 ms, but a figure a few seconds old is as good there).
+TODAY_EVERY_S = 10.0
 
 
 class PlanLink:
@@ -30,11 +38,17 @@ class PlanLink:
 
     def __init__(self, ledger_path: Path, state_dir: Path, pricing: Pricing, *,
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic, log: Any = None) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, log: Any = None,
+                 today_every: float = TODAY_EVERY_S) -> None:
         """Open the write and read connections; nothing is read until ``tick``."""
         self._state = state_dir
-        self._pricing = pricing
+        # Two price caches: the follower thread prices today, the scrape threads the estimate.
+        self._prices_today = Prices.of(pricing)
+        self._prices_scrape = Prices.of(pricing)
         self._clock = clock
+        self._today_every = today_every
+        self._today_due = True  # today's cost moved since it was last published
+        self._published: tuple[float, float] | None = None  # (clock time, its local midnight)
         self._log = log
         self._spool = state_dir / spool.SPOOL_NAME
         self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) ingested
@@ -52,7 +66,11 @@ class PlanLink:
         metrics.register(meter, namespace, self._cache.get)
 
     def tick(self) -> None:
-        """Ingest the spool if it changed since the last look (cheap: one stat)."""
+        """Ingest the spool if it changed since the last look (cheap: one stat).
+
+        Also publishes today's cost when a change is pending or the day turned.
+        """
+        self._publish_if_due()
         try:
             st = os.stat(self._spool)
         except OSError:
@@ -64,18 +82,32 @@ class PlanLink:
             while store.ingest_samples(self._write, self._state, clock=self._clock).more:
                 pass  # a large backlog comes in bounded reads
             self._seen = mark
-            self.after_pass()
         except (OSError, sqlite3.Error) as exc:  # retried on the next tick; never stops serving
             if self._log is not None:
                 self._log.warning("plan_samples_not_ingested", detail=str(exc))
 
     def after_pass(self) -> None:
-        """Write today's cost for the status line (new requests or a new day)."""
+        """A pass added requests: today's cost moved (published at most every ``today_every``)."""
+        self._today_due = True
+        self._publish_if_due()
+
+    def _publish_if_due(self) -> None:
+        """Reprice today unless it was done less than ``today_every`` ago on the same day."""
+        now = self._clock()
+        midnight = spool.local_midnight(now)
+        if self._published is not None:
+            at, day = self._published
+            recent = 0.0 <= now - at < self._today_every
+            if day == midnight and (not self._today_due or recent):
+                return
+        self._published = (now, midnight)  # a failure, too, is retried only after today_every
         try:
-            cost.publish_today(self._write, self._pricing, self._state, self._clock())
+            cost.publish_today(self._write, self._prices_today, self._state, now)
         except (OSError, sqlite3.Error) as exc:  # a full disk: the status line shows no cost
             if self._log is not None:
                 self._log.debug("statusline_today_not_written", detail=str(exc))
+            return  # still due
+        self._today_due = False
 
     def close(self) -> None:
         """Close both connections."""
@@ -87,5 +119,6 @@ class PlanLink:
         """Fresh figures from the read connection (one scrape at a time)."""
         with self._read_lock:
             db = self._read
+            prices = self._prices_scrape
             return plan_figures(db, self._clock(),
-                                lambda a, b: cost.ledger_cost(db, self._pricing, a, b))
+                                lambda a, b: cost.ledger_cost(db, prices, a, b))

@@ -5,9 +5,12 @@
 - ``wait``: ``poll``, the one bounded wait for a condition (no bare sleeps).
 - ``net``: loopback, ``free_port`` and ``http_get``.
 - ``exposition``: parsing a scrape and ``total`` over its samples.
+- ``clock`` and ``logs``: a clock the test moves and a logger that records, for
+  parts run in-process (the follower, the daemon).
 - ``deploy``: the deployment files (units, Dockerfile, compose) read as the
   tools that run them would.
-
-``tests/daemon_proc.py``, ``tests/hardening.py`` and ``tests/promserver.py``
-re-export the names other modules imported from them before this package.
+- ``prometheus``: real Prometheus-ecosystem binaries on loopback (``PromServer``,
+  ``ServerPool``, ``require_binary``, ``in_ci``) and small scrape targets.
+- ``hardening``: what the hardening tests check and break with: the truth check
+  of a scrape, ledger reads, dropped privileges, cgroups, a slowloris client.
 """

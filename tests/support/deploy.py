@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.promserver import in_ci
+from tests.support.prometheus import in_ci
 
 DEPLOY = ROOT / "deploy"
 SYSTEMD = DEPLOY / "systemd"

@@ -1,8 +1,7 @@
 """Helpers of the hardening tests: truth checks, ledger reads, privileges, cgroups, attacks.
 
 The ``serve`` process these tests kill, demote or starve is
-``tests.support.process.Serve`` (re-exported here with ``total`` for modules
-that import them from this one).
+``tests.support.process.Serve``.
 """
 
 from __future__ import annotations
@@ -23,12 +22,11 @@ from typing import Any
 
 from tests.conftest import ROOT
 from tests.support.exposition import total
-from tests.support.process import Serve
 from tests.support.wait import poll
 
-__all__ = [  # Serve and total are re-exported for modules that import them from here
-    "NO_DAC", "Cgroup", "Serve", "Slowloris", "can_drop_dac", "check_against_truth", "children",
-    "integrity", "ledger_counter", "ledger_report", "peak_rss", "remove_tree", "threads", "total",
+__all__ = [
+    "NO_DAC", "Cgroup", "Slowloris", "can_drop_dac", "check_against_truth", "children",
+    "integrity", "ledger_counter", "ledger_report", "peak_rss", "remove_tree", "threads",
 ]
 
 # Root ignores file modes through these two capabilities; without them it obeys them.

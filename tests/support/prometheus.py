@@ -17,7 +17,7 @@ What is here:
   and rule files, with short intervals for tests.
 - ``ServerPool`` and the ``prometheus_factory`` fixture: start servers with
   ``pool.start(config)``; all are stopped at exit / teardown. Register the
-  fixture by listing ``"tests.promserver"`` in ``pytest_plugins`` of the root
+  fixture by listing ``"tests.support.prometheus"`` in ``pytest_plugins`` of the root
   conftest, or wrap ``ServerPool`` in a local fixture of a test module::
 
       @pytest.fixture
@@ -51,10 +51,10 @@ from tests.support.net import LOOPBACK, free_port, http_get
 from tests.support.process import stop
 from tests.support.wait import PollTimeoutError, poll
 
-__all__ = [  # LOOPBACK, free_port, http_get and poll: re-exported from tests.support
-    "DEBIAN_PACKAGE", "LOOPBACK", "ExpositionServer", "ManagedProcess", "ProcessExitedError",
-    "PromServer", "ServerPool", "ThreadedServer", "free_port", "http_get", "in_ci", "poll",
-    "prometheus_config", "prometheus_factory", "require_binary", "sample_value", "static_job",
+__all__ = [
+    "DEBIAN_PACKAGE", "ExpositionServer", "ManagedProcess", "ProcessExitedError", "PromServer",
+    "ServerPool", "ThreadedServer", "in_ci", "prometheus_config", "prometheus_factory",
+    "require_binary", "sample_value", "static_job",
 ]
 
 

@@ -1,0 +1,95 @@
+"""The one place the settings become parts: options objects for each stage, built once.
+
+``report`` and ``backfill`` take the scan options (and backfill the metrics
+options); ``serve`` takes :func:`daemon_parts`, everything a
+:class:`~exporter.serve.daemon.Daemon` runs with. Each stage's options type
+lives in that stage; this module only reads :class:`~exporter.config.Settings`.
+
+The projection and HTTP modules pull in OpenTelemetry and prometheus-client,
+which ``report`` never needs: they are imported inside the functions that
+build their options, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exporter import __version__
+from exporter.config import ConfigError, Settings, split_listen
+from exporter.ingest.options import ScanOptions
+
+if TYPE_CHECKING:
+    from exporter.projections.metrics import MetricsOptions
+    from exporter.projections.pricing import Pricing
+    from exporter.serve.daemon import DaemonParts
+    from exporter.serve.http import HttpOptions
+
+
+def scan_options(settings: Settings) -> ScanOptions:
+    """Parser processes, commit size and longest line, from the settings."""
+    return ScanOptions(workers=settings.workers,
+                       batch_bytes=int(settings.batch_mb * 1024 * 1024),
+                       max_line_bytes=settings.max_line_bytes)
+
+
+def metrics_options(settings: Settings) -> MetricsOptions:
+    """The projection's options: names, labels, budgets, compat families."""
+    from exporter.projections.metrics import MetricsOptions  # noqa: PLC0415 - OpenTelemetry
+
+    budgets = {}
+    if settings.budget_day_usd is not None:
+        budgets["day"] = settings.budget_day_usd
+    if settings.budget_month_usd is not None:
+        budgets["month"] = settings.budget_month_usd
+    return MetricsOptions(
+        namespace=settings.namespace, project_label=settings.project_label,
+        kv_bytes_per_token=dict(settings.kv_bytes_per_token),
+        upload_bytes_per_token=settings.upload_bytes_per_token, budgets=budgets,
+        settle_seconds=settings.settle_seconds, version=__version__,
+        compat=tuple(settings.compat),
+    )
+
+
+def http_options(settings: Settings) -> HttpOptions:
+    """Address, TLS context (loaded here, once), basic auth and limits of the endpoint.
+
+    A certificate or key that cannot be loaded is a ConfigError naming both settings.
+    """
+    from exporter.serve.http import BasicAuth, HttpOptions, Limits, server_context  # noqa: PLC0415
+
+    host, port = split_listen(settings.listen)
+    tls = None
+    if settings.tls_cert_file and settings.tls_key_file:
+        try:
+            tls = server_context(settings.tls_cert_file, settings.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"tls_cert_file / tls_key_file: cannot load: {exc}") from exc
+    auth = None
+    if settings.basic_auth_user and settings.basic_auth_password:
+        auth = BasicAuth(settings.basic_auth_user, settings.basic_auth_password)
+    limits = Limits(max_connections=settings.http_max_connections,
+                    timeout_seconds=settings.http_timeout_seconds,
+                    max_header_bytes=settings.http_max_header_bytes)
+    return HttpOptions(host, port, tls=tls, auth=auth, limits=limits,
+                       metrics=settings.prometheus_enabled,
+                       beyond_loopback=settings.listen_beyond_loopback)
+
+
+def daemon_parts(settings: Settings, dirs: Sequence[Path],
+                 warn: Callable[[str], None]) -> DaemonParts:
+    """Everything ``serve`` runs with; ``warn`` hears why the prices could not be updated."""
+    from exporter.projections.pricing import load_pricing  # noqa: PLC0415
+    from exporter.serve.daemon import DaemonParts  # noqa: PLC0415
+
+    pricing: Pricing = load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
+    otlp = None
+    if settings.otlp_endpoint:  # the OTLP exporter's imports only when it pushes
+        from exporter.serve.otlp import OtlpOptions  # noqa: PLC0415
+
+        otlp = OtlpOptions.of(settings)
+    return DaemonParts(settings=settings, dirs=tuple(dirs), pricing=pricing,
+                       scan=scan_options(settings), metrics=metrics_options(settings),
+                       http=http_options(settings), otlp=otlp)

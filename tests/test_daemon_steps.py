@@ -1,0 +1,115 @@
+"""The daemon in-process: built from its parts, its clocks injected, its follower stepped by hand.
+
+Beside the process tests (tests/test_daemon_e2e.py), these drive ``Daemon`` as
+mtail's tests drive their tailer: polling mode starts no watcher thread,
+``wake()`` stands for a batch of file events, ``step()`` is one turn of the
+loop, and time moves only when the test moves it. A scrape is the registry's
+exposition, read right after the step that should have changed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.config import load_settings
+from exporter.ingest.discover import projects_dirs
+from exporter.parts import daemon_parts
+from exporter.serve.daemon import Daemon
+from tests.conftest import assistant, jsonl
+from tests.support.clock import Clock
+from tests.support.exposition import total
+from tests.support.logs import Log
+from tests.support.net import http_get
+
+RESCAN = 30.0
+
+
+class Driven:
+    """A started daemon over one transcript, with its clocks and its log."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.session = tmp / "claude" / "projects" / "-home-u-proj" / "s1.jsonl"
+        self.session.parent.mkdir(parents=True)
+        self.session.write_bytes(jsonl(assistant("msg_1", "req_1")))
+        settings = load_settings(
+            {"data_dirs": [tmp / "claude"], "state_dir": tmp / "state", "poll": True,
+             "listen": "127.0.0.1:0", "rescan_seconds": RESCAN, "settle_seconds": 0.0}, {})
+        self.log = Log()
+        self.clock = Clock(1_800_000_000.0)  # after the requests of assistant()
+        self.mono = Clock(1000.0)
+        parts = daemon_parts(settings, projects_dirs(settings.data_dirs), warn=print)
+        self.daemon = Daemon(parts, self.log, registry=CollectorRegistry(), clock=self.clock,
+                             monotonic=self.mono)
+        self.daemon.start()
+
+    def append(self, msg: str) -> None:
+        """Claude Code appends one more request to the session."""
+        with self.session.open("ab") as fh:
+            fh.write(jsonl(assistant(msg, "req_" + msg)))
+
+    def step(self) -> None:
+        """One turn of the follower's loop."""
+        self.daemon.follower.step(self.daemon.stop_event)
+
+    def requests(self) -> float:
+        """claude_code_requests_total as a scrape would read it now."""
+        return total(generate_latest(self.daemon.registry).decode(), "claude_code_requests")
+
+
+@pytest.fixture
+def driven(tmp_path: Path) -> Iterator[Driven]:
+    """A started daemon, closed at the end."""
+    d = Driven(tmp_path)
+    try:
+        yield d
+    finally:
+        d.daemon.close()
+
+
+def test_start_counts_what_is_on_disk_and_serves_it(driven: Driven) -> None:
+    """After start() the one request is counted, /metrics and /healthz answer on loopback."""
+    assert driven.requests() == 1
+    assert driven.daemon.http is not None
+    url = f"http://127.0.0.1:{driven.daemon.http.port}"
+    status, body = http_get(url + "/metrics")
+    assert status == 200 and total(body.decode(), "claude_code_requests") == 1
+    assert http_get(url + "/healthz")[0] == 200
+
+
+def test_a_wake_counts_an_appended_request_in_that_step(driven: Driven) -> None:
+    """The path of a wake-up is read by the next step: the counter grows by exactly one."""
+    driven.step()  # the follower's first turn: its full pass (nothing new)
+    assert driven.requests() == 1
+    driven.append("msg_2")
+    assert driven.requests() == 1  # nothing reads the file until a wake-up or a rescan
+    driven.daemon.follower.wake([str(driven.session)])
+    driven.step()
+    assert driven.requests() == 2
+    driven.step()
+    assert driven.requests() == 2  # a quiet turn reads nothing again
+
+
+def test_without_a_wake_the_rescan_finds_it_when_due(driven: Driven) -> None:
+    """No event: the request is counted by the rescan once its interval has passed."""
+    driven.step()
+    driven.append("msg_2")
+    driven.mono.advance(RESCAN - 0.5)
+    driven.step()
+    assert driven.requests() == 1
+    driven.mono.advance(0.5)
+    driven.step()
+    assert driven.requests() == 2
+    ok, health = driven.daemon.health()
+    assert ok and health["passes"] == 2 and health["error"] == ""
+
+
+def test_a_healthy_start_logs_no_warning(driven: Driven) -> None:
+    """On loopback, with readable transcripts, start and a few turns warn about nothing."""
+    driven.step()
+    driven.step()
+    assert driven.log.named("serving") and driven.log.named("serving")[0]["requests"] == 1
+    assert driven.log.at("warning", "error") == []
