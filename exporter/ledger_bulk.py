@@ -94,19 +94,30 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     ])
     changes = db.total_changes - before
     added = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0] - top
+    # Row ids by key: the new rows by one range read, the others (seen in an earlier
+    # batch) by key; then each appearance is a plain insert.
+    ids: dict[str, int] = {key: rid for rid, key in db.execute(
+        "SELECT id, key FROM requests WHERE id > ?", (top,))}
+    older = [key for key in requests if key not in ids]
+    for i in range(0, len(older), 500):
+        part = older[i : i + 500]
+        ids.update(db.execute(
+            f"SELECT key, id FROM requests WHERE key IN ({','.join('?' * len(part))})", part))
     latest: dict[str, float] = {}
+    pairs: list[tuple[int, int]] = []
     for app in appearances:
         fid = db.execute(
             "INSERT INTO files (path, root, session) VALUES "
             "(?, (SELECT id FROM roots WHERE path = ?), ?) ON CONFLICT (path) DO UPDATE SET "
             "session = min(session, excluded.session) RETURNING id",
             (app.path, app.root, app.session)).fetchone()[0]
-        db.executemany("INSERT OR IGNORE INTO appearances (request, file, prev) "
-                       "SELECT id, ?, NULL FROM requests WHERE key = ?",
-                       [(fid, key) for key in app.keys])
-        if app.keys:
-            last = max(map(_TS, map(requests.__getitem__, app.keys)))
+        keys = [key for key in app.keys if key in ids]  # (all are: the batch's own)
+        pairs.extend((ids[key], fid) for key in keys)
+        if keys:
+            last = max(map(_TS, map(requests.__getitem__, keys)))
             latest[app.session] = max(latest.get(app.session, last), last)
+    db.executemany("INSERT OR IGNORE INTO appearances (request, file, prev) VALUES (?, ?, NULL)",
+                   pairs)
     db.executemany("INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) DO UPDATE "
                    "SET last_ts = excluded.last_ts WHERE excluded.last_ts > last_ts",
                    latest.items())
