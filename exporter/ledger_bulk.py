@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # the ledger imports this module
     from exporter.ledger import CountRow, Rules
 
 RAW_PASS: Final = "raw_pass"  # meta name: a raw pass began and is not yet derived
-PAGE: Final = 20_000  # rows per page when Python must see them: memory stays bounded
 
 _FIELDS: Final = Request._fields
 _SOURCES: Final = tuple(Source)
@@ -138,18 +137,13 @@ def derive(db: sqlite3.Connection) -> None:
         "JOIN requests r ON r.id = a.request WHERE r.source = 0) AS p "
         "WHERE appearances.request = p.rid AND appearances.file = p.fid "
         "AND appearances.prev IS NOT p.prev")
-    top = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0]
-    for lo in range(0, top + 1, PAGE):  # gaps round in Python (records.gap_seconds)
-        rows = db.execute(
-            "SELECT r.id, r.ts, max(a.prev), r.gap FROM requests r JOIN appearances a "
-            "ON a.request = r.id WHERE r.source = 0 AND r.id >= ? AND r.id < ? GROUP BY r.id",
-            (lo, lo + PAGE)).fetchall()
-        updates = []
-        for rid, ts, prev, old in rows:
-            gap = None if prev is None else gap_seconds(ts, prev)
-            if gap != old:
-                updates.append((gap, rid))
-        db.executemany("UPDATE requests SET gap = ? WHERE id = ?", updates)
+    # Gaps round as records.gap_seconds does: SQLite calls it (one statement, no rows out).
+    db.create_function("gap_seconds", 2, gap_seconds, deterministic=True)
+    db.execute(
+        "UPDATE requests SET gap = gap_seconds(requests.ts, m.prev) FROM (SELECT request, "
+        "max(prev) AS prev FROM appearances GROUP BY request) AS m WHERE requests.id = m.request "
+        "AND requests.source = 0 AND m.prev IS NOT NULL "
+        "AND requests.gap IS NOT gap_seconds(requests.ts, m.prev)")
     db.execute(
         "UPDATE requests SET session = o.session FROM (SELECT request, session FROM ("
         "SELECT a.request, f.session, row_number() OVER (PARTITION BY a.request "
