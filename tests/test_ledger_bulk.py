@@ -208,5 +208,5 @@ def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> 
     raw = _ingest(tree, tmp_path / "raw", watched=False)
     got, want = _dump(raw), _dump(inc)
     assert any(r[16] is not None for r in got["requests"])  # gaps were computed
-    for table in ("requests", "appearances", "files", "sessions"):
+    for table in ("requests", "appearances", "files", "sessions", "slots", "days", "peaks"):
         assert got[table] == want[table], table
