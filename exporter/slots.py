@@ -251,13 +251,33 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
 
 
 def rebuild(db: sqlite3.Connection) -> None:
-    """Recompute every slot (after a migration; inside the caller's transaction)."""
+    """Recompute every slot (after a migration or a first pass; in the caller's transaction).
+
+    Every row is read, so the table is scanned in its own order (NOT INDEXED):
+    walking the ``ts`` index would visit the rows in time order, one random
+    page read each.
+    """
     lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
     db.execute("DELETE FROM slots")
     db.execute("DELETE FROM slot_days")
     db.execute("DELETE FROM slot_day_peaks")
-    if lo is not None:
-        refresh_range(db, slot_of(lo), slot_of(hi))
+    if lo is None:
+        return
+    level = level_sql(stored_thresholds(db))
+    db.execute("INSERT OR IGNORE INTO slot_sessions (session) "
+               "SELECT DISTINCT r.session FROM requests r NOT INDEXED")
+    db.execute(
+        f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+        f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+        f"r.inference_geo, r.speed, {level} FROM requests r NOT INDEXED "
+        f"JOIN slot_sessions s ON s.session = r.session")
+    db.execute(
+        "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+        f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
+        f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
+        f"min(r.ts), max(r.ts), {MINUTES} FROM requests r NOT INDEXED "
+        f"{_JOIN_KEY.format(level=level)} GROUP BY 1, 2, 3, 4")
+    _refresh_days(db, slot_of(lo) // SLOTS_PER_DAY, slot_of(hi) // SLOTS_PER_DAY)
 
 
 def _runs(slots: Iterable[int]) -> Iterator[tuple[int, int]]:
