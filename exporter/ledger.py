@@ -202,18 +202,19 @@ class Ledger:
         if version < SCHEMA_VERSION:
             with self._transaction():
                 self._create_or_migrate()
-        elif any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
-                                  "name = ?", (index_name(st),)).fetchone() is None
-                 for st in READER_INDEXES):
-            with self._transaction():  # a bulk pass was cut short: build what it dropped
-                for statement in READER_INDEXES:
-                    self._db.execute(statement)
+        else:
+            if self._meta(ledger_bulk.RAW_PASS):
+                with self._transaction():  # a raw pass was cut short: derive what it committed
+                    self._derive()
+            if any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
+                                    "name = ?", (index_name(st),)).fetchone() is None
+                   for st in READER_INDEXES):
+                with self._transaction():  # a bulk pass was cut short: build what it dropped
+                    for statement in READER_INDEXES:
+                        self._db.execute(statement)
         # From now on the file changes: the clean-close stamp no longer describes it.
         with contextlib.suppress(FileNotFoundError):
             _clean_marker(self.path).unlink()
-        if self._meta(ledger_bulk.RAW_PASS):
-            with self._transaction():  # a raw pass was cut short: derive what its rows imply
-                self._derive()
         if self.rules is not None and self._meta("rollups") != self.rules.fingerprint:
             with self._transaction():
                 self._rebuild_rollups(self.rules)
