@@ -60,14 +60,21 @@ def pct(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def _request_lines(n: int, payload: str) -> bytes:
-    """One request as Claude Code writes it: streaming splits, then a tool result."""
+def _request_lines(n: int, payload: str, ts: str | None = None) -> bytes:
+    """One request as Claude Code writes it: streaming splits, then a tool result.
+
+    ``ts``: the lines' timestamp (None: one fixed time for every request, the
+    workload this benchmark measured before it wrote the time of writing).
+    """
     key, rid = f"msg_load_{n}", f"req_load_{n}"
     final = 50 + n % 400
     usage = {"input_tokens": 3, "cache_read_input_tokens": 1000 + n,
              "cache_creation_input_tokens": 20}
     recs: list[Any] = [
-        assistant(key, rid, session=f"load{n % 4}", usage={**usage, "output_tokens": out})
+        (assistant(key, rid, session=f"load{n % 4}", usage={**usage, "output_tokens": out})
+         if ts is None else
+         assistant(key, rid, session=f"load{n % 4}", usage={**usage, "output_tokens": out},
+                   ts=ts))
         for out in (1, 12, final)
     ]
     recs.append({"type": "user", "sessionId": f"load{n % 4}", "message": {
@@ -75,8 +82,14 @@ def _request_lines(n: int, payload: str) -> bytes:
     return jsonl(*recs)
 
 
-def _writer(files: list[Path], rate: float, shared: Shared) -> None:
-    """Append requests at ``rate`` lines per second in 20 ms ticks."""
+def _now_iso() -> str:
+    """The current UTC time as Claude Code writes it (milliseconds, Z)."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+
+
+def _writer(files: list[Path], rate: float, shared: Shared, same_time: bool = False) -> None:
+    """Append requests at ``rate`` lines per second in 20 ms ticks (``same_time``: one ts)."""
     payload = "log line with some text " * 80  # ~2 kB of tool output
     per_tick = max(1, round(rate * 0.02 / LINES_PER_REQUEST))
     n = 0
@@ -85,7 +98,7 @@ def _writer(files: list[Path], rate: float, shared: Shared) -> None:
         next_tick = time.perf_counter()
         while not shared.stop.is_set():
             for _ in range(per_tick):
-                data = _request_lines(n, payload)
+                data = _request_lines(n, payload, None if same_time else _now_iso())
                 handles[n % len(handles)].write(data)
                 handles[n % len(handles)].flush()
                 shared.lines += LINES_PER_REQUEST
@@ -135,8 +148,12 @@ def _visible_latencies(shared: Shared, base: float) -> list[float]:
 
 
 def run(seconds: float = 20.0, scrapers: int = 16, rate: float = 3000.0, files: int = 4,
-        work: Path | None = None) -> dict[str, Any]:
-    """One bounded load run; returns the figures (and whether the totals were exact)."""
+        work: Path | None = None, *, same_time: bool = False) -> dict[str, Any]:
+    """One bounded load run; returns the figures (and whether the totals were exact).
+
+    Lines carry the time they are written, as Claude Code's do; ``same_time``
+    gives every request one fixed timestamp instead (the older workload).
+    """
     own = work is None
     work = work or Path(tempfile.mkdtemp(prefix="bench-load-"))
     try:
@@ -155,8 +172,8 @@ def run(seconds: float = 20.0, scrapers: int = 16, rate: float = 3000.0, files: 
             url = serve.url + "/metrics"
             threads = [threading.Thread(target=_scraper, args=(url, shared), daemon=True)
                        for _ in range(scrapers)]
-            threads.append(threading.Thread(target=_writer, args=(targets, rate, shared),
-                                            daemon=True))
+            threads.append(threading.Thread(target=_writer, args=(targets, rate, shared,
+                                                                  same_time), daemon=True))
             started = time.perf_counter()
             for t in threads:
                 t.start()
@@ -211,8 +228,11 @@ def main() -> None:
     ap.add_argument("--scrapers", type=int, default=16)
     ap.add_argument("--rate", type=float, default=3000.0, help="lines per second to append")
     ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--same-timestamp", action="store_true",
+                    help="every request at one fixed time (the workload measured before)")
     args = ap.parse_args()
-    print(json.dumps(run(args.seconds, args.scrapers, args.rate, args.files), indent=2))
+    print(json.dumps(run(args.seconds, args.scrapers, args.rate, args.files,
+                         same_time=args.same_timestamp), indent=2))
 
 
 if __name__ == "__main__":

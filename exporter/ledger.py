@@ -20,6 +20,7 @@ import json
 import os
 import sqlite3
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,7 +29,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from exporter import slots
+from exporter import ledger_bulk, slots
 from exporter.ledger_schema import (
     LEGACY_FILE,
     MAX_ROOT_BITS,
@@ -83,7 +84,14 @@ class LedgerError(Exception):
 
 
 class Rules(Protocol):
-    """The counting rules the rollups follow (exporter.projections.counting.Counting)."""
+    """The counting rules the rollups follow (exporter.projections.counting.Counting).
+
+    A class depends on a request's context, time and gap only through
+    thresholds (a long-context limit, price-change dates, gap buckets: each
+    non-decreasing in its value), and on its other fields by value; the sums
+    are the :data:`COUNT_SUMS` fields (the count, then the request's fields of
+    those names). The raw pass counts whole groups of rows on that basis.
+    """
 
     fingerprint: str
 
@@ -92,6 +100,13 @@ class Rules(Protocol):
 
     def sums(self, req: Request, count: int = 1) -> tuple[int, ...]:
         """The sums a request adds (``count`` requests)."""
+
+    def cuts(self, model: str) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """Context sizes, times and gaps where a request of ``model`` may change class.
+
+        A hint for grouping rows: each group is classed at its edges and
+        row by row should they differ, so a wrong hint costs time, not exactness.
+        """
 
     def observations(self, req: Request) -> list[tuple[HistSeries, int, int | float]]:
         """The histogram values of a settled request, with their buckets."""
@@ -115,6 +130,10 @@ class Applied:
     hists: list[HistRow] = field(default_factory=list)
     late: int = 0  # upgrades of requests already in the histograms
     roots: dict[str, int] = field(default_factory=dict)
+    # How many rows the batch added and changed: ``new`` and ``upgraded`` list them, but a
+    # raw pass (see Ledger.bulk) has no per-row lists, only these counts.
+    new_count: int = 0
+    upgraded_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +170,7 @@ class Ledger:
         self._writer = lock
         self._lock = threading.RLock()  # one connection, used from the scan and HTTP threads
         self._views: dict[int, str] = {}
+        self._raw = False  # inside a raw pass (bulk on an empty ledger): rows only, derive after
         try:
             if readonly:
                 self._db = sqlite3.connect(f"file:{path}?mode=rw", uri=True,
@@ -182,12 +202,16 @@ class Ledger:
         if version < SCHEMA_VERSION:
             with self._transaction():
                 self._create_or_migrate()
-        elif any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
-                                  "name = ?", (index_name(st),)).fetchone() is None
-                 for st in READER_INDEXES):
-            with self._transaction():  # a bulk pass was cut short: build what it dropped
-                for statement in READER_INDEXES:
-                    self._db.execute(statement)
+        else:
+            if self._meta(ledger_bulk.RAW_PASS):
+                with self._transaction():  # a raw pass was cut short: derive what it committed
+                    self._derive()
+            if any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
+                                    "name = ?", (index_name(st),)).fetchone() is None
+                   for st in READER_INDEXES):
+                with self._transaction():  # a bulk pass was cut short: build what it dropped
+                    for statement in READER_INDEXES:
+                        self._db.execute(statement)
         # From now on the file changes: the clean-close stamp no longer describes it.
         with contextlib.suppress(FileNotFoundError):
             _clean_marker(self.path).unlink()
@@ -319,27 +343,70 @@ class Ledger:
             self._writer = None
 
     @contextlib.contextmanager
-    def bulk(self, expected_rows: int) -> Iterator[None]:
+    def bulk(self, expected_rows: int, *, raw: bool = False) -> Iterator[None]:
         """Around a pass expected to add ``expected_rows``: build reader indexes once after.
 
         When the new rows outnumber those held, the reader-only indexes are
         dropped first and built once after (sorting N rows beats N random
         inserts into five B-trees). A pass cut short leaves them to the next
         open, which builds them.
+
+        ``raw`` (the caller needs no per-batch :class:`Applied` rows or rollup
+        increments): if the ledger holds no request, each :meth:`apply` only
+        stores rows and provenance, and gaps, owners, rollups and slots are
+        derived once when the pass ends (exporter.ledger_bulk); a pass cut
+        short is derived by the next open.
         """
-        # count(*) walks an index: only asked when the pass is big enough to matter.
-        if self.readonly or expected_rows <= 10_000 or expected_rows <= self.count():
+        if self.readonly:
             yield
             return
-        with self._transaction():
-            for statement in READER_INDEXES:
-                self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
+        raw = raw and not self._db.execute("SELECT 1 FROM requests LIMIT 1").fetchone()
+        # count(*) walks an index: only asked when the pass is big enough to matter.
+        drop = expected_rows > 10_000 and (raw or expected_rows > self.count())
+        if raw or drop:
+            with self._transaction():
+                if drop:
+                    for statement in READER_INDEXES:
+                        self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
+                if raw:
+                    self._set_meta(ledger_bulk.RAW_PASS, "1")
+        self._raw = raw
         try:
             yield
         finally:
-            with self._transaction():
-                for statement in READER_INDEXES:
-                    self._db.execute(statement)
+            self._raw = False
+            try:
+                if raw:
+                    with self._transaction():
+                        self._derive()
+                if drop:
+                    with self._transaction():
+                        for statement in READER_INDEXES:
+                            self._db.execute(statement)
+            except LedgerError:
+                if sys.exc_info()[1] is None:
+                    raise
+                # The pass failed already (that error is the one to see); the next open
+                # derives and builds what is missing.
+
+    @property
+    def raw(self) -> bool:
+        """Whether a raw pass is under way (see :meth:`bulk`): batches cost little to commit."""
+        return self._raw
+
+    def _derive(self) -> None:
+        """Inside a transaction: everything a raw pass left to the end, from its rows."""
+        db = self._db
+        ledger_bulk.derive(db)
+        due = self._clock() + self.settle_seconds
+        db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
+        if self.rules is not None:
+            self._rebuild_rollups(self.rules)
+            self._settle_due(self.rules, _Batch(), force=False)
+        else:
+            self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
+        slots.rebuild(db)
+        db.execute("DELETE FROM meta WHERE name = ?", (ledger_bulk.RAW_PASS,))
 
     # --------------------------------------------------------- checkpoints
     def checkpoints(self) -> dict[str, Checkpoint]:
@@ -365,6 +432,8 @@ class Ledger:
         first, then each row is written once: a row inserted and then updated
         three times would cost four passes over seven indexes.
         """
+        if self._raw:
+            return self._apply_raw(parsed, checkpoints, bytes_read, appearances)
         with self._transaction():
             batch = self._merge(parsed)
             self._provenance(appearances, batch)
@@ -376,25 +445,49 @@ class Ledger:
                 self._settle_due(self.rules, batch, force=False)
             elif batch.ids:
                 self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
-            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times})
-            self._db.executemany(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?)",
-                [
-                    (c.path, c.dev, c.ino, c.size, c.offset, c.fp_len, c.fingerprint, c.mtime_ns)
-                    for c in checkpoints
-                ],
-            )
-            counts = parsed.counts
-            batch.lines = {
-                LineResult.USAGE: len(batch.new_ids),
-                LineResult.DUPLICATE: counts.usage_lines - len(batch.new_ids),
-                LineResult.OTHER: counts.other,
-                LineResult.REJECTED: sum(counts.rejected.values()),
-            }
-            batch.rejected = dict(counts.rejected)
-            batch.bytes_read = bytes_read
-            self._count_lines(batch)
+            # Slots a changed row touches are summed again; appended rows elsewhere are
+            # added to theirs (a file growing by one line costs one line).
+            refreshed = {slots.slot_of(ts) for ts in batch.slot_times}
+            slots.refresh(self._db, refreshed)
+            slots.add(self._db, [rid for rid in batch.new_ids
+                                 if slots.slot_of(batch.rows[rid].ts) not in refreshed])
+            self._finish_batch(batch, parsed, checkpoints, bytes_read, len(batch.new_ids))
         return batch.applied()
+
+    def _apply_raw(
+        self, parsed: Parsed, checkpoints: Sequence[Checkpoint], bytes_read: int,
+        appearances: Sequence[Appearance],
+    ) -> Applied:
+        """:meth:`apply` inside a raw pass: rows, provenance, checkpoints and counters only."""
+        with self._transaction():
+            batch = _Batch()
+            bits = {app.root: self._root_bit(app.root, batch) for app in appearances}
+            added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits)
+            self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
+        out = batch.applied()
+        out.new_count, out.upgraded_count = added, changed
+        return out
+
+    def _finish_batch(self, batch: _Batch, parsed: Parsed, checkpoints: Sequence[Checkpoint],
+                      bytes_read: int, added: int) -> None:
+        """Inside the batch's transaction: its checkpoints and line counters."""
+        self._db.executemany(
+            "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?)",
+            [
+                (c.path, c.dev, c.ino, c.size, c.offset, c.fp_len, c.fingerprint, c.mtime_ns)
+                for c in checkpoints
+            ],
+        )
+        counts = parsed.counts
+        batch.lines = {
+            LineResult.USAGE: added,
+            LineResult.DUPLICATE: counts.usage_lines - added,
+            LineResult.OTHER: counts.other,
+            LineResult.REJECTED: sum(counts.rejected.values()),
+        }
+        batch.rejected = dict(counts.rejected)
+        batch.bytes_read = bytes_read
+        self._count_lines(batch)
 
     def _merge(self, parsed: Parsed) -> _Batch:
         """Merge the batch's requests with the stored rows, in memory; assign new ids."""
@@ -474,49 +567,80 @@ class Ledger:
         The gap of a main request is the time since the latest earlier main
         request, (ts, key) order, of any file holding it: a function of the
         appearances alone, so file, scan and id order cannot change it.
+
+        Only the part of a chain from the batch's earliest change on is read
+        and recomputed (a file growing by one line costs one line): a change
+        is a request new to the file, or one whose time or source moved (at
+        its old and its new place).
         """
         db = self._db
         legacy = db.execute("SELECT id FROM files WHERE path = ?", (LEGACY_FILE,)).fetchone()
         # The legacy pseudo-file is no conversation: its predecessors were fixed at migration.
         files = batch.files - {legacy[0] if legacy else -1}
-        members: dict[int, dict[int, tuple[float, str, int, float | None]]] = {}
-        old = sorted(files - batch.fresh_files)  # a file made by this batch has no stored rows
-        for part in _chunks(old):
-            marks = ",".join("?" * len(part))
-            for fid, rid, prev, ts, key, source in db.execute(
-                "SELECT a.file, a.request, a.prev, r.ts, r.key, r.source FROM appearances a "
-                f"JOIN requests r ON r.id = a.request WHERE a.file IN ({marks})", part,
-            ):
-                members.setdefault(fid, {})[rid] = (ts, key, source, prev)
-        for rid, fids in batch.seen.items():
-            for fid in fids:
-                chain = members.setdefault(fid, {})
-                if rid not in chain:
-                    chain[rid] = (0.0, "", 0, None)
-                    batch.new_appearances.append((rid, fid))
-        changed: set[int] = set(batch.moved) | set(batch.new_ids)
         rows = batch.rows
+        holders: dict[int, set[int]] = {}  # stored files of the batch's stored rows
+        stored = sorted(rid for rid in {*batch.seen, *batch.moved} if rid in batch.known)
+        for part in _chunks(stored):
+            marks = ",".join("?" * len(part))
+            for rid, fid in db.execute(
+                    f"SELECT request, file FROM appearances WHERE request IN ({marks})", part):
+                holders.setdefault(rid, set()).add(fid)
+        points: dict[int, list[tuple[float, str]]] = {}  # per file: where its chain changed
+        fresh: dict[int, list[int]] = {}  # per file: requests new to it
+        for rid, fids in batch.seen.items():
+            for fid in fids - holders.get(rid, set()):
+                batch.new_appearances.append((rid, fid))
+                fresh.setdefault(fid, []).append(rid)
+                points.setdefault(fid, []).append((rows[rid].ts, rows[rid].key))
+        for rid in batch.moved:
+            was, now = batch.known[rid], rows[rid]
+            for fid in holders.get(rid, set()):
+                points.setdefault(fid, []).extend(((was.ts, was.key), (now.ts, now.key)))
+        changed: set[int] = set(batch.moved) | set(batch.new_ids)
         for fid in files:
-            chain = members.get(fid, {})
-            order = []
-            for rid, stored in chain.items():
-                row = rows.get(rid)
-                # The batch's values win over the stored ones.
-                ts, key, source = (row.ts, row.key, int(row.source)) if row else stored[:3]
-                prev = stored[3]
-                if source == Source.MAIN:
-                    order.append((ts, key, rid, prev))
-                elif prev is not None:
-                    batch.prevs[(rid, fid)] = None
-                    changed.add(rid)
-            order.sort()
-            last: float | None = None
-            for ts, _key, rid, prev in order:
-                if last != prev:
-                    batch.prevs[(rid, fid)] = last
-                    changed.add(rid)
-                last = ts
+            if fid in points:
+                self._rechain(fid, min(points[fid]), fresh.get(fid, []), batch, changed)
         self._gaps(batch, changed)
+
+    def _rechain(self, fid: int, lo: tuple[float, str], fresh: list[int], batch: _Batch,
+                 changed: set[int]) -> None:
+        """Recompute one file's predecessors from ``lo`` (ts, key) on.
+
+        Members before ``lo`` neither moved nor are new, so their stored values
+        are current: the latest main one among them seeds the chain.
+        """
+        db = self._db
+        ts0, key0 = lo
+        seed = db.execute(
+            "SELECT r.ts FROM appearances a JOIN requests r ON r.id = a.request "
+            "WHERE a.file = ? AND r.source = 0 AND (r.ts < ? OR (r.ts = ? AND r.key < ?)) "
+            "ORDER BY r.ts DESC, r.key DESC LIMIT 1", (fid, ts0, ts0, key0)).fetchone()
+        members: dict[int, tuple[float, str, int, float | None]] = {
+            rid: (ts, key, source, prev) for rid, prev, ts, key, source in db.execute(
+                "SELECT a.request, a.prev, r.ts, r.key, r.source FROM appearances a "
+                "JOIN requests r ON r.id = a.request WHERE a.file = ? "
+                "AND (r.ts > ? OR (r.ts = ? AND r.key >= ?))", (fid, ts0, ts0, key0))}
+        for rid in fresh:
+            members.setdefault(rid, (0.0, "", 0, None))
+        rows = batch.rows
+        order = []
+        for rid, stored in members.items():
+            row = rows.get(rid)
+            # The batch's values win over the stored ones.
+            ts, key, source = (row.ts, row.key, int(row.source)) if row else stored[:3]
+            prev = stored[3]
+            if source == Source.MAIN:
+                order.append((ts, key, rid, prev))
+            elif prev is not None:
+                batch.prevs[(rid, fid)] = None
+                changed.add(rid)
+        order.sort()
+        last: float | None = seed[0] if seed else None
+        for ts, _key, rid, prev in order:
+            if last != prev:
+                batch.prevs[(rid, fid)] = last
+                changed.add(rid)
+            last = ts
 
     def _gaps(self, batch: _Batch, rids: set[int]) -> None:
         """The gaps of requests whose chains moved: from the max predecessor over their files."""
@@ -596,7 +720,6 @@ class Ledger:
         for rid in batch.new_ids:
             row = batch.rows[rid]
             inserts.append((rid, *row, row.context, batch.masks[rid]))
-            batch.slot_times.add(row.ts)
         updates = []
         for rid, known in batch.known.items():
             row = batch.rows[rid]
@@ -763,30 +886,18 @@ class Ledger:
         db = self._db
         db.execute("DELETE FROM rollup_counts")
         db.execute("DELETE FROM rollup_hist")
-        waiting = {r[0] for r in db.execute("SELECT request FROM unsettled")}
-        counts: dict[tuple[int, CountClass], list[Any]] = {}
         hists: dict[tuple[int, HistSeries, int], float] = {}
         last = 0
-        while True:  # in id pages: a year of rows never sits in memory at once
-            rows = db.execute(f"SELECT id, roots, {_COLUMNS} FROM requests WHERE id > ? "
-                              "ORDER BY id LIMIT 20000", (last,)).fetchall()
+        while True:  # settled rows in id pages: a year of rows never sits in memory at once
+            rows = db.execute(f"SELECT id, roots, {_COLUMNS} FROM requests WHERE id > ? AND "
+                              "id NOT IN (SELECT request FROM unsettled) ORDER BY id LIMIT 20000",
+                              (last,)).fetchall()
             if not rows:
                 break
             last = rows[-1][0]
             for row in rows:
-                req = _request(row[2:])
-                key = (row[1], rules.klass(req))
-                acc = counts.get(key)
-                if acc is None:
-                    counts[key] = [req.ts, req.ts, *rules.sums(req)]
-                else:
-                    acc[0], acc[1] = min(acc[0], req.ts), max(acc[1], req.ts)
-                    for i, v in enumerate(rules.sums(req), 2):
-                        acc[i] += v
-                if row[0] not in waiting:
-                    _observe(rules, row[1], req, hists)
-        self._write_counts([(m, cls, acc[0], acc[1], tuple(acc[2:]))
-                            for (m, cls), acc in counts.items()])
+                _observe(rules, row[1], _request(row[2:]), hists)
+        self._write_counts(ledger_bulk.count_classes(db, rules))
         self._write_hists([(m, s, b, v) for (m, s, b), v in hists.items()])
         self._set_meta("rollups", rules.fingerprint)
 
@@ -977,12 +1088,13 @@ class _Batch:
     prevs: dict[tuple[int, int], float | None] = field(default_factory=dict)  # to write
     sessions: dict[str, float] = field(default_factory=dict)  # latest ts seen per session
     grown: set[str] = field(default_factory=set)  # sessions whose last time moved
-    slot_times: set[float] = field(default_factory=set)  # times whose usage slots changed
+    slot_times: set[float] = field(default_factory=set)  # times of changed rows (old and new)
 
     def applied(self) -> Applied:
         """The public result."""
         return Applied(self.new, self.upgraded, self.lines, self.rejected, self.bytes_read,
-                       self.counts, self.hists, self.late, self.roots)
+                       self.counts, self.hists, self.late, self.roots, len(self.new),
+                       len(self.upgraded))
 
 
 def _observe(rules: Rules, mask: int, req: Request,

@@ -72,6 +72,15 @@ BUCKET: Final = (
 )
 # Gaps are whole milliseconds (the ledger rounds them): integer sums are exact in any order.
 GAP_MS: Final = "CAST(round(r.gap * 1000) AS INTEGER)"
+# What a slot row becomes when more rows are added to it (as ``sum``/``min``/``max`` would).
+_ADDED: Final = ", ".join([
+    *(f"{c} = {c} + excluded.{c}" for c in ("n", "input", "output", "cache_read",
+                                             "cache_write_5m", "cache_write_1h", "web_search",
+                                             "m0", "m1", "m2", "m3", "m4")),
+    "gap_ms = CASE WHEN gap_ms IS NULL THEN excluded.gap_ms WHEN excluded.gap_ms IS NULL "
+    "THEN gap_ms ELSE gap_ms + excluded.gap_ms END",
+    "first = min(first, excluded.first)", "last = max(last, excluded.last)",
+])
 MINUTES: Final = ", ".join(
     f"sum(CAST(r.ts / 60 AS INTEGER) % 5 = {i})" for i in range(SLOT_SECONDS // 60)
 )
@@ -388,6 +397,70 @@ def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
                "AND unit BETWEEN ? AND ? AND n = 0", (b_lo, b_hi))
 
 
+def add(db: sqlite3.Connection, ids: Sequence[int]) -> None:
+    """Add newly inserted rows to their slots (inside the caller's transaction).
+
+    A new row changes its slots' sums by exactly its own values (integer sums,
+    minima, maxima), so a batch of appended rows costs its own size, not its
+    slots' population; the caller refreshes instead any slot a changed row
+    touches (and leaves that slot's new rows to the refresh).
+    """
+    if not ids:
+        return
+    level = level_sql(stored_thresholds(db))
+    days: set[int] = set()
+    for part in _chunks(sorted(ids)):
+        marks = ",".join("?" * len(part))
+        where = f"r.id IN ({marks})"
+        db.execute(
+            "INSERT OR IGNORE INTO slot_sessions (session) "
+            f"SELECT DISTINCT r.session FROM requests r WHERE {where}", part)
+        db.execute(
+            f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+            f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+            f"r.inference_geo, r.speed, {level} FROM requests r "
+            f"JOIN slot_sessions s ON s.session = r.session WHERE {where}", part)
+        db.execute(
+            "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+            f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
+            f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
+            f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
+            f"WHERE {where} GROUP BY 1, 2, 3, 4 ON CONFLICT (slot, key, roots, bucket) DO UPDATE "
+            f"SET {_ADDED}", part)
+        days.update(r[0] for r in db.execute(
+            f"SELECT DISTINCT CAST(r.ts / 300 AS INTEGER) / {SLOTS_PER_DAY} FROM requests r "
+            f"WHERE {where}", part))
+        if version(db) >= VERSION:
+            _add_hist(db, where, part)
+    for day in sorted(days):
+        _refresh_days(db, day, day)
+    if version(db) >= VERSION:
+        for block in sorted({day // BLOCK_DAYS for day in days}):
+            _refresh_blocks(db, block, block)
+
+
+def _add_hist(db: sqlite3.Connection, where: str, params: Sequence[int]) -> None:
+    """Count new rows into their days' and blocks' value bins (they were in none: exact)."""
+    gap = f"CASE WHEN r.source = 0 AND r.gap IS NOT NULL THEN {GAP_MS} END"
+    for span, unit in ((0, "d"), (1, f"d / {HIST_BLOCK_DAYS}")):
+        db.execute(
+            f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, "
+            f"r.roots AS ro, {CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
+            f"WHERE {where}) INSERT INTO slot_hist SELECT * FROM ("
+            f"SELECT {CONTEXT_HIST}, {span}, {unit}, ro, {bin_sql('c')}, count(*) FROM v "
+            f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, {span}, {unit}, ro, "
+            f"{bin_sql('o')}, count(*) FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, "
+            f"{span}, {unit}, ro, {bin_sql('g')}, count(*) FROM v WHERE g IS NOT NULL "
+            "GROUP BY 3, 4, 5) WHERE 1 ON CONFLICT (measure, span, unit, roots, bin) "
+            "DO UPDATE SET n = n + excluded.n", params)
+
+
+def _chunks(items: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
+    """Slices of at most ``size`` items, for ``IN (…)`` lookups."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
 def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
     """Sum the UTC days ``lo`` to ``hi`` again from their slots."""
     db.execute("DELETE FROM slot_days WHERE day BETWEEN ? AND ?", (lo, hi))
@@ -410,9 +483,12 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
 
 
 def rebuild(db: sqlite3.Connection) -> None:
-    """Recompute every slot (after a migration; inside the caller's transaction).
+    """Recompute every slot (migration, layout change, first pass; caller's transaction).
 
-    The tables then hold this :data:`VERSION`'s layout (stored in ``slot_meta``).
+    Every row is read, so the table is scanned in its own order (NOT INDEXED):
+    walking the ``ts`` index would visit the rows in time order, one random
+    page read each. The tables then hold this :data:`VERSION`'s layout (stored
+    in ``slot_meta``).
     """
     create(db)
     db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('version', ?)", (str(VERSION),))
@@ -424,8 +500,26 @@ def rebuild(db: sqlite3.Connection) -> None:
     db.execute("DELETE FROM slot_blocks")
     db.execute("DELETE FROM slot_class_blocks")
     db.execute("DELETE FROM slot_session_blocks")
-    if lo is not None:
-        refresh_range(db, slot_of(lo), slot_of(hi))
+    if lo is None:
+        return
+    level = level_sql(stored_thresholds(db))
+    db.execute("INSERT OR IGNORE INTO slot_sessions (session) "
+               "SELECT DISTINCT r.session FROM requests r NOT INDEXED")
+    db.execute(
+        f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+        f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+        f"r.inference_geo, r.speed, {level} FROM requests r NOT INDEXED "
+        f"JOIN slot_sessions s ON s.session = r.session")
+    db.execute(
+        "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+        f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
+        f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
+        f"min(r.ts), max(r.ts), {MINUTES} FROM requests r NOT INDEXED "
+        f"{_JOIN_KEY.format(level=level)} GROUP BY 1, 2, 3, 4")
+    lo_day, hi_day = slot_of(lo) // SLOTS_PER_DAY, slot_of(hi) // SLOTS_PER_DAY
+    _refresh_days(db, lo_day, hi_day)
+    _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
+    _refresh_hist(db, lo_day, hi_day)
 
 
 def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:

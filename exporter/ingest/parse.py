@@ -171,8 +171,16 @@ def parse_lines(
     other = usage = 0
     for line in lines:
         try:
-            req = _classify(line, compaction_file, known, decode, horizon=horizon,
-                            max_line_bytes=max_line_bytes)
+            # The common line (fits, ASCII, decodes) inline; every other one by _classify.
+            rec = decode(line) if len(line) <= max_line_bytes and line.isascii() else None
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            rec = None
+        try:
+            if rec is None:
+                req = _classify(line, compaction_file, known, decode, horizon=horizon,
+                                max_line_bytes=max_line_bytes)
+            else:
+                req = _dispatch(rec, compaction_file, known, horizon)
         except _RejectError as exc:
             rejected[exc.reason] += 1
             continue
@@ -210,6 +218,13 @@ def _classify(
         raise _RejectError(RejectReason.INVALID_JSON) from None
     except RecursionError:  # nested deeper than the decoder's stack allows
         raise _RejectError(RejectReason.INVALID_JSON) from None
+    return _dispatch(rec, compaction_file, known, horizon)
+
+
+def _dispatch(
+    rec: _Line, compaction_file: bool, known: dict[str, Request], horizon: float,
+) -> Request | None:
+    """The request a decoded line carries (an assistant record, or one inside progress)."""
     kind = rec.type
     if kind == "assistant":
         return _from_record(rec, rec, known, horizon, embedded=False,
@@ -315,9 +330,11 @@ def _fast_tokens(usage: _FastUsage) -> tuple[int, int, int, int, int]:
     else:
         w5 = detail.ephemeral_5m_input_tokens
         w1h = detail.ephemeral_1h_input_tokens
-    values = (inp, out, read, created, w5, w1h)
-    if min(values) < 0 or max(values) > MAX_TOKENS:
-        for value in values:  # the first bad field decides the reason, as in ``_tokens``
+    top = MAX_TOKENS
+    # Chained comparisons: no call and no tuple for the common, valid case.
+    if not (0 <= inp <= top and 0 <= out <= top and 0 <= read <= top and 0 <= created <= top
+            and 0 <= w5 <= top and 0 <= w1h <= top):
+        for value in (inp, out, read, created, w5, w1h):  # the first bad one decides (_tokens)
             if value < 0:
                 raise _RejectError(RejectReason.NEGATIVE_TOKENS)
             if value > MAX_TOKENS:

@@ -185,13 +185,7 @@ class Scanner:
 
     def root_of(self, path: str) -> str:
         """The transcript directory ``path`` was found under (the deepest that holds it)."""
-        best = ""
-        path = fs_path(path)  # a key of a name that is not UTF-8: compare the real path
-        for top in self.dirs:
-            root = os.path.abspath(top)
-            if (path.startswith(root.rstrip("/") + "/") or path == root) and len(root) > len(best):
-                best = root
-        return best
+        return _root_of(path, [os.path.abspath(top) for top in self.dirs])
 
     def files(self) -> list[str]:
         """The transcript files present now."""
@@ -215,12 +209,17 @@ class Scanner:
         result.files = self._known_files
         done = 0
         pending: _Batch | None = None
-        with self.ledger.bulk(total // BYTES_PER_REQUEST):
+        # Nobody watches the batches: a first pass may leave gaps, owners, rollups and
+        # slots to its end (Ledger.bulk's raw pass).
+        with self.ledger.bulk(total // BYTES_PER_REQUEST, raw=self.on_applied is None):
+            # A raw pass's commits are cheap: each group goes in as it comes, so the
+            # ledger's work overlaps the parsing instead of waiting for 128 MB of it.
+            limit = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
             for batch in self._run(work, total, self.clock()):
                 # Workers hand in small groups (load balance); the ledger takes them in
                 # larger transactions: each commit has a fixed cost, and all are atomic.
                 pending = batch if pending is None else pending.absorb(batch)
-                if pending.bytes_read >= self.batch_bytes:
+                if pending.bytes_read >= limit:
                     self._commit(pending, result)
                     pending = None
                 done += batch.bytes_read
@@ -309,7 +308,8 @@ class Scanner:
         for path, why in batch.errors:
             self._problem("transcript_unreadable", path, why)
         result.unreadable.extend(batch.errors)
-        seen = [Appearance(path, self.root_of(path), session, keys)
+        tops = [os.path.abspath(top) for top in self.dirs]  # once, not per file (a getcwd each)
+        seen = [Appearance(path, _root_of(path, tops), session, keys)
                 for path, session, keys in batch.seen]
         applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read, seen)
         if self._cps is not None:  # committed: the cache follows the ledger
@@ -319,8 +319,8 @@ class Scanner:
         result.rereads += len(batch.rereads)
         result.files_read += len(batch.checkpoints)
         result.bytes_read += batch.bytes_read
-        result.new_requests += len(applied.new)
-        result.upgraded_requests += len(applied.upgraded)
+        result.new_requests += applied.new_count
+        result.upgraded_requests += applied.upgraded_count
         if self.on_applied:
             self.on_applied(applied)
 
@@ -336,3 +336,13 @@ class Scanner:
                 self.log.debug(event, path=path, detail=detail)
             return
         self.log.warning(event, path=path, detail=detail)
+
+
+def _root_of(path: str, tops: Sequence[str]) -> str:
+    """The deepest of ``tops`` (absolute transcript directories) that holds ``path``."""
+    best = ""
+    path = fs_path(path)  # a key of a name that is not UTF-8: compare the real path
+    for root in tops:
+        if (path.startswith(root.rstrip("/") + "/") or path == root) and len(root) > len(best):
+            best = root
+    return best

@@ -108,18 +108,38 @@ class Counting:
         self.kv = dict(sorted(kv_bytes_per_token.items()))
         self.upload = upload_bytes_per_token
         self._thresholds: dict[str, float] = {}
+        # Per model: the long-context threshold and the price-change times (fixed with the
+        # prices, which the fingerprint covers).
+        self._edges: dict[str, tuple[float, tuple[float, ...]]] = {}
         self.fingerprint = self._fingerprint()
         # The ledger splits the report's slots by these (exporter.slots.ensure).
         self.long_context_thresholds = long_thresholds(pricing)
 
     def klass(self, req: Request) -> CountClass:
         """The raw class ``req`` counts under (gap bucket from its ledger gap)."""
-        main = req.source is Source.MAIN
+        model = req.model
+        limit, bounds = self._edges.get(model) or self._model_edges(model)
+        source = req.source
         return CountClass(
-            req.model, req.project, int(req.source), req.inference_geo, req.service_tier,
-            req.speed, int(req.context > self._threshold(req.model)),
-            price_period(self.pricing, req.model, req.ts), gap_bucket(req.gap) if main else "",
+            model, req.project, int(source), req.inference_geo, req.service_tier, req.speed,
+            int(req.input + req.cache_read + req.cache_write_5m + req.cache_write_1h > limit),
+            bisect_right(bounds, req.ts) if bounds else 0,
+            gap_bucket(req.gap) if source is Source.MAIN else "",
         )
+
+    def cuts(self, model: str) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """Where a request of ``model`` may change class: context sizes, times and gaps.
+
+        Each is a value past which (context, gap) or from which (time) the
+        class steps; the ledger groups rows by them before classing a group.
+        """
+        limit, bounds = self._edges.get(model) or self._model_edges(model)
+        return ((limit,) if limit != float("inf") else (), bounds, (TTL_5M, TTL_1H))
+
+    def _model_edges(self, model: str) -> tuple[float, tuple[float, ...]]:
+        """The model's long-context threshold and price-change times, looked up once."""
+        edges = self._edges[model] = (self._threshold(model), _boundaries(self.pricing, model))
+        return edges
 
     @staticmethod
     def sums(req: Request, count: int = 1) -> Sums:

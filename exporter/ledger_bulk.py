@@ -1,0 +1,232 @@
+"""The ledger's raw path: a first pass into an empty ledger, derived state computed once.
+
+A first pass (a cold ``report``, a daemon's first start) brings every row at
+once. The incremental path works out, per batch, each touched file's chain,
+the gaps, the owners, the rollups and the slots, and rewrites rows a later
+batch touches again. Here a batch only upserts its rows (merged in SQL by the
+rules of :func:`exporter.records.merge`), their appearances, files and
+sessions (with the checkpoints and line counters, in the caller's
+transaction); when the pass ends, :func:`derive` computes everything else once
+from those tables: each file's predecessors (a window over its main
+requests), the gaps, the owners (a window over each request's sessions), and
+the caller then rebuilds rollups and slots from the rows. The result is the
+same as the incremental path's, since both are functions of the rows and
+appearances alone.
+
+Kill -9 safety: the ledger sets :data:`RAW_PASS` in its meta table in the
+transaction that begins the pass and clears it in the one that derives. An
+open that finds it set derives first: the ledger held no request before the
+pass, so the tables are the whole truth and nothing is lost or counted twice.
+
+This module holds only SQL on a connection; the ledger owns transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Final
+
+from exporter.records import (
+    COUNT_SUMS,
+    Appearance,
+    CountClass,
+    Parsed,
+    Request,
+    Source,
+    gap_seconds,
+)
+
+if TYPE_CHECKING:  # the ledger imports this module
+    from exporter.ledger import CountRow, Rules
+
+RAW_PASS: Final = "raw_pass"  # meta name: a raw pass began and is not yet derived
+
+_FIELDS: Final = Request._fields
+_SOURCES: Final = tuple(Source)
+_TS: Final = attrgetter("ts")
+_MAXED: Final = ("source", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
+                 "recorded_cost_usd", "web_search")
+_DESCRIPTIVE: Final = ("ts", "model", "session", "project", "service_tier", "inference_geo",
+                       "speed")
+_TOKENS: Final = ("input", "cache_read", "cache_write_5m", "cache_write_1h")
+# The stored copy loses its descriptive fields to an earlier one, as in records.merge.
+_WINS: Final = "(excluded.ts < ts OR (excluded.ts = ts AND excluded.session < session))"
+
+UPSERT: Final = (
+    f"INSERT INTO requests ({', '.join(_FIELDS)}, context, roots) "
+    f"VALUES ({','.join('?' * (len(_FIELDS) + 2))}) ON CONFLICT (key) DO UPDATE SET "
+    + ", ".join([*(f"{c} = CASE WHEN {_WINS} THEN excluded.{c} ELSE {c} END"
+                   for c in _DESCRIPTIVE),
+                 *(f"{c} = max({c}, excluded.{c})" for c in _MAXED),
+                 "context = " + " + ".join(f"max({c}, excluded.{c})" for c in _TOKENS),
+                 "roots = roots | excluded.roots"])
+    + " WHERE " + " OR ".join([*(f"excluded.{c} > {c}" for c in _MAXED),
+                               "(roots | excluded.roots) != roots",
+                               f"({_WINS} AND ({', '.join(f'excluded.{c}' for c in _DESCRIPTIVE)}) "
+                               f"!= ({', '.join(_DESCRIPTIVE)}))"])
+)
+"""One request merged into its stored row (a new row when the key is new)."""
+
+def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearance],
+          bits: dict[str, int]) -> tuple[int, int]:
+    """Upsert one batch's rows, appearances, files and sessions; (new rows, changed rows).
+
+    ``bits`` maps each appearance's root to its ``requests.roots`` bit. Gaps,
+    owners, predecessors, rollups and slots are left to :func:`derive`.
+    """
+    requests = parsed.requests
+    masks: dict[str, int] = {}
+    one_root = len({app.root for app in appearances}) <= 1
+    if not one_root:
+        for app in appearances:
+            bit = bits[app.root]
+            for key in app.keys:
+                masks[key] = masks.get(key, 0) | bit
+    common = bits[appearances[0].root] if appearances and one_root else 0
+    top = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0]
+    before = db.total_changes
+    db.executemany(UPSERT, [
+        (*req[:-1], None, req.context, common if one_root else masks.get(key, 0))
+        for key, req in requests.items()
+    ])
+    changes = db.total_changes - before
+    added = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0] - top
+    # Row ids by key: the new rows by one range read, the others (seen in an earlier
+    # batch) by key; then each appearance is a plain insert.
+    ids: dict[str, int] = {key: rid for rid, key in db.execute(
+        "SELECT id, key FROM requests WHERE id > ?", (top,))}
+    older = [key for key in requests if key not in ids]
+    for i in range(0, len(older), 500):
+        part = older[i : i + 500]
+        ids.update(db.execute(
+            f"SELECT key, id FROM requests WHERE key IN ({','.join('?' * len(part))})", part))
+    latest: dict[str, float] = {}
+    pairs: list[tuple[int, int]] = []
+    for app in appearances:
+        fid = db.execute(
+            "INSERT INTO files (path, root, session) VALUES "
+            "(?, (SELECT id FROM roots WHERE path = ?), ?) ON CONFLICT (path) DO UPDATE SET "
+            "session = min(session, excluded.session) RETURNING id",
+            (app.path, app.root, app.session)).fetchone()[0]
+        keys = [key for key in app.keys if key in ids]  # (all are: the batch's own)
+        pairs.extend((ids[key], fid) for key in keys)
+        if keys:
+            last = max(map(_TS, map(requests.__getitem__, keys)))
+            latest[app.session] = max(latest.get(app.session, last), last)
+    db.executemany("INSERT OR IGNORE INTO appearances (request, file, prev) VALUES (?, ?, NULL)",
+                   pairs)
+    db.executemany("INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) DO UPDATE "
+                   "SET last_ts = excluded.last_ts WHERE excluded.last_ts > last_ts",
+                   latest.items())
+    return added, changes - added
+
+
+def derive(db: sqlite3.Connection) -> None:
+    """Predecessors, gaps and owners of every row, from the rows and appearances.
+
+    The gap of a main request is the time since the latest earlier main
+    request, ``(ts, key)`` order, of any file holding it; its owner, of the
+    sessions whose files hold it, the one whose last request is earliest
+    (ties: the smaller id). Both as the incremental path defines them.
+    """
+    db.execute(
+        "UPDATE appearances SET prev = p.prev FROM (SELECT a.request AS rid, a.file AS fid, "
+        "lag(r.ts) OVER (PARTITION BY a.file ORDER BY r.ts, r.key) AS prev FROM appearances a "
+        "JOIN requests r ON r.id = a.request WHERE r.source = 0) AS p "
+        "WHERE appearances.request = p.rid AND appearances.file = p.fid "
+        "AND appearances.prev IS NOT p.prev")
+    # Gaps round as records.gap_seconds does: SQLite calls it (one statement, no rows out).
+    db.create_function("gap_seconds", 2, gap_seconds, deterministic=True)
+    db.execute(
+        "UPDATE requests SET gap = gap_seconds(requests.ts, m.prev) FROM (SELECT request, "
+        "max(prev) AS prev FROM appearances GROUP BY request) AS m WHERE requests.id = m.request "
+        "AND requests.source = 0 AND m.prev IS NOT NULL "
+        "AND requests.gap IS NOT gap_seconds(requests.ts, m.prev)")
+    db.execute(
+        "UPDATE requests SET session = o.session FROM (SELECT request, session FROM ("
+        "SELECT a.request, f.session, row_number() OVER (PARTITION BY a.request "
+        "ORDER BY coalesce(s.last_ts, 0.0), f.session) AS n FROM appearances a "
+        "JOIN files f ON f.id = a.file LEFT JOIN sessions s ON s.session = f.session) "
+        "WHERE n = 1) AS o WHERE requests.id = o.request AND requests.session != o.session")
+
+
+_DIMS: Final = "roots, model, project, source, inference_geo, service_tier, speed, gap IS NULL"
+_SUMS: Final = "count(*), " + ", ".join(f"sum({c})" for c in COUNT_SUMS[1:])
+
+
+def count_classes(db: sqlite3.Connection, rules: Rules) -> list[CountRow]:
+    """The counter rollups of every row: sums per roots bitmask and class.
+
+    SQL groups the rows by the fields a class takes as they are; a class
+    depends on a request's context, time and gap only through thresholds
+    (:class:`exporter.ledger.Rules`), so a group whose least and greatest
+    values fall in one class is one class whole, and only a group that
+    straddles a threshold is classed row by row.
+    """
+    acc: dict[tuple[int, CountClass], list[Any]] = {}
+
+    def add(mask: int, cls: CountClass, first: float, last: float, sums: Sequence[int]) -> None:
+        row = acc.get((mask, cls))
+        if row is None:
+            acc[(mask, cls)] = [first, last, *sums]
+        else:
+            row[0], row[1] = min(row[0], first), max(row[1], last)
+            for i, v in enumerate(sums, 2):
+                row[i] += v
+
+    levels, params = _levels(db, rules)
+    groups = db.execute(
+        f"SELECT {_DIMS}, min(context), max(context), min(ts), max(ts), min(gap), max(gap), "
+        f"{_SUMS} FROM requests GROUP BY {_DIMS}{levels}", params).fetchall()
+    straddle: set[tuple[Any, ...]] = set()
+    for group in groups:
+        lo_ctx, hi_ctx, lo_ts, hi_ts, lo_gap, hi_gap, *sums = group[8:]
+        cls = rules.klass(_probe(group, lo_ctx, lo_ts, lo_gap))
+        if cls == rules.klass(_probe(group, hi_ctx, hi_ts, hi_gap)):
+            add(group[0], cls, lo_ts, hi_ts, sums)
+        else:
+            straddle.add(tuple(group[:8]))
+    if straddle:  # one walk over the rows for every such group (each lookup would be one)
+        for row in db.execute(f"SELECT {_DIMS}, {', '.join(_FIELDS)} FROM requests"):
+            if row[:8] in straddle:
+                req = _request(row[8:])
+                add(row[0], rules.klass(req), req.ts, req.ts, rules.sums(req))
+    return [(mask, cls, row[0], row[1], tuple(row[2:])) for (mask, cls), row in acc.items()]
+
+
+def _levels(db: sqlite3.Connection, rules: Rules) -> tuple[str, list[Any]]:
+    """SQL grouping terms (and their parameters) that split rows at the rules' cuts."""
+    ctx: list[str] = []
+    tss: list[str] = []
+    ctx_params: list[Any] = []
+    ts_params: list[Any] = []
+    gaps: set[float] = set()
+    for (model,) in db.execute("SELECT DISTINCT model FROM requests"):
+        sizes, times, gap_cuts = rules.cuts(model)
+        gaps.update(gap_cuts)
+        if sizes:
+            ctx.append("WHEN ? THEN " + " + ".join("(context > ?)" for _ in sizes))
+            ctx_params += [model, *sizes]
+        if times:
+            tss.append("WHEN ? THEN " + " + ".join("(ts >= ?)" for _ in times))
+            ts_params += [model, *times]
+    # (A constant integer in GROUP BY would name a column: absent terms are left out.)
+    terms = [*([f"CASE model {' '.join(ctx)} ELSE 0 END"] if ctx else []),
+             *([f"CASE model {' '.join(tss)} ELSE 0 END"] if tss else []),
+             *(["(" + " + ".join("(gap > ?)" for _ in gaps) + ")"] if gaps else [])]
+    params = [*ctx_params, *ts_params, *sorted(gaps)]
+    return "".join(f", {t}" for t in terms), params
+
+
+def _probe(group: Sequence[Any], context: int, ts: float, gap: float | None) -> Request:
+    """A request with a group's fields (``_DIMS`` order) and one edge's context, time, gap."""
+    _mask, model, project, source, geo, tier, speed = group[:7]
+    return Request("", ts, model, "", project, _SOURCES[source], context, 0, 0, 0, 0, tier,
+                   geo, speed, 0.0, 0, gap)
+
+
+def _request(row: Sequence[Any]) -> Request:
+    """A Request from a row in ``Request`` field order (source as stored: an integer)."""
+    return Request._make((*row[:5], _SOURCES[row[5]], *row[6:]))

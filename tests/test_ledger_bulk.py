@@ -1,0 +1,221 @@
+"""The ledger's raw pass (a first pass into an empty ledger): the same ledger, crash-safe."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.ingest.scan import Scanner
+from exporter.ledger import Applied, Ledger
+from exporter.ledger_bulk import RAW_PASS
+from exporter.projections.metrics import MetricsOptions
+from exporter.projections.pricing import Pricing
+from exporter.synth import GenOptions, generate
+
+REAL = Path("/work/shared/fixtures/real")
+
+
+def _ledger(path: Path) -> Ledger:
+    """A ledger keeping rollups by the default counting rules."""
+    return Ledger(path, rules=MetricsOptions().counting(Pricing.load()))
+
+
+def _dump(ledger: Ledger) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table a pass writes, in a form that does not depend on row ids."""
+    read = ledger.read
+    return {
+        "requests": read("SELECT key, ts, model, session, project, source, input, output, "
+                         "cache_read, cache_write_5m, cache_write_1h, service_tier, inference_geo, "
+                         "speed, recorded_cost_usd, web_search, gap, context, roots "
+                         "FROM requests ORDER BY key"),
+        "appearances": read("SELECT r.key, f.path, a.prev FROM appearances a JOIN requests r "
+                            "ON r.id = a.request JOIN files f ON f.id = a.file ORDER BY 1, 2"),
+        "files": read("SELECT f.path, r.path, f.session FROM files f LEFT JOIN roots r "
+                      "ON r.id = f.root ORDER BY 1"),
+        "sessions": read("SELECT * FROM sessions ORDER BY 1"),
+        "counts": read("SELECT * FROM rollup_counts ORDER BY roots, model, project, source, "
+                       "geo, tier, speed, long, period, gap"),
+        "hists": read("SELECT * FROM rollup_hist ORDER BY 1, 2, 3, 4, 5, 6"),
+        "unsettled": read("SELECT r.key FROM unsettled u JOIN requests r ON r.id = u.request "
+                          "ORDER BY 1"),
+        "counters": read("SELECT * FROM counters ORDER BY 1, 2"),
+        "checkpoints": read("SELECT path, size, offset FROM checkpoints ORDER BY 1"),
+        "slots": read("SELECT s.slot, ss.session, k.project, k.model, k.source, k.service_tier, "
+                      "k.inference_geo, k.speed, k.long, s.roots, s.bucket, s.n, s.input, "
+                      "s.output, s.cache_read, s.cache_write_5m, s.cache_write_1h, "
+                      "s.web_search, s.gap_ms, s.first, s.last, s.m0, s.m1, s.m2, s.m3, s.m4 "
+                      "FROM slots s JOIN slot_keys k ON k.id = s.key "
+                      "JOIN slot_sessions ss ON ss.id = s.sid ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, "
+                      "9, 10, 11"),
+        "days": read("SELECT d.day, ss.session, k.project, k.model, d.roots, d.bucket, d.n, "
+                     "d.output, d.gap_ms, d.first, d.last FROM slot_days d JOIN slot_keys k "
+                     "ON k.id = d.key JOIN slot_sessions ss ON ss.id = d.sid "
+                     "ORDER BY 1, 2, 3, 4, 5, 6, 7, 8"),
+        "peaks": read("SELECT * FROM slot_day_peaks ORDER BY 1"),
+        "value_bins": read("SELECT * FROM slot_hist ORDER BY 1, 2, 3, 4, 5"),
+        "blocks": read("SELECT b.block, ss.session, k.project, k.model, k.source, k.long, "
+                       "b.roots, b.bucket, b.n, b.input, b.output, b.cache_read, "
+                       "b.cache_write_5m, b.cache_write_1h, b.gap_ms, b.first, b.last "
+                       "FROM slot_blocks b JOIN slot_keys k ON k.id = b.key "
+                       "JOIN slot_sessions ss ON ss.id = b.sid ORDER BY 1, 2, 3, 4, 5, 6, 7, 8"),
+        "session_blocks": read("SELECT b.block, ss.session, b.roots, b.n, b.output "
+                               "FROM slot_session_blocks b JOIN slot_sessions ss "
+                               "ON ss.id = b.sid ORDER BY 1, 2, 3"),
+    }
+
+
+def _ingest(tree: Path, state: Path, *, watched: bool, batch_bytes: int = 64 * 1024) -> Ledger:
+    """One pass over ``tree`` into a new ledger; ``watched`` forces the incremental path."""
+    ledger = _ledger(state / "l.db")
+    watcher: Callable[[Applied], None] | None = (lambda _a: None) if watched else None
+    Scanner(ledger, [tree / "projects"], workers=1, batch_bytes=batch_bytes,
+            on_applied=watcher).scan()
+    return ledger
+
+
+@pytest.fixture(scope="module")
+def resumed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated tree with resumed sessions, subagents, compactions and malformed lines."""
+    root = tmp_path_factory.mktemp("bulk") / "tree"
+    generate(root, GenOptions(seed=5, sessions=6, requests_per_session=80))
+    return root
+
+
+@pytest.mark.parametrize("batch_bytes", [64 * 1024, 1 << 30])
+def test_raw_pass_equals_the_incremental_path(resumed_tree: Path, tmp_path: Path,
+                                              batch_bytes: int) -> None:
+    """Rows, gaps, owners, provenance, rollups and slots are the same by either path."""
+    raw = _ingest(resumed_tree, tmp_path / "raw", watched=False, batch_bytes=batch_bytes)
+    inc = _ingest(resumed_tree, tmp_path / "inc", watched=True, batch_bytes=batch_bytes)
+    got, want = _dump(raw), _dump(inc)
+    assert got["requests"] and got["slots"] and got["counts"]
+    _same(got, want)
+
+
+def _same(got: dict[str, list[tuple[Any, ...]]], want: dict[str, list[tuple[Any, ...]]]) -> None:
+    """Equal tables; a counter rollup's first and last times within the other's bounds.
+
+    The incremental path widens a class's time bounds by a request's time
+    before a later copy moved it earlier (bounds only grow); a raw pass counts
+    the rows as they end up, as a rebuild of the rollups would.
+    """
+    for table, rows in want.items():
+        if table == "counts":
+            assert [r[:10] + r[12:] for r in got[table]] == [r[:10] + r[12:] for r in rows]
+            assert all(w[10] <= g[10] and g[11] <= w[11]
+                       for g, w in zip(got[table], rows, strict=True))
+        else:
+            assert got[table] == rows, table
+
+
+def test_raw_pass_equals_the_incremental_path_on_real_transcripts(tmp_path: Path) -> None:
+    """The same on the real fixture transcripts (streaming splits, progress copies)."""
+    raw = _ingest(REAL, tmp_path / "raw", watched=False, batch_bytes=4096)
+    inc = _ingest(REAL, tmp_path / "inc", watched=True, batch_bytes=4096)
+    _same(_dump(raw), _dump(inc))
+
+
+def test_raw_pass_is_only_taken_on_an_empty_ledger(resumed_tree: Path, tmp_path: Path) -> None:
+    """A second pass (the ledger holds rows) is incremental: its batches carry their rows."""
+    tree = tmp_path / "tree"
+    shutil.copytree(resumed_tree, tree)
+    ledger = _ledger(tmp_path / "l.db")
+    first = Scanner(ledger, [tree / "projects"], workers=1).scan()
+    assert first.new_requests == ledger.count() > 0
+    extra = tree / "projects" / "-home-u-extra" / "x.jsonl"
+    extra.parent.mkdir(parents=True)
+    extra.write_bytes(b'{"type":"assistant","sessionId":"x","cwd":"/x","timestamp":'
+                      b'"2026-10-02T00:00:00.000Z","requestId":"rq","message":{"id":"mx",'
+                      b'"model":"claude-opus-4-6","usage":{"input_tokens":1,"output_tokens":2}}}\n')
+    seen: list[Applied] = []
+    Scanner(ledger, [tree / "projects"], workers=1, on_applied=seen.append).scan()
+    assert [len(a.new) for a in seen] == [1] and seen[0].counts
+
+
+def _killed_pass(tree: Path, state: Path, kill_after: int) -> None:
+    """Run a raw pass in a child process and SIGKILL it after ``kill_after`` batches."""
+    code = f"""
+import os, signal
+from pathlib import Path
+from exporter.ingest.scan import Scanner
+from tests.test_ledger_bulk import _ledger
+calls = 0
+def progress(done, total):
+    global calls
+    calls += 1
+    if calls == {kill_after}:
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash between two committed batches
+Scanner(_ledger(Path({str(state / 'l.db')!r})), [Path({str(tree / 'projects')!r})], workers=1,
+        batch_bytes=1).scan(progress=progress)
+raise SystemExit("the pass was not killed")
+"""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          timeout=120, check=False)
+    assert proc.returncode == -9, proc.stderr.decode()
+
+
+def test_raw_pass_cut_short_is_derived_on_the_next_open(resumed_tree: Path,
+                                                         tmp_path: Path) -> None:
+    """A raw pass killed midway: the next open derives it; a further pass completes it exactly."""
+    _killed_pass(resumed_tree, tmp_path / "cut", kill_after=5)
+    reopened = _ledger(tmp_path / "cut" / "l.db")
+    assert reopened.read("SELECT value FROM meta WHERE name = ?", (RAW_PASS,)) == []
+    partial = reopened.count()
+    assert partial > 0
+    # What the killed pass committed is already whole: its rollups count every row.
+    (total,) = reopened.read("SELECT sum(requests) FROM rollup_counts")[0]
+    assert total == partial
+    Scanner(reopened, [resumed_tree / "projects"], workers=1).scan()
+    fresh = _ingest(resumed_tree, tmp_path / "fresh", watched=False)
+    _same(_dump(fresh), _dump(reopened))
+
+
+def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> None:
+    """Appends over many passes give the gaps, predecessors and owners of one raw pass.
+
+    Times are out of order; later copies move a request earlier or make it a
+    sidechain; a resume copies another file's requests.
+    """
+    import random
+
+    from tests.conftest import assistant, jsonl
+
+    rng = random.Random(3)
+    tree = tmp_path / "tree"
+    proj = tree / "projects" / "-p"
+    proj.mkdir(parents=True)
+
+    def line(n: int, minute: int, session: str, **kw: Any) -> bytes:
+        return jsonl(assistant(f"m{n}", f"r{n}", session=session,
+                               ts=f"2026-10-01T{10 + minute // 60:02d}:{minute % 60:02d}:00.000Z",
+                               usage={"output_tokens": rng.randint(1, 99)}, **kw))
+
+    writes: list[tuple[str, bytes]] = []
+    for n in range(60):
+        minute = n * 3 + rng.randint(-7, 7)  # out of order by up to a few requests
+        writes.append(("a.jsonl", line(n, max(minute, 0), "A")))
+        if n % 5 == 0:  # the resume copies some, one minute earlier: the request moves
+            writes.append(("b.jsonl", line(n, max(minute - 1, 0), "B")))
+        if n % 11 == 0:  # a later copy marks it a sidechain: it leaves the main chain
+            writes.append(("a.jsonl", line(n, max(minute, 0), "A", sidechain=True)))
+    inc = _ledger(tmp_path / "inc.db")
+    scanner = Scanner(inc, [tree / "projects"], workers=1, on_applied=lambda _a: None)
+    for i, (name, data) in enumerate(writes):
+        with (proj / name).open("ab") as fh:
+            fh.write(data)
+        if i % 3 == 0:
+            scanner.scan()
+    scanner.scan()
+    raw = _ingest(tree, tmp_path / "raw", watched=False)
+    got, want = _dump(raw), _dump(inc)
+    assert any(r[16] is not None for r in got["requests"])  # gaps were computed
+    for table in ("requests", "appearances", "files", "sessions", "slots", "days", "peaks"):
+        assert got[table] == want[table], table
