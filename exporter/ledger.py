@@ -447,10 +447,13 @@ class Ledger:
                 self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
             # Slots a changed row touches are summed again; appended rows elsewhere are
             # added to theirs (a file growing by one line costs one line).
-            refreshed = {slots.slot_of(ts) for ts in batch.slot_times}
-            slots.refresh(self._db, refreshed)
-            slots.add(self._db, [rid for rid in batch.new_ids
-                                 if slots.slot_of(batch.rows[rid].ts) not in refreshed])
+            # Appended rows are added to their slots by their own values (a file growing by
+            # one line costs one line); then the slots and days a changed row touches are
+            # summed again from the rows. In this order every row counts once: a refresh
+            # covers more than it is asked for (near slots merged, whole days' value bins)
+            # and recounts whatever the add put there.
+            slots.add(self._db, batch.new_ids)
+            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times})
             self._finish_batch(batch, parsed, checkpoints, bytes_read, len(batch.new_ids))
         return batch.applied()
 

@@ -287,7 +287,8 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
 
     Needs ``requests`` columns ts, session, project, model, source, service_tier,
     inference_geo, speed, the five token fields, web_search, gap and roots, and
-    the index on ts.
+    the index on ts. Near slots are merged into one range: a slot not asked for
+    may be summed again too, and each touched day's value bins are counted whole.
     """
     runs = list(_runs(slots))
     for lo, hi in runs:
@@ -402,8 +403,8 @@ def add(db: sqlite3.Connection, ids: Sequence[int]) -> None:
 
     A new row changes its slots' sums by exactly its own values (integer sums,
     minima, maxima), so a batch of appended rows costs its own size, not its
-    slots' population; the caller refreshes instead any slot a changed row
-    touches (and leaves that slot's new rows to the refresh).
+    slots' population. The caller adds first, then refreshes the slots a
+    changed row touches (a refresh recounts whatever the add put there).
     """
     if not ids:
         return

@@ -17,7 +17,9 @@ from exporter.ledger import Applied, Ledger
 from exporter.ledger_bulk import RAW_PASS
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
+from exporter.records import Parsed, Request, Source
 from exporter.synth import GenOptions, generate
+from tests.ledgers import appearances, ledger_of
 
 REAL = Path("/work/shared/fixtures/real")
 
@@ -219,3 +221,25 @@ def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> 
     assert any(r[16] is not None for r in got["requests"])  # gaps were computed
     for table in ("requests", "appearances", "files", "sessions", "slots", "days", "peaks"):
         assert got[table] == want[table], table
+
+
+def test_new_rows_between_changed_ones_count_once(tmp_path: Path) -> None:
+    """Growing two requests and appending one between them counts each once (slots, bins)."""
+    t0 = 1_790_000_100.0  # a slot start: a, b and c fall in three slots of one day, one range
+
+    def req(key: str, ts: float, output: int) -> Request:
+        return Request(key, ts, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, output, 1000, 10, 0)
+
+    old = [req("a", t0, 100), req("c", t0 + 1800, 100)]
+    ledger = ledger_of(tmp_path / "l.db", old)
+    batch = [req("a", t0, 200), req("b", t0 + 900, 100), req("c", t0 + 1800, 300)]
+    parsed = Parsed()
+    for r in batch:
+        parsed.add(r)
+    ledger.apply(parsed, [], 0, appearances(batch))
+    assert ledger.read("SELECT count(*), sum(output) FROM requests") == [(3, 600)]
+    assert ledger.read("SELECT sum(n), sum(output) FROM slots") == [(3, 600)]
+    assert ledger.read("SELECT sum(n), sum(output) FROM slot_days") == [(3, 600)]
+    # Output sizes' bins (measure 1), per day (span 0) and per block (span 1).
+    assert ledger.read("SELECT span, sum(n) FROM slot_hist WHERE measure = 1 "
+                       "GROUP BY span ORDER BY span") == [(0, 3), (1, 3)]
