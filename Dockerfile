@@ -52,6 +52,8 @@ COPY --from=build /opt/claude-code-exporter /opt/claude-code-exporter
 
 # Settings: any CLAUDE_CODE_EXPORTER_<NAME> (README.md), e.g. with
 # --env-file deploy/exporter.env.example, or a TOML file with --config.
+# SQLITE_TMPDIR: the ledger's large sorts (a first pass's end) need temporary
+# files, and under --read-only the state volume is the one writable place.
 ENV PATH=/opt/claude-code-exporter/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -59,7 +61,8 @@ ENV PATH=/opt/claude-code-exporter/bin:$PATH \
     CLAUDE_CODE_EXPORTER_STATE_DIR=/state \
     CLAUDE_CODE_EXPORTER_LISTEN=0.0.0.0:9477 \
     CLAUDE_CODE_EXPORTER_LISTEN_BEYOND_LOOPBACK=true \
-    CLAUDE_CODE_EXPORTER_LOG_FORMAT=json
+    CLAUDE_CODE_EXPORTER_LOG_FORMAT=json \
+    SQLITE_TMPDIR=/state
 
 VOLUME ["/state"]
 USER ${UID}:${UID}

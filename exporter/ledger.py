@@ -20,7 +20,6 @@ import json
 import os
 import sqlite3
 import stat
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -371,8 +370,12 @@ class Ledger:
                 if raw:
                     self._set_meta(ledger_bulk.RAW_PASS, "1")
         self._raw = raw
+        failed = False
         try:
             yield
+        except BaseException:
+            failed = True
+            raise
         finally:
             self._raw = False
             try:
@@ -384,7 +387,7 @@ class Ledger:
                         for statement in READER_INDEXES:
                             self._db.execute(statement)
             except LedgerError:
-                if sys.exc_info()[1] is None:
+                if not failed:
                     raise
                 # The pass failed already (that error is the one to see); the next open
                 # derives and builds what is missing.

@@ -55,7 +55,7 @@ from tests.support.deploy import tool
 from tests.support.exposition import total
 from tests.support.net import free_port
 from tests.support.prometheus import in_ci
-from tests.support.wait import poll
+from tests.support.wait import PollTimeoutError, poll
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
@@ -282,7 +282,12 @@ def first(podman: Podman, image: Image, tree: Tree, volume: str) -> Iterator[Con
     """The first container over the tree, on a fresh volume, once it counts every request."""
     box = start(podman, image, f"claude-code-exporter-test-{os.getpid()}", tree.path, volume)
     try:
-        poll(lambda: settled(box, tree.truth["totals"]["requests"]), 60, "every request")
+        try:
+            poll(lambda: settled(box, tree.truth["totals"]["requests"]), 60, "every request")
+        except PollTimeoutError as exc:  # say why: what it counts, and its own log
+            raise AssertionError(f"{total(box.scrape(), 'claude_code_requests')} requests of "
+                                 f"{tree.truth['totals']['requests']}; its log:\n"
+                                 f"{podman.run('logs', box.name).stderr[-3000:]}") from exc
         yield box
     finally:
         box.remove()

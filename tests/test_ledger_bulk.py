@@ -243,3 +243,31 @@ def test_new_rows_between_changed_ones_count_once(tmp_path: Path) -> None:
     # Output sizes' bins (measure 1), per day (span 0) and per block (span 1).
     assert ledger.read("SELECT span, sum(n) FROM slot_hist WHERE measure = 1 "
                        "GROUP BY span ORDER BY span") == [(0, 3), (1, 3)]
+
+
+def test_a_raw_pass_whose_end_fails_says_so(tmp_path: Path) -> None:
+    """When the end of a raw pass cannot be written, the pass raises (and the next open derives)."""
+    import sqlite3
+
+    from exporter.ledger import LedgerError
+
+    path = tmp_path / "l.db"
+    ledger = _ledger(path)
+    reqs = [Request(k, 1_790_000_000.0 + i, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, 10,
+                    100, 1, 0) for i, k in enumerate("abc")]
+    parsed = Parsed()
+    for r in reqs:
+        parsed.add(r)
+    with pytest.raises(LedgerError), ledger.bulk(3, raw=True):
+        assert ledger.raw
+        ledger.apply(parsed, [], 0, appearances(reqs))
+        with sqlite3.connect(path) as other:  # the pass's end cannot write its rollups
+            other.execute("CREATE TRIGGER full BEFORE INSERT ON rollup_counts "
+                          "BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    ledger.close()
+    with sqlite3.connect(path) as other:
+        other.execute("DROP TRIGGER full")
+    again = _ledger(path)  # derives what the pass left
+    assert again.read("SELECT count(*) FROM meta WHERE name = ?", (RAW_PASS,)) == [(0,)]
+    assert again.read("SELECT sum(n) FROM slots") == [(3,)]
+    again.close()
