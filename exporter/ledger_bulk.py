@@ -24,6 +24,7 @@ This module holds only SQL on a connection; the ledger owns transactions.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
@@ -130,7 +131,12 @@ def derive(db: sqlite3.Connection) -> None:
     request, ``(ts, key)`` order, of any file holding it; its owner, of the
     sessions whose files hold it, the one whose last request is earliest
     (ties: the smaller id). Both as the incremental path defines them.
+
+    Must be the first write of the caller's transaction (the owners are read
+    on a second connection, which sees what was committed).
     """
+    owners = _Owners(db)
+    owners.start()
     db.execute(
         "UPDATE appearances SET prev = p.prev FROM (SELECT a.request AS rid, a.file AS fid, "
         "lag(r.ts) OVER (PARTITION BY a.file ORDER BY r.ts, r.key) AS prev FROM appearances a "
@@ -144,12 +150,54 @@ def derive(db: sqlite3.Connection) -> None:
         "max(prev) AS prev FROM appearances GROUP BY request) AS m WHERE requests.id = m.request "
         "AND requests.source = 0 AND m.prev IS NOT NULL "
         "AND requests.gap IS NOT gap_seconds(requests.ts, m.prev)")
-    db.execute(
-        "UPDATE requests SET session = o.session FROM (SELECT request, session FROM ("
-        "SELECT a.request, f.session, row_number() OVER (PARTITION BY a.request "
-        "ORDER BY coalesce(s.last_ts, 0.0), f.session) AS n FROM appearances a "
-        "JOIN files f ON f.id = a.file LEFT JOIN sessions s ON s.session = f.session) "
-        "WHERE n = 1) AS o WHERE requests.id = o.request AND requests.session != o.session")
+    owners.join()
+    if owners.changed is None:  # no second connection (a memory ledger, an error): here
+        owners.changed = db.execute(_OWNERS).fetchall()
+    db.executemany("UPDATE requests SET session = ? WHERE id = ?",
+                   [(session, rid) for rid, session in owners.changed or ()])
+
+
+# The owner of each row whose stored session is not it (see :func:`derive`).
+_OWNERS: Final = (
+    "SELECT o.request, o.session FROM (SELECT a.request, f.session, row_number() OVER ("
+    "PARTITION BY a.request ORDER BY coalesce(s.last_ts, 0.0), f.session) AS n "
+    "FROM appearances a JOIN files f ON f.id = a.file "
+    "LEFT JOIN sessions s ON s.session = f.session) AS o "
+    "JOIN requests r ON r.id = o.request WHERE o.n = 1 AND r.session != o.session")
+
+
+class _Owners(threading.Thread):
+    """The owners' query on a second connection, while the first writes gaps.
+
+    The owners depend on appearances, files and sessions only, which the gap
+    statements leave alone; the caller's transaction has written nothing before
+    :func:`derive` (the pass's rows were committed batch by batch), so the
+    second connection's snapshot holds exactly what the first one reads. SQLite
+    runs the two on two cores (Python's driver releases the GIL while a
+    statement steps); the writes stay on the caller's connection, in its
+    transaction, so a kill still leaves nothing half-done.
+    """
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        super().__init__(name="ledger-owners", daemon=True)
+        self.changed: list[tuple[int, str]] | None = None
+        self._path = next((row[2] for row in db.execute("PRAGMA database_list")
+                           if row[1] == "main"), "")
+
+    def run(self) -> None:
+        """In the thread: the changed owners, read on a connection of its own."""
+        if not self._path:
+            return  # an in-memory ledger: the caller's connection does it
+        try:
+            reader = sqlite3.connect(self._path, timeout=5.0, check_same_thread=False)
+            try:
+                reader.execute("PRAGMA query_only = ON")
+                reader.execute("PRAGMA cache_size=-65536")
+                self.changed = reader.execute(_OWNERS).fetchall()
+            finally:
+                reader.close()
+        except sqlite3.Error:
+            self.changed = None  # the caller's connection does it
 
 
 _DIMS: Final = "roots, model, project, source, inference_geo, service_tier, speed, gap IS NULL"

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
+
 from exporter.ingest.discover import (
     find_transcripts,
     fs_path,
@@ -33,7 +35,7 @@ from exporter.ingest.discover import (
 from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason, parse_lines
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ledger import Applied, Ledger
-from exporter.records import Appearance, Checkpoint, Parsed
+from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
@@ -71,6 +73,24 @@ class _Batch:
     seen: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
     rereads: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (a worker's result to the parent) with its requests as one msgpack blob.
+
+        Pickle stores a named tuple field by field and rebuilds it through a
+        Python-level ``__new__``: for a month's ~60k requests that is ~0.25 s of
+        a worker's CPU and as much of the parent's, which the ledger's commits
+        compete for. msgspec encodes the same list in C in a tenth of it and
+        decodes it straight into :class:`Request` values (floats and integers
+        exactly). A value it cannot encode (none the parser makes) goes by pickle.
+        """
+        state = (self.parsed.counts, self.checkpoints, self.bytes_read, self.errors,
+                 self.seen, self.rereads)
+        try:
+            wire = _WIRE_ENCODE(list(self.parsed.requests.values()))
+        except (TypeError, ValueError, OverflowError):  # UnicodeEncodeError is a ValueError
+            return _from_pickle, (self.parsed.requests, *state)
+        return _from_wire, (wire, *state)
+
     def absorb(self, other: _Batch) -> _Batch:
         """Fold another group's output into this one (merging is order-free)."""
         self.parsed.update(other.parsed)
@@ -80,6 +100,20 @@ class _Batch:
         self.seen.extend(other.seen)
         self.rereads.extend(other.rereads)
         return self
+
+
+_WIRE_ENCODE: Final = msgspec.msgpack.Encoder().encode
+_WIRE_DECODE: Final = msgspec.msgpack.Decoder(list[Request]).decode
+
+
+def _from_wire(wire: bytes, counts: LineCounts, *state: Any) -> _Batch:
+    """A batch unpickled from :meth:`_Batch.__reduce__` (requests keyed as the parser kept them)."""
+    return _Batch(Parsed({req.key: req for req in _WIRE_DECODE(wire)}, counts), *state)
+
+
+def _from_pickle(requests: dict[str, Request], counts: LineCounts, *state: Any) -> _Batch:
+    """A batch unpickled from :meth:`_Batch.__reduce__`'s fallback (plain pickle)."""
+    return _Batch(Parsed(requests, counts), *state)
 
 
 # Top-level (not a method) so that a process pool can pickle it.
