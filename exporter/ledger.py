@@ -450,13 +450,16 @@ class Ledger:
                 self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
             # Slots a changed row touches are summed again; appended rows elsewhere are
             # added to theirs (a file growing by one line costs one line).
-            # Appended rows are added to their slots by their own values (a file growing by
-            # one line costs one line); then the slots and days a changed row touches are
-            # summed again from the rows. In this order every row counts once: a refresh
-            # covers more than it is asked for (near slots merged, whole days' value bins)
-            # and recounts whatever the add put there.
+            # Appended rows are added to their slots and value bins by their own values (a
+            # file growing by one line costs one line); then the slots and days a changed row
+            # touches are summed again from the rows (a refresh covers more than it is asked
+            # for, near slots merged, and recounts whatever the add put there), and each
+            # changed row's bins move from its old version to its new one.
             slots.add(self._db, batch.new_ids)
-            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times})
+            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times}, bins=False)
+            slots.shift_bins(self._db, [
+                *(_bin_row(known, batch.before[rid], -1) for rid, known in batch.changed.items()),
+                *(_bin_row(batch.rows[rid], batch.masks[rid], 1) for rid in batch.changed)])
             self._finish_batch(batch, parsed, checkpoints, bytes_read, len(batch.new_ids))
         return batch.applied()
 
@@ -1139,6 +1142,12 @@ def _tighten(path: Path) -> None:
             st = (path.parent / name).stat()
             if st.st_uid == uid and st.st_mode & 0o077:
                 os.chmod(path.parent / name, stat.S_IMODE(st.st_mode) & 0o600)
+
+
+def _bin_row(row: Request, roots: int, sign: int) -> slots.BinRow:
+    """What :func:`slots.shift_bins` needs of one version of a row."""
+    return (row.ts, roots, row.input, row.cache_read, row.cache_write_5m, row.cache_write_1h,
+            row.output, row.gap, int(row.source), sign)
 
 
 def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:

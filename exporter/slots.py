@@ -282,13 +282,14 @@ def create(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
+def refresh(db: sqlite3.Connection, slots: Iterable[int], *, bins: bool = True) -> None:
     """Sum the given slots again from ``requests`` (inside the caller's transaction).
 
     Needs ``requests`` columns ts, session, project, model, source, service_tier,
     inference_geo, speed, the five token fields, web_search, gap and roots, and
     the index on ts. Near slots are merged into one range: a slot not asked for
-    may be summed again too, and each touched day's value bins are counted whole.
+    may be summed again too, and each touched day's value bins are counted whole
+    (``bins`` off: the caller moves them with :func:`shift_bins` instead).
     """
     runs = list(_runs(slots))
     for lo, hi in runs:
@@ -298,7 +299,8 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
                                                         hi // SLOTS_PER_DAY + 1)})
     for lo_day, hi_day in _day_runs(days):
         _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
-        _refresh_hist(db, lo_day, hi_day)
+        if bins:
+            _refresh_hist(db, lo_day, hi_day)
 
 
 def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True) -> None:
@@ -438,6 +440,43 @@ def add(db: sqlite3.Connection, ids: Sequence[int]) -> None:
     if version(db) >= VERSION:
         for block in sorted({day // BLOCK_DAYS for day in days}):
             _refresh_blocks(db, block, block)
+
+
+BinRow = tuple[float, int, int, int, int, int, int, "float | None", int, int]
+"""(ts, roots, input, cache_read, cache_write_5m, cache_write_1h, output, gap, source, sign)."""
+
+
+def shift_bins(db: sqlite3.Connection, rows: Sequence[BinRow]) -> None:
+    """Move rewritten rows' value bins: each old version out (sign -1), each new one in (+1).
+
+    Exact where the bins were the requests' counts before the rewrite, and cheap:
+    the work is the changed rows', not their days' (a day is recounted whole by
+    :func:`refresh` with ``bins``). Bins and SQL are those of :func:`_refresh_hist`.
+    """
+    if not rows or version(db) < VERSION:
+        return
+    gap = f"CASE WHEN r.source = 0 AND r.gap IS NOT NULL THEN {GAP_MS} END"
+    emptied: list[tuple[int, ...]] = []
+    for i in range(0, len(rows), 500):
+        part = rows[i : i + 500]
+        values = ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * len(part))
+        params = [v for row in part for v in row]
+        for span, unit in ((0, "d"), (1, f"d / {HIST_BLOCK_DAYS}")):
+            emptied.extend(tuple(r[:5]) for r in db.execute(
+                "WITH r (ts, roots, input, cache_read, cache_write_5m, cache_write_1h, output, "
+                f"gap, source, sign) AS (VALUES {values}), "
+                "v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
+                f"{CONTEXT} AS c, r.output AS o, {gap} AS g, r.sign AS s FROM r) "
+                "INSERT INTO slot_hist SELECT * FROM ("
+                f"SELECT {CONTEXT_HIST}, {span}, {unit}, ro, {bin_sql('c')}, sum(s) FROM v "
+                f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, {span}, {unit}, ro, "
+                f"{bin_sql('o')}, sum(s) FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, "
+                f"{span}, {unit}, ro, {bin_sql('g')}, sum(s) FROM v WHERE g IS NOT NULL "
+                "GROUP BY 3, 4, 5) WHERE 1 ON CONFLICT (measure, span, unit, roots, bin) "
+                "DO UPDATE SET n = n + excluded.n RETURNING measure, span, unit, roots, bin, n",
+                params) if r[5] == 0)
+    db.executemany("DELETE FROM slot_hist WHERE measure = ? AND span = ? AND unit = ? "
+                   "AND roots = ? AND bin = ? AND n = 0", emptied)
 
 
 def _add_hist(db: sqlite3.Connection, where: str, params: Sequence[int]) -> None:

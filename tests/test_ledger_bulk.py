@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,16 +13,15 @@ from typing import Any
 
 import pytest
 
+from exporter import slots
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Applied, Ledger
+from exporter.ledger import Applied, Ledger, LedgerError
 from exporter.ledger_bulk import RAW_PASS
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
 from exporter.synth import GenOptions, generate
 from tests.ledgers import appearances, ledger_of
-
-REAL = Path("/work/shared/fixtures/real")
 
 
 def _ledger(path: Path) -> Ledger:
@@ -117,10 +117,11 @@ def _same(got: dict[str, list[tuple[Any, ...]]], want: dict[str, list[tuple[Any,
             assert got[table] == rows, table
 
 
-def test_raw_pass_equals_the_incremental_path_on_real_transcripts(tmp_path: Path) -> None:
+def test_raw_pass_equals_the_incremental_path_on_real_transcripts(real_tree: Path,
+                                                                  tmp_path: Path) -> None:
     """The same on the real fixture transcripts (streaming splits, progress copies)."""
-    raw = _ingest(REAL, tmp_path / "raw", watched=False, batch_bytes=4096)
-    inc = _ingest(REAL, tmp_path / "inc", watched=True, batch_bytes=4096)
+    raw = _ingest(real_tree, tmp_path / "raw", watched=False, batch_bytes=4096)
+    inc = _ingest(real_tree, tmp_path / "inc", watched=True, batch_bytes=4096)
     _same(_dump(raw), _dump(inc))
 
 
@@ -243,14 +244,16 @@ def test_new_rows_between_changed_ones_count_once(tmp_path: Path) -> None:
     # Output sizes' bins (measure 1), per day (span 0) and per block (span 1).
     assert ledger.read("SELECT span, sum(n) FROM slot_hist WHERE measure = 1 "
                        "GROUP BY span ORDER BY span") == [(0, 3), (1, 3)]
+    # Every bin as a recount from the rows gives it: the grown rows left their old bins.
+    kept = ledger.read("SELECT * FROM slot_hist ORDER BY 1, 2, 3, 4, 5")
+    ledger.close()
+    with sqlite3.connect(tmp_path / "l.db") as db:
+        slots.rebuild(db)
+        assert db.execute("SELECT * FROM slot_hist ORDER BY 1, 2, 3, 4, 5").fetchall() == kept
 
 
 def test_a_raw_pass_whose_end_fails_says_so(tmp_path: Path) -> None:
     """When the end of a raw pass cannot be written, the pass raises (and the next open derives)."""
-    import sqlite3
-
-    from exporter.ledger import LedgerError
-
     path = tmp_path / "l.db"
     ledger = _ledger(path)
     reqs = [Request(k, 1_790_000_000.0 + i, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, 10,
