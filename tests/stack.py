@@ -189,7 +189,7 @@ def append_stage(tree: Path, stage: str, at: float,
     the session's previous request (1.5 days earlier for the first stage, 13 to
     18 minutes for the others) they fall in the gap buckets ``gt_1h`` (first
     stage) or ``5m_to_1h``, then ``lt_5m``, then ``5m_to_1h``, so the cache-write
-    share differs by bucket as in the seed report.
+    share differs by bucket as measured on real use (rewrites after an idle hour).
     """
     n = 0
     for path in sorted((tree / "projects").rglob("*.jsonl")):

@@ -589,7 +589,7 @@ def test_the_monthly_rule_and_the_backfilled_rules_have_the_history(drawn: Drawn
 
 
 def test_cache_expiry_table_agrees_with_the_recording_rule(drawn: Drawn) -> None:
-    """The seed's gap table (counters over the range) agrees with the one-day recording rule."""
+    """The cache-expiry table (counters over the range) agrees with the one-day recording rule."""
     table = by_title(drawn, "claude-code-cache.json")[
         "Idle gap and cache rewrite (the cache-expiry table)"]
     written = {s.labels["gap"]: s.values[-1] for s in table.results[2].series}

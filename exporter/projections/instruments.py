@@ -95,7 +95,7 @@ class _SeededHistogram(_ExplicitBucketHistogramAggregation):
     """The SDK's explicit-bucket aggregation that also takes seeds."""
 
     def aggregate(self, measurement: Measurement, should_sample_exemplar: bool = True) -> None:
-        """Fold a seed's counts and sum in; any other measurement as the SDK does."""
+        """Fold a starting measurement's counts and sum in; any other as the SDK does."""
         seed = get_value(_SEED_KEY, measurement.context) if measurement.context else None
         if not isinstance(seed, Seed):
             super().aggregate(measurement, should_sample_exemplar)
