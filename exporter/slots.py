@@ -85,6 +85,15 @@ MINUTES: Final = ", ".join(
     f"sum(CAST(r.ts / 60 AS INTEGER) % 5 = {i})" for i in range(SLOT_SECONDS // 60)
 )
 
+# The columns of every table of sums (slots, days, blocks), after its time unit's column.
+_SUMS: Final = """
+    {unit} INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,"""
+
 SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS slot_sessions (id INTEGER PRIMARY KEY, session TEXT NOT NULL "
     "UNIQUE)",
@@ -95,35 +104,17 @@ SCHEMA: Final = (
     source INTEGER NOT NULL, service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL,
     speed TEXT NOT NULL, long INTEGER NOT NULL,
     UNIQUE (sid, project, model, source, service_tier, inference_geo, speed, long))""",
-    """CREATE TABLE IF NOT EXISTS slots (
-    slot INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
-    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
-    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
-    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
-    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
-    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    f"""CREATE TABLE IF NOT EXISTS slots ({_SUMS.format(unit="slot")}
     m0 INTEGER NOT NULL, m1 INTEGER NOT NULL, m2 INTEGER NOT NULL, m3 INTEGER NOT NULL,
     m4 INTEGER NOT NULL,
     PRIMARY KEY (slot, key, roots, bucket)) WITHOUT ROWID""",
     # The same sums per UTC day, from the slots: a report without a time range (or
     # by UTC day) groups a few thousand day rows a year instead of 100k slot rows.
-    """CREATE TABLE IF NOT EXISTS slot_days (
-    day INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
-    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
-    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
-    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
-    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
-    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    f"""CREATE TABLE IF NOT EXISTS slot_days ({_SUMS.format(unit="day")}
     PRIMARY KEY (day, key, roots, bucket)) WITHOUT ROWID""",
     # The same sums per 16-day block (``day / 16``), from the day sums: a report over
     # a year groups a third of the day rows (a key, a session's, rarely spans two days).
-    """CREATE TABLE IF NOT EXISTS slot_blocks (
-    block INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
-    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
-    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
-    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
-    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
-    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    f"""CREATE TABLE IF NOT EXISTS slot_blocks ({_SUMS.format(unit="block")}
     PRIMARY KEY (block, key, roots, bucket)) WITHOUT ROWID""",
     # Per block without the session and project: by price class (a year's summary reads
     # ~20 rows a block), and by session (its session figures: one row per session).

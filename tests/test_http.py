@@ -24,6 +24,7 @@ from exporter.serve.http import (
     make_app,
     server_context,
 )
+from tests.support.net import http_get
 from tests.tls import self_signed
 
 
@@ -35,12 +36,9 @@ def _registry() -> CollectorRegistry:
 
 def _get(url: str, *, headers: dict[str, str] | None = None,
          context: ssl.SSLContext | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+    """GET ``url`` (tests.support.net.http_get): (status, body text)."""
+    status, body = http_get(url, headers=headers, timeout=10, context=context)
+    return status, body.decode()
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ import os
 import ssl
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from html.parser import HTMLParser
@@ -27,6 +25,7 @@ from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.serve import page, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
+from tests.support.net import http_get
 from tests.support.process import Serve
 from tests.tls import self_signed
 
@@ -92,14 +91,11 @@ def _parse(html: str) -> _Dom:
     return dom
 
 
-def _get(url: str, headers: dict[str, str] | None = None,
+def _get(url: str, *, headers: dict[str, str] | None = None,
          context: ssl.SSLContext | None = None) -> tuple[int, str]:
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=20, context=context) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    """GET ``url`` (tests.support.net.http_get): (status, body text)."""
+    status, body = http_get(url, headers=headers, timeout=20, context=context)
+    return status, body.decode()
 
 
 def _report(state: Path, data: Path, *flags: str) -> dict[str, Any]:

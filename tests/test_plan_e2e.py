@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from exporter.plan import spool
-from tests.conftest import ROOT
 from tests.support.exposition import total
+from tests.support.plan import record_now
 from tests.support.process import Serve
 from tests.support.wait import poll
 from tests.test_statusline import payload
-
-
-def record(state: Path, doc: dict[str, Any]) -> None:
-    """Run the status-line command once, as Claude Code does on a refresh."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
-    env.update({"PYTHONPATH": str(ROOT), spool.STATE_DIR_ENV: str(state)})
-    proc = subprocess.run([sys.executable, "-m", "exporter.statusline"],
-                          input=json.dumps(doc).encode(), capture_output=True, env=env,
-                          timeout=30, check=False)
-    assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr.decode()
 
 
 def used(serve: Serve, window: str) -> float | None:
@@ -49,12 +33,12 @@ def test_samples_recorded_while_serve_runs_reach_metrics_and_survive_a_restart(
     try:
         assert used(serve, "five_hour") is None  # nothing recorded yet: no series
         started = time.monotonic()
-        record(state, payload(five=35.0, seven=17.0))
+        record_now(state, payload(five=35.0, seven=17.0))
         poll(lambda: used(serve, "five_hour") == 0.35, 10, "five_hour in /metrics")
         seen_after = time.monotonic() - started
         assert used(serve, "seven_day") == 0.17
         assert total(serve.scrape(), "claude_code_plan_window_samples") == 1
-        record(state, payload(five=41.0, seven=18.0))
+        record_now(state, payload(five=41.0, seven=18.0))
         poll(lambda: used(serve, "five_hour") == 0.41, 10, "second sample in /metrics")
         assert serve.stop() == 0
     finally:
