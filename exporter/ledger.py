@@ -448,16 +448,10 @@ class Ledger:
                 self._settle_due(self.rules, batch, force=False)
             elif batch.ids:
                 self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
-            # Slots a changed row touches are summed again; appended rows elsewhere are
-            # added to theirs (a file growing by one line costs one line).
-            # Appended rows are added to their slots and value bins by their own values (a
-            # file growing by one line costs one line); then the slots and days a changed row
-            # touches are summed again from the rows (a refresh covers more than it is asked
-            # for, near slots merged, and recounts whatever the add put there), and each
-            # changed row's bins move from its old version to its new one.
-            slots.add(self._db, batch.new_ids)
-            slots.refresh(self._db, {slots.slot_of(ts) for ts in batch.slot_times}, bins=False)
-            slots.shift_bins(self._db, [
+            # The report's slots: appended rows by their own values, rewritten rows' slots
+            # summed again and their value bins moved, each touched day summed once.
+            touched = {slots.slot_of(ts) for ts in batch.slot_times}
+            slots.update(self._db, batch.new_ids, touched, [
                 *(_bin_row(known, batch.before[rid], -1) for rid, known in batch.changed.items()),
                 *(_bin_row(batch.rows[rid], batch.masks[rid], 1) for rid in batch.changed)])
             self._finish_batch(batch, parsed, checkpoints, bytes_read, len(batch.new_ids))

@@ -273,14 +273,14 @@ def create(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
-def refresh(db: sqlite3.Connection, slots: Iterable[int], *, bins: bool = True) -> None:
+def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
     """Sum the given slots again from ``requests`` (inside the caller's transaction).
 
     Needs ``requests`` columns ts, session, project, model, source, service_tier,
     inference_geo, speed, the five token fields, web_search, gap and roots, and
     the index on ts. Near slots are merged into one range: a slot not asked for
     may be summed again too, and each touched day's value bins are counted whole
-    (``bins`` off: the caller moves them with :func:`shift_bins` instead).
+    (a batch's rows cost less through :func:`update`).
     """
     runs = list(_runs(slots))
     for lo, hi in runs:
@@ -290,8 +290,7 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int], *, bins: bool = True) 
                                                         hi // SLOTS_PER_DAY + 1)})
     for lo_day, hi_day in _day_runs(days):
         _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
-        if bins:
-            _refresh_hist(db, lo_day, hi_day)
+        _refresh_hist(db, lo_day, hi_day)
 
 
 def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True) -> None:
@@ -299,6 +298,15 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True
 
     ``hist``: and the value histograms of their days (:func:`refresh` does those once).
     """
+    _sum_slots(db, lo, hi)
+    _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+    if hist:
+        _refresh_blocks(db, lo // SLOTS_PER_DAY // BLOCK_DAYS, hi // SLOTS_PER_DAY // BLOCK_DAYS)
+        _refresh_hist(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
+
+def _sum_slots(db: sqlite3.Connection, lo: int, hi: int) -> None:
+    """Sum the slots ``lo`` to ``hi`` (inclusive) again from ``requests`` (not their days)."""
     level = level_sql(stored_thresholds(db))
     db.execute("DELETE FROM slots WHERE slot BETWEEN ? AND ?", (lo, hi))
     # Slack of a second around the range: the exact test is the CAST, as in slot_of.
@@ -317,10 +325,6 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True
         f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
-    _refresh_days(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
-    if hist:
-        _refresh_blocks(db, lo // SLOTS_PER_DAY // BLOCK_DAYS, hi // SLOTS_PER_DAY // BLOCK_DAYS)
-        _refresh_hist(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
 
 
 def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
@@ -391,48 +395,6 @@ def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
                "AND unit BETWEEN ? AND ? AND n = 0", (b_lo, b_hi))
 
 
-def add(db: sqlite3.Connection, ids: Sequence[int]) -> None:
-    """Add newly inserted rows to their slots (inside the caller's transaction).
-
-    A new row changes its slots' sums by exactly its own values (integer sums,
-    minima, maxima), so a batch of appended rows costs its own size, not its
-    slots' population. The caller adds first, then refreshes the slots a
-    changed row touches (a refresh recounts whatever the add put there).
-    """
-    if not ids:
-        return
-    level = level_sql(stored_thresholds(db))
-    days: set[int] = set()
-    for part in _chunks(sorted(ids)):
-        marks = ",".join("?" * len(part))
-        where = f"r.id IN ({marks})"
-        db.execute(
-            "INSERT OR IGNORE INTO slot_sessions (session) "
-            f"SELECT DISTINCT r.session FROM requests r WHERE {where}", part)
-        db.execute(
-            f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
-            f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
-            f"r.inference_geo, r.speed, {level} FROM requests r "
-            f"JOIN slot_sessions s ON s.session = r.session WHERE {where}", part)
-        db.execute(
-            "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
-            f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
-            f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
-            f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
-            f"WHERE {where} GROUP BY 1, 2, 3, 4 ON CONFLICT (slot, key, roots, bucket) DO UPDATE "
-            f"SET {_ADDED}", part)
-        days.update(r[0] for r in db.execute(
-            f"SELECT DISTINCT CAST(r.ts / 300 AS INTEGER) / {SLOTS_PER_DAY} FROM requests r "
-            f"WHERE {where}", part))
-        if version(db) >= VERSION:
-            _add_hist(db, where, part)
-    for day in sorted(days):
-        _refresh_days(db, day, day)
-    if version(db) >= VERSION:
-        for block in sorted({day // BLOCK_DAYS for day in days}):
-            _refresh_blocks(db, block, block)
-
-
 BinRow = tuple[float, int, int, int, int, int, int, "float | None", int, int]
 """(ts, roots, input, cache_read, cache_write_5m, cache_write_1h, output, gap, source, sign)."""
 
@@ -468,6 +430,60 @@ def shift_bins(db: sqlite3.Connection, rows: Sequence[BinRow]) -> None:
                 params) if r[5] == 0)
     db.executemany("DELETE FROM slot_hist WHERE measure = ? AND span = ? AND unit = ? "
                    "AND roots = ? AND bin = ? AND n = 0", emptied)
+
+
+def update(db: sqlite3.Connection, new: Sequence[int], changed: Iterable[int],
+           moved: Sequence[BinRow]) -> None:
+    """One batch of the ledger (inside its transaction): new rows, rewritten ones.
+
+    ``new``: ids of inserted rows, added to their slots and value bins by their
+    own values (integer sums, minima, maxima: a file growing by one line costs
+    one line). ``changed``: slots a rewritten row was or is in, summed again from
+    the rows after the adds (a sum covers more than asked for, near slots
+    merged, and recounts whatever an add put there). ``moved``: each rewritten
+    row's old version (sign -1) and new one (+1), for its bins. Then every
+    touched day and block is summed once.
+    """
+    days = _add_rows(db, new)
+    for lo, hi in _runs(changed):
+        _sum_slots(db, lo, hi)
+        days.update(range(lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY + 1))
+    shift_bins(db, moved)
+    for lo_day, hi_day in _day_runs(sorted(days)):
+        _refresh_days(db, lo_day, hi_day)
+        _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
+
+
+def _add_rows(db: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
+    """Add new rows to their slots and value bins; the UTC days they fall in (not summed)."""
+    days: set[int] = set()
+    if not ids:
+        return days
+    level = level_sql(stored_thresholds(db))
+    for part in _chunks(sorted(ids)):
+        marks = ",".join("?" * len(part))
+        where = f"r.id IN ({marks})"
+        db.execute(
+            "INSERT OR IGNORE INTO slot_sessions (session) "
+            f"SELECT DISTINCT r.session FROM requests r WHERE {where}", part)
+        db.execute(
+            f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+            f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+            f"r.inference_geo, r.speed, {level} FROM requests r "
+            f"JOIN slot_sessions s ON s.session = r.session WHERE {where}", part)
+        db.execute(
+            "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+            f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
+            f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
+            f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
+            f"WHERE {where} GROUP BY 1, 2, 3, 4 ON CONFLICT (slot, key, roots, bucket) DO UPDATE "
+            f"SET {_ADDED}", part)
+        days.update(r[0] for r in db.execute(
+            f"SELECT DISTINCT CAST(r.ts / 300 AS INTEGER) / {SLOTS_PER_DAY} FROM requests r "
+            f"WHERE {where}", part))
+        if version(db) >= VERSION:
+            _add_hist(db, where, part)
+    return days
 
 
 def _add_hist(db: sqlite3.Connection, where: str, params: Sequence[int]) -> None:
