@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +58,7 @@ GRAFANA = ROOT / "grafana"
 DASHBOARD_DIR = GRAFANA / "dashboards"
 PROVISIONING = GRAFANA / "provisioning"
 GOLDEN = ROOT / "tests" / "golden" / "exposition.txt"
+COST = "claude_code_cost_usd_total"
 DOCS = ROOT / "docs" / "grafana.md"
 
 #: Where docs/grafana.md tells a container to mount the repository's directories.
@@ -444,6 +444,7 @@ class Drawn:
     boards: dict[str, list[PanelData]]
     variables: dict[str, Variables]
     images: Path
+    at: int  # the dashboards' "now" (unix seconds): their instant queries are at this time
 
 
 @pytest.fixture(scope="module")
@@ -462,7 +463,7 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drawn]:
         done = render.render_boards({n.removesuffix(".json"): b for n, b in boards.items()},
                                     Prometheus(stack.prom.url), now, out=images)
         yield Drawn(stack, {d.name + ".json": d.panels for d in done},
-                    {d.name + ".json": d.variables for d in done}, images)
+                    {d.name + ".json": d.variables for d in done}, images, int(now.timestamp()))
 
 
 def by_title(drawn: Drawn, board: str) -> dict[str, PanelData]:
@@ -544,6 +545,25 @@ def test_up_of_other_jobs_is_never_counted(drawn: Drawn) -> None:
                     assert jobs <= {JOB}, (panel.title, jobs)
 
 
+def sum_of(drawn: Drawn, expr: str) -> float:
+    """The value of a one-series PromQL sum (0 when it has no series)."""
+    result = drawn.stack.prom.query(f"({expr}) or vector(0)")
+    return sample_value(result[0])
+
+
+def spent_by_project(drawn: Drawn, midnight: int) -> dict[str, tuple[float, float]]:
+    """Per project: increase() since midnight and the counters' growth, at the drawing time."""
+    at = drawn.at
+    panel = drawn.stack.prom.query(f"sum by (project) (increase({COST}[{at - midnight}s] @ {at}))")
+    grown = drawn.stack.prom.query(
+        f"sum by (project) ({COST} @ {at}) - "
+        f"sum by (project) (last_over_time({COST}[30d] @ {midnight}))")
+    drawn_by = {s["metric"].get("project", ""): sample_value(s) for s in panel}
+    grown_by = {s["metric"].get("project", ""): sample_value(s) for s in grown}
+    pairs = {p: (drawn_by.get(p, 0.0), grown_by.get(p, 0.0)) for p in drawn_by | grown_by}
+    return {p: pair for p, pair in pairs.items() if abs(pair[0] - pair[1]) > 1e-6}
+
+
 def test_spend_figures_agree_with_the_exporter_and_each_other(drawn: Drawn) -> None:
     """30 days = the exporter's cost counter (all history is younger); days and hours add up."""
     usage = by_title(drawn, "claude-code-usage.json")
@@ -556,16 +576,23 @@ def test_spend_figures_agree_with_the_exporter_and_each_other(drawn: Drawn) -> N
     assert len({t for s in per_model for t in s.times}) >= 5  # five calendar days with spend
     (budget,) = days.results[1].series
     assert set(budget.values) == {dashboard_stack.DAY_BUDGET_USD}
-    # Today: the counters' growth since midnight UTC (the stack's time zone), less at
-    # most the first request of a series that appeared live (increase() cannot see it).
-    midnight = int(time.time()) // 86400 * 86400
+    # Today: the counters' growth from midnight UTC (the stack's time zone) to the moment
+    # the panels were drawn. increase() sees neither the first value of a series that
+    # appeared live (a backfilled series is born with a 0 sample, a live one is not) nor
+    # exactly the growth of one seen for a few scrapes only: it extrapolates that to the
+    # window's edges, by up to the growth itself (the live requests are seconds old).
+    at, until = drawn.at, drawn.stack.until
+    midnight = at // 86400 * 86400
     # The value at midnight is each series' last sample before it: backfilled blocks
     # sample a series near its changes only (docs/backfill.md), so a plain instant
     # lookup there may find nothing within Prometheus's 5-minute lookback.
-    grown = sample_value(drawn.stack.prom.query(
-        f"sum(claude_code_cost_usd_total) - "
-        f"sum(last_over_time(claude_code_cost_usd_total[30d] @ {midnight}))")[0])
-    assert value(usage["Spent today"]) == pytest.approx(grown, rel=0.03)
+    at_midnight = f"last_over_time({COST}[30d] @ {midnight})"
+    first_live = f"min_over_time({COST}[{at - until}s] @ {at}) unless {COST} @ {until}"
+    grown = sum_of(drawn, f"sum({COST} @ {at}) - sum({at_midnight})") - sum_of(
+        drawn, f"sum({first_live})")
+    live_growth = sum_of(drawn, f"sum({COST} @ {at} - {first_live})")
+    spent = value(usage["Spent today"])
+    assert grown * 0.99 <= spent <= grown * 1.01 + live_growth, spent_by_project(drawn, midnight)
     assert value(usage["Daily budget"]) == dashboard_stack.DAY_BUDGET_USD
     assert value(usage["Monthly budget"]) == dashboard_stack.MONTH_BUDGET_USD
     share = value(usage["30 days / monthly budget"])
