@@ -18,8 +18,10 @@ and the figures agree with the exporter's counters.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -459,10 +461,11 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Drawn]:
     images = IMAGES if os.environ.get("UPDATE_GOLDEN") else base / "img"
     with dashboard_stack.running(base / "stack") as stack:
         boards = {name: dashboards()[name] for name in OWN}
-        # A whole second: a window then starts exactly on its boundary (midnight, a full
-        # hour), where the backfill has a sample. From a fractional "now" it starts just
-        # after it, and increase() misses or extrapolates the first minute's change.
-        now = datetime.now(UTC).replace(microsecond=0)
+        # The next whole second (after every sample scraped so far): a window then starts
+        # exactly on its boundary (midnight, a full hour), where the backfill has a sample.
+        # From a fractional "now" it starts just after it, and increase() misses or
+        # extrapolates the change of the first minute after the boundary.
+        now = datetime.fromtimestamp(math.ceil(time.time()), UTC)
         done = render.render_boards({n.removesuffix(".json"): b for n, b in boards.items()},
                                     Prometheus(stack.prom.url), now, out=images)
         yield Drawn(stack, {d.name + ".json": d.panels for d in done},
