@@ -12,11 +12,14 @@ and saves the page at 1280x800 (desktop) and 390x844 (phone) as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import subprocess
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import msgspec
 
 from exporter.synth import GenOptions, generate
 from tests.support.process import Serve
@@ -72,21 +75,39 @@ def demo_tree(root: Path, now: datetime, days: int = 21) -> dict[str, int]:
     """Fixed-seed sessions on each of the ``days`` days before ``now``, in one tree.
 
     The generator runs its sessions side by side from one start, so each day is
-    one run (its own seed and start) merged into ``root/projects``. Returns the
-    summed request count and cost (micro-USD) of the runs' truths.
+    one run (its own seed and start) merged into ``root/projects``. A run whose
+    sessions would go on past ``now`` starts earlier by the overshoot (its shape
+    does not depend on the start): transcripts are never from the future, and
+    the last day's requests stay on ``now``'s date whatever the time of day.
+    Returns the summed request count and cost (micro-USD) of the runs' truths.
     """
     sums = {"requests": 0, "cost_micro_usd": 0}
     for day in range(days):
         start = (now - timedelta(days=days - 1 - day, hours=10 + day % 5)).replace(microsecond=0)
         part = root.parent / f"{root.name}-part{day}"
-        truth = generate(part, GenOptions(seed=18 + day, sessions=1 + day % 4,
-                                          requests_per_session=40 + 7 * (day % 6),
-                                          start=start, malformed=False))
+        options = GenOptions(seed=18 + day, sessions=1 + day % 4,
+                             requests_per_session=40 + 7 * (day % 6), start=start,
+                             malformed=False)
+        truth = generate(part, options)
+        overshoot = _latest(part) - now
+        if overshoot > timedelta(0):
+            shutil.rmtree(part)
+            start -= overshoot + timedelta(seconds=1)
+            truth = generate(part, dataclasses.replace(options, start=start))
         shutil.copytree(part / "projects", root / "projects", dirs_exist_ok=True)
         shutil.rmtree(part)
         sums["requests"] += truth["totals"]["requests"]
         sums["cost_micro_usd"] += round(truth["totals"]["cost_usd"] * 1e6)
     return sums
+
+
+def _latest(tree: Path) -> datetime:
+    """The latest line timestamp in a generated tree (its lines are all well-formed)."""
+    lines = (msgspec.json.decode(line) for path in tree.rglob("*.jsonl")
+             for line in path.read_bytes().splitlines())
+    stamps = [d["timestamp"] for d in lines
+              if isinstance(d, dict) and isinstance(d.get("timestamp"), str)]
+    return datetime.fromisoformat(max(stamps))
 
 
 def main(argv: list[str] | None = None) -> int:
