@@ -23,6 +23,7 @@ import pytest
 
 from exporter.ingest.discover import find_transcripts
 from exporter.ingest.parse import parse_lines
+from exporter.ledger_lock import WriterLock
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
@@ -61,6 +62,12 @@ def _transcripts(root: Path) -> list[Path]:
 
 
 # ------------------------------------------------------------------------- kill -9
+def _holds(state: Path, pid: int) -> bool:
+    """Whether process ``pid`` holds the writer lock of the ledger in ``state``."""
+    holder = WriterLock.holder(state / "ledger.sqlite3")
+    return holder is not None and holder.pid == pid
+
+
 def test_kill9_at_random_points_while_appending_then_exact(
     tmp_path: Path, record_property: Any
 ) -> None:
@@ -91,8 +98,14 @@ def test_kill9_at_random_points_while_appending_then_exact(
         if not during:
             append(r)
         serve = Serve(live, state, "--batch-mb", "0.05", "--workers", "1", *FAST, wait=False)
+        # The random moment counts from the ledger's opening, not the process start: on a
+        # loaded machine the imports alone outlasted every wait, and no kill reached the ledger.
+        def started(run: Serve = serve) -> bool:
+            return run.proc.poll() is not None or _holds(state, run.proc.pid)
+
+        poll(started, 60, "the daemon holding the ledger", interval=0.005)
         try:
-            serve.proc.wait(timeout=rng.uniform(0.05, 0.9))
+            serve.proc.wait(timeout=rng.uniform(0.0, 0.6))
         except subprocess.TimeoutExpired:
             if during:
                 append(r)
