@@ -9,6 +9,8 @@ exposition, read right after the step that should have changed it.
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +115,20 @@ def test_a_healthy_start_logs_no_warning(driven: Driven) -> None:
     driven.step()
     assert driven.log.named("serving") and driven.log.named("serving")[0]["requests"] == 1
     assert driven.log.at("warning", "error") == []
+
+
+def test_a_signal_is_noted_by_the_handler_and_logged_by_run(tmp_path: Path) -> None:
+    """SIGTERM only sets the stop event (no log line from inside the handler); run logs, stops."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    driven = Driven(tmp_path)
+    try:
+        driven.daemon.install_signals()
+        os.kill(os.getpid(), signal.SIGTERM)  # handled before the next line runs
+        assert driven.daemon.stop_event.is_set()
+        assert driven.log.named("signal") == []
+        driven.daemon.run()  # the follow loop sees the event at once, then closes
+        assert driven.log.named("signal") == [{"signal": "SIGTERM"}]
+        assert driven.log.at("info")[-1] == "stopped"
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -93,6 +93,7 @@ class Daemon:
         )
         self.http: HttpServer | None = None
         self.plan: PlanLink | None = None  # built in start(), beside the projection
+        self._signal: str | None = None  # the signal that ended the follow loop, if one did
 
     def start(self) -> None:
         """Catch up, load the metrics, and open the endpoint."""
@@ -142,6 +143,8 @@ class Daemon:
         try:
             self.follower.run(self.stop_event)
         finally:
+            if self._signal is not None:
+                self.log.info("signal", signal=self._signal)
             self.close()
 
     def close(self) -> None:
@@ -168,9 +171,15 @@ class Daemon:
                     "pending": self._pending}
 
     def install_signals(self) -> None:
-        """SIGTERM and SIGINT end the follow loop (main thread only)."""
+        """SIGTERM and SIGINT end the follow loop (main thread only).
+
+        The handler only notes the signal and sets the event; :meth:`run` logs it.
+        A handler that logged itself interrupted whatever the main thread was doing,
+        and if that was writing a log line, or building the logger on its first line
+        (the lazy structlog import), it found it half done: exit 1 instead of 0.
+        """
         def handler(signum: int, _frame: object) -> None:
-            self.log.info("signal", signal=signal.Signals(signum).name)
+            self._signal = signal.Signals(signum).name
             self.stop_event.set()
 
         signal.signal(signal.SIGTERM, handler)
