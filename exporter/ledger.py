@@ -401,10 +401,10 @@ class Ledger:
 
         The first derives gaps and owners; the flag stays set, so a kill after
         it derives again (which leaves those rows as they are). The second
-        counts the rollups and sums the slots and clears the flag; the reads
-        there that need only the committed rows (the rollup classes, the
-        slots' day bins) run on a second connection while this one writes
-        the other slot tables.
+        counts the rollups, sums the slots, builds the reader indexes and
+        clears the flag; the reads there that need only the committed rows
+        (the rollup classes, the slots' day bins) run on a second connection
+        while this one writes the other slot tables and the indexes.
         """
         db = self._db
         rules = self.rules
@@ -419,6 +419,10 @@ class Ledger:
                 due = self._clock() + self.settle_seconds
                 db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
                 slots.rebuild(db, lambda: beside.result(bins, db))
+                # The reader indexes, if the pass dropped them (see bulk): built here, while
+                # the rollup classes are still being read beside.
+                for statement in READER_INDEXES:
+                    db.execute(statement)
                 if rules is not None:
                     self._rebuild_rollups(rules, beside.result(counts, db))
                     self._settle_due(rules, _Batch(), force=False)
