@@ -134,9 +134,10 @@ def derive(db: sqlite3.Connection, beside: Beside | None = None) -> None:
     (ties: the smaller id). Both as the incremental path defines them.
 
     Must be the first write of the caller's transaction (the owners are read
-    on a second connection, ``beside``'s if given, which sees what was committed). Derived twice,
-    the rows stay as they are: each value is a function of the rows' own
-    fields, the appearances, files and sessions, which this leaves alone.
+    on a second connection, ``beside``'s if given, which sees what was
+    committed). Derived twice, the rows stay as they are: each value is a
+    function of the rows' own fields, the appearances, files and sessions,
+    which this leaves alone.
     """
     # The owners depend on appearances, files and sessions only, which the gap
     # statements leave alone: read beside them.
