@@ -16,6 +16,7 @@ One process writes a ledger at a time (:class:`WriterLock`); others may read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -203,8 +204,7 @@ class Ledger:
                 self._create_or_migrate()
         else:
             if self._meta(ledger_bulk.RAW_PASS):
-                with self._transaction():  # a raw pass was cut short: derive what it committed
-                    self._derive()
+                self._derive()  # a raw pass was cut short: derive what it committed
             if any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
                                     "name = ?", (index_name(st),)).fetchone() is None
                    for st in READER_INDEXES):
@@ -380,8 +380,7 @@ class Ledger:
             self._raw = False
             try:
                 if raw:
-                    with self._transaction():
-                        self._derive()
+                    self._derive()
                 if drop:
                     with self._transaction():
                         for statement in READER_INDEXES:
@@ -398,18 +397,40 @@ class Ledger:
         return self._raw
 
     def _derive(self) -> None:
-        """Inside a transaction: everything a raw pass left to the end, from its rows."""
+        """Everything a raw pass left to the end, from its rows, in two transactions.
+
+        The first derives gaps and owners; the flag stays set, so a kill after
+        it derives again (which leaves those rows as they are). The second
+        counts the rollups, sums the slots, builds the reader indexes and
+        clears the flag; the reads there that need only the committed rows
+        (the rollup classes, the slots' day bins) run on a second connection
+        while this one writes the other slot tables and the indexes.
+        """
         db = self._db
-        ledger_bulk.derive(db)
-        due = self._clock() + self.settle_seconds
-        db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
-        if self.rules is not None:
-            self._rebuild_rollups(self.rules)
-            self._settle_due(self.rules, _Batch(), force=False)
-        else:
-            self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
-        slots.rebuild(db)
-        db.execute("DELETE FROM meta WHERE name = ?", (ledger_bulk.RAW_PASS,))
+        rules = self.rules
+        beside = ledger_bulk.Beside(db)
+        try:
+            with self._transaction():
+                ledger_bulk.derive(db, beside)
+            with self._transaction():
+                bins = beside.ask(slots.day_bins, fresh=True)
+                counts = (beside.ask(functools.partial(ledger_bulk.count_classes, rules=rules))
+                          if rules is not None else -1)
+                due = self._clock() + self.settle_seconds
+                db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
+                slots.rebuild(db, lambda: beside.result(bins, db))
+                # The reader indexes, if the pass dropped them (see bulk): built here, while
+                # the rollup classes are still being read beside.
+                for statement in READER_INDEXES:
+                    db.execute(statement)
+                if rules is not None:
+                    self._rebuild_rollups(rules, beside.result(counts, db))
+                    self._settle_due(rules, _Batch(), force=False)
+                else:
+                    self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
+                db.execute("DELETE FROM meta WHERE name = ?", (ledger_bulk.RAW_PASS,))
+        finally:
+            beside.close()
 
     # --------------------------------------------------------- checkpoints
     def checkpoints(self) -> dict[str, Checkpoint]:
@@ -884,8 +905,12 @@ class Ledger:
         self._write_hists(hists)
         batch.hists.extend(hists)
 
-    def _rebuild_rollups(self, rules: Rules) -> None:
-        """Inside a transaction: count every row again under ``rules`` (new rules, or stale)."""
+    def _rebuild_rollups(self, rules: Rules, counts: list[CountRow] | None = None) -> None:
+        """Inside a transaction: count every row again under ``rules`` (new rules, or stale).
+
+        ``counts``: the counter rollups already counted from the same rows
+        (:func:`exporter.ledger_bulk.count_classes`).
+        """
         db = self._db
         db.execute("DELETE FROM rollup_counts")
         db.execute("DELETE FROM rollup_hist")
@@ -900,7 +925,7 @@ class Ledger:
             last = rows[-1][0]
             for row in rows:
                 _observe(rules, row[1], _request(row[2:]), hists)
-        self._write_counts(ledger_bulk.count_classes(db, rules))
+        self._write_counts(ledger_bulk.count_classes(db, rules) if counts is None else counts)
         self._write_hists([(m, s, b, v) for (m, s, b), v in hists.items()])
         self._set_meta("rollups", rules.fingerprint)
 

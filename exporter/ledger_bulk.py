@@ -23,9 +23,10 @@ This module holds only SQL on a connection; the ledger owns transactions.
 
 from __future__ import annotations
 
+import queue
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -124,7 +125,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     return added, changes - added
 
 
-def derive(db: sqlite3.Connection) -> None:
+def derive(db: sqlite3.Connection, beside: Beside | None = None) -> None:
     """Predecessors, gaps and owners of every row, from the rows and appearances.
 
     The gap of a main request is the time since the latest earlier main
@@ -133,10 +134,16 @@ def derive(db: sqlite3.Connection) -> None:
     (ties: the smaller id). Both as the incremental path defines them.
 
     Must be the first write of the caller's transaction (the owners are read
-    on a second connection, which sees what was committed).
+    on a second connection, ``beside``'s if given, which sees what was
+    committed). Derived twice, the rows stay as they are: each value is a
+    function of the rows' own fields, the appearances, files and sessions,
+    which this leaves alone.
     """
-    owners = _Owners(db)
-    owners.start()
+    # The owners depend on appearances, files and sessions only, which the gap
+    # statements leave alone: read beside them.
+    own = beside is None
+    beside = Beside(db) if beside is None else beside
+    owners = beside.ask(_owners, fresh=True)
     db.execute(
         "UPDATE appearances SET prev = p.prev FROM (SELECT a.request AS rid, a.file AS fid, "
         "lag(r.ts) OVER (PARTITION BY a.file ORDER BY r.ts, r.key) AS prev FROM appearances a "
@@ -150,11 +157,11 @@ def derive(db: sqlite3.Connection) -> None:
         "max(prev) AS prev FROM appearances GROUP BY request) AS m WHERE requests.id = m.request "
         "AND requests.source = 0 AND m.prev IS NOT NULL "
         "AND requests.gap IS NOT gap_seconds(requests.ts, m.prev)")
-    owners.join()
-    if owners.changed is None:  # no second connection (a memory ledger, an error): here
-        owners.changed = db.execute(_OWNERS).fetchall()
+    changed: list[tuple[int, str]] = beside.result(owners, db)
+    if own:
+        beside.close()
     db.executemany("UPDATE requests SET session = ? WHERE id = ?",
-                   [(session, rid) for rid, session in owners.changed or ()])
+                   [(session, rid) for rid, session in changed])
 
 
 # The owner of each row whose stored session is not it (see :func:`derive`).
@@ -166,38 +173,92 @@ _OWNERS: Final = (
     "JOIN requests r ON r.id = o.request WHERE o.n = 1 AND r.session != o.session")
 
 
-class _Owners(threading.Thread):
-    """The owners' query on a second connection, while the first writes gaps.
+def _owners(db: sqlite3.Connection) -> list[tuple[int, str]]:
+    """(row id, owner) of every row whose stored session is not its owner."""
+    return db.execute(_OWNERS).fetchall()
 
-    The owners depend on appearances, files and sessions only, which the gap
-    statements leave alone; the caller's transaction has written nothing before
-    :func:`derive` (the pass's rows were committed batch by batch), so the
-    second connection's snapshot holds exactly what the first one reads. SQLite
-    runs the two on two cores (Python's driver releases the GIL while a
-    statement steps); the writes stay on the caller's connection, in its
-    transaction, so a kill still leaves nothing half-done.
+
+_MISSING: Final = object()
+_STOP: Final = object()
+
+
+class Beside(threading.Thread):
+    """Reads on a second connection of the ledger's file, while the caller's connection writes.
+
+    SQLite runs the two on two cores (Python's driver releases the GIL while a
+    statement steps). A read sees what was committed when it was asked for
+    with ``fresh`` (a new snapshot), or the snapshot of the read before. The
+    caller asks only for reads of tables its own transaction has not changed
+    (nor will before it takes the result), so they give what they would on its
+    connection. The writes stay on the caller's connection, in its
+    transaction, so a kill still leaves nothing half-done. A read the thread
+    could not do (an in-memory ledger, an error) is done on the caller's
+    connection when its result is taken. One thread and one connection serve
+    every read, so their memory is reused rather than held twice.
     """
 
     def __init__(self, db: sqlite3.Connection) -> None:
-        super().__init__(name="ledger-owners", daemon=True)
-        self.changed: list[tuple[int, str]] | None = None
+        """Start the thread (its connection opens with the first read)."""
+        super().__init__(name="ledger-beside", daemon=True)
         self._path = next((row[2] for row in db.execute("PRAGMA database_list")
                            if row[1] == "main"), "")
+        self._asked: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._reads: list[Callable[[sqlite3.Connection], Any]] = []
+        self._values: list[Any] = []
+        self._done: list[threading.Event] = []
+        self._failed = threading.Event()
+        self.start()
+
+    def ask(self, read: Callable[[sqlite3.Connection], Any], *, fresh: bool = False) -> int:
+        """Queue a read (``fresh``: in a new snapshot); its number for :meth:`result`."""
+        self._reads.append(read)
+        self._values.append(_MISSING)
+        self._done.append(threading.Event())
+        if self._failed.is_set() or not self._path:
+            self._done[-1].set()  # the caller's connection does it
+        else:
+            self._asked.put((len(self._reads) - 1, fresh))
+        return len(self._reads) - 1
+
+    def result(self, i: int, db: sqlite3.Connection) -> Any:
+        """The ``i``-th read's result: from the thread, or done now on ``db``."""
+        self._done[i].wait()
+        value = self._values[i]
+        return self._reads[i](db) if value is _MISSING else value
+
+    def close(self) -> None:
+        """End the thread once the reads asked for are done (their results stay)."""
+        self._asked.put(_STOP)
+        self.join()
 
     def run(self) -> None:
-        """In the thread: the changed owners, read on a connection of its own."""
-        if not self._path:
-            return  # an in-memory ledger: the caller's connection does it
+        """In the thread: each read in turn, its result published as soon as it is known."""
+        reader: sqlite3.Connection | None = None
         try:
-            reader = sqlite3.connect(self._path, timeout=5.0, check_same_thread=False)
-            try:
-                reader.execute("PRAGMA query_only = ON")
-                reader.execute("PRAGMA cache_size=-65536")
-                self.changed = reader.execute(_OWNERS).fetchall()
-            finally:
+            while (item := self._asked.get()) is not _STOP:
+                i, fresh = item
+                if reader is None:
+                    reader = sqlite3.connect(self._path, timeout=5.0, isolation_level=None,
+                                             check_same_thread=False)
+                    reader.execute("PRAGMA query_only = ON")
+                    # The reads scan their tables once: a small cache keeps the peak memory
+                    # down (the file's pages are in the OS's cache anyway). It also bounds
+                    # each sort's memory (SQLite spills a larger one to a temporary file):
+                    # with 8 MiB the cold report of the month peaked ~13 MiB higher.
+                    reader.execute("PRAGMA cache_size=-4096")
+                if fresh and reader.in_transaction:
+                    reader.execute("COMMIT")
+                if not reader.in_transaction:
+                    reader.execute("BEGIN")  # one snapshot until a fresh read
+                self._values[i] = self._reads[i](reader)
+                self._done[i].set()
+        except Exception:  # the caller's connection does what is left (and meets any error)
+            self._failed.set()
+        finally:
+            if reader is not None:
                 reader.close()
-        except sqlite3.Error:
-            self.changed = None  # the caller's connection does it
+            for done in self._done:
+                done.set()
 
 
 _DIMS: Final = "roots, model, project, source, inference_geo, service_tier, speed, gap IS NULL"

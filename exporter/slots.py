@@ -357,14 +357,53 @@ def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
         "FROM slot_blocks WHERE block BETWEEN ? AND ? GROUP BY 1, 2, 3", (lo, hi))
 
 
-def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
+DayBins = tuple[int, int, list[tuple[int, ...]]]
+"""The ``slot_hist`` day rows (span 0) of the UTC days ``lo`` to ``hi``: ``(lo, hi, rows)``."""
+
+
+def _day_bins_sql(lo: int, hi: int, *, every: bool = False,
+                  ) -> tuple[str, str, tuple[float, float, int, int]]:
+    """The day bins of days ``lo`` to ``hi`` from their requests: (WITH clause, SELECT, params).
+
+    ``every``: the days hold every row (a scan in table order beats the ``ts`` index).
+    """
+    gap = f"CASE WHEN r.source = 0 AND r.gap IS NOT NULL THEN {GAP_MS} END"
+    return (
+        f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
+        f"{CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
+        f"{'NOT INDEXED ' if every else ''}"
+        "WHERE r.ts >= ? AND r.ts < ? AND CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ?) ",
+        f"SELECT {CONTEXT_HIST}, 0, d, ro, {bin_sql('c')}, count(*) FROM v "
+        f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, 0, d, ro, {bin_sql('o')}, count(*) "
+        f"FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, 0, d, ro, {bin_sql('g')}, "
+        "count(*) FROM v WHERE g IS NOT NULL GROUP BY 3, 4, 5",
+        (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi))
+
+
+def day_bins(db: sqlite3.Connection) -> DayBins | None:
+    """Every day's bins, as :func:`rebuild` would count them (None: no request).
+
+    Reads only ``requests``: another connection may count them while the one
+    that rebuilds writes the other slot tables (see :func:`rebuild`).
+    """
+    lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
+    if lo is None:
+        return None
+    lo_day, hi_day = slot_of(lo) // SLOTS_PER_DAY, slot_of(hi) // SLOTS_PER_DAY
+    with_v, select, params = _day_bins_sql(lo_day, hi_day, every=True)
+    return lo_day, hi_day, db.execute(with_v + select, params).fetchall()
+
+
+def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int,
+                  bins: Callable[[], DayBins | None] | None = None) -> None:
     """Count the UTC days ``lo`` to ``hi`` again into bins, from their requests; then their blocks.
 
     A day is counted whole, in one pass over its requests (the ``ts`` index; a
     few thousand rows on a heavy day). Its block's bins change by the day's old
     and new counts (exact integers, in this transaction): a block is the sum of
     its days' bins by construction (:func:`rebuild`), so refreshing twice gives
-    the same rows, and the work is the touched days', not 16 days'.
+    the same rows, and the work is the touched days', not 16 days'. ``bins``
+    gives the days' rows counted elsewhere (:func:`day_bins` on the same rows).
     """
     if version(db) < VERSION:
         return  # an old layout: the next writer's ensure() rebuilds everything
@@ -378,16 +417,12 @@ def _refresh_hist(db: sqlite3.Connection, lo: int, hi: int) -> None:
                "AND b.roots = d.roots AND b.bin = d.bin", days)
     db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 0 "
                "AND unit BETWEEN ? AND ?", days)
-    gap = f"CASE WHEN r.source = 0 AND r.gap IS NOT NULL THEN {GAP_MS} END"
-    db.execute(
-        f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
-        f"{CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
-        "WHERE r.ts >= ? AND r.ts < ? AND CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ?) "
-        f"INSERT INTO slot_hist SELECT {CONTEXT_HIST}, 0, d, ro, {bin_sql('c')}, count(*) FROM v "
-        f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, 0, d, ro, {bin_sql('o')}, count(*) "
-        f"FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, 0, d, ro, {bin_sql('g')}, "
-        "count(*) FROM v WHERE g IS NOT NULL GROUP BY 3, 4, 5",
-        (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi))
+    counted = bins() if bins is not None else None
+    if counted is not None and counted[:2] == days:
+        db.executemany("INSERT INTO slot_hist VALUES (?, ?, ?, ?, ?, ?)", counted[2])
+    else:
+        with_v, select, params = _day_bins_sql(lo, hi)
+        db.execute(f"{with_v}INSERT INTO slot_hist {select}", params)
     db.execute(f"INSERT INTO slot_hist SELECT measure, 1, blk, roots, bin, n FROM ({of_days}) "
                "WHERE 1 ON CONFLICT (measure, span, unit, roots, bin) DO UPDATE "
                "SET n = n + excluded.n", days)
@@ -529,13 +564,15 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
         ") GROUP BY d", (*span, *span))
 
 
-def rebuild(db: sqlite3.Connection) -> None:
+def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = None) -> None:
     """Recompute every slot (migration, layout change, first pass; caller's transaction).
 
     Every row is read, so the table is scanned in its own order (NOT INDEXED):
     walking the ``ts`` index would visit the rows in time order, one random
     page read each. The tables then hold this :data:`VERSION`'s layout (stored
-    in ``slot_meta``).
+    in ``slot_meta``). ``bins``, when given, is called for the day bins
+    (:func:`day_bins`, read on another connection from the same rows) when
+    they are due, instead of counting them here.
     """
     create(db)
     db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('version', ?)", (str(VERSION),))
@@ -566,7 +603,7 @@ def rebuild(db: sqlite3.Connection) -> None:
     lo_day, hi_day = slot_of(lo) // SLOTS_PER_DAY, slot_of(hi) // SLOTS_PER_DAY
     _refresh_days(db, lo_day, hi_day)
     _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
-    _refresh_hist(db, lo_day, hi_day)
+    _refresh_hist(db, lo_day, hi_day, bins)
 
 
 def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:

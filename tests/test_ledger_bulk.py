@@ -181,6 +181,37 @@ def test_raw_pass_cut_short_is_derived_on_the_next_open(resumed_tree: Path,
     _same(_dump(fresh), _dump(reopened))
 
 
+def test_raw_pass_killed_between_its_end_transactions_is_derived_alike(
+        resumed_tree: Path, tmp_path: Path) -> None:
+    """Killed once its gaps and owners are committed, before its rollups: the next open ends it."""
+    state = tmp_path / "cut"
+    code = f"""
+import os, signal
+from pathlib import Path
+from exporter.ingest.scan import Scanner
+from tests.test_ledger_bulk import _ledger
+ledger = _ledger(Path({str(state / 'l.db')!r}))
+# The second transaction of the end begins by filling 'unsettled': die there.
+ledger._db.create_function("die", 0, lambda: os.kill(os.getpid(), signal.SIGKILL))
+ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON unsettled BEGIN SELECT die(); END")
+Scanner(ledger, [Path({str(resumed_tree / 'projects')!r})], workers=1).scan()
+raise SystemExit("the pass was not killed")
+"""
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          timeout=120, check=False)
+    assert proc.returncode == -9, proc.stderr.decode()
+    with sqlite3.connect(state / "l.db") as db:  # gaps committed, the flag still set
+        flag = db.execute("SELECT count(*) FROM meta WHERE name = ?", (RAW_PASS,)).fetchone()
+        assert flag == (1,)
+        assert db.execute("SELECT count(gap) FROM requests").fetchone()[0] > 0
+        assert db.execute("SELECT count(*) FROM rollup_counts").fetchone() == (0,)
+    reopened = _ledger(state / "l.db")
+    fresh = _ingest(resumed_tree, tmp_path / "fresh", watched=False)
+    _same(_dump(fresh), _dump(reopened))
+    assert reopened.read("SELECT count(*) FROM meta WHERE name = ?", (RAW_PASS,)) == [(0,)]
+
+
 def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> None:
     """Appends over many passes give the gaps, predecessors and owners of one raw pass.
 
