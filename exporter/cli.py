@@ -549,4 +549,6 @@ def _failed(command: str, exc: Exception, log: Any) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from exporter.entry import finish
+
+    finish(main())  # the exit code, without the interpreter's teardown (exporter.entry)
