@@ -35,8 +35,9 @@ STATE = "{state}"  # replaced by a fresh state directory per run with --cold
 
 def _env(tree: Path, cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    # Each tree its own price-table cache too: it is keyed by the pricing module's
-    # file, so two trees sharing one would rebuild it (0.2 s) on every other run.
+    # Each tree its own price-table cache too: before 0.1 one file held one key (the
+    # pricing module's mtime), so two trees sharing it rebuilt it (0.2 s) on every other
+    # run; and --no-price-cache must not empty the other tree's.
     return {**env, "PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": str(cache / "pyc"),
             "XDG_CACHE_HOME": str(cache / "xdg")}
 
