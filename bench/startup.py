@@ -1,7 +1,7 @@
 """Start-up of the command: import time and wall time of one command, two source trees compared.
 
 Usage: python3 -m bench.startup --baseline DIR [--runs 7] [--cold] [--no-price-cache]
-       [--no-importtime] -- report --json --data-dir X --state-dir {state} ...
+       [--no-importtime] [--no-bytecode] -- report --json --data-dir X --state-dir {state} ...
 
 Runs the command from this tree and from ``--baseline`` (another checkout, e.g.
 ``git archive main | tar -x -C DIR``) in alternating runs, each with its own
@@ -33,7 +33,10 @@ TIMEOUT_S = 300.0  # one command; far above any start-up
 STATE = "{state}"  # replaced by a fresh state directory per run with --cold
 
 
-def _env(tree: Path, cache: Path) -> dict[str, str]:
+def _env(tree: Path, cache: Path, bytecode: bool = True) -> dict[str, str]:
+    if not bytecode:  # as this machine's shells run: every run compiles the tree's modules
+        return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tree),
+                "XDG_CACHE_HOME": str(cache / "xdg")}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     # Each tree its own price-table cache too: before 0.1 one file held one key (the
     # pricing module's mtime), so two trees sharing it rebuilt it (0.2 s) on every other
@@ -49,14 +52,14 @@ def _cpu() -> float:
 
 
 def _run(tree: Path, cache: Path, argv: list[str],
-         importtime: bool) -> tuple[float, float, float]:
+         importtime: bool, bytecode: bool = True) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, exporter.cli's cumulative import seconds or 0)."""
     cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "exporter",
            *argv]
     started, cpu = time.perf_counter(), _cpu()
     # cwd=tree: ``-m`` puts the working directory first on sys.path, before PYTHONPATH.
-    proc = subprocess.run(cmd, env=_env(tree, cache), cwd=tree, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, check=False)
+    proc = subprocess.run(cmd, env=_env(tree, cache, bytecode), cwd=tree, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
     wall, cpu = time.perf_counter() - started, _cpu() - cpu
     if proc.returncode != 0:
         raise SystemExit(f"{tree}: exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -87,6 +90,9 @@ def main() -> int:
                     help="an empty price-table cache per run (a first run after installing)")
     ap.add_argument("--no-importtime", action="store_true",
                     help="skip the extra -X importtime run after each timed run")
+    ap.add_argument("--no-bytecode", action="store_true",
+                    help="PYTHONDONTWRITEBYTECODE=1 and no bytecode cache for the trees (what "
+                         "this machine's shells do; an installed package has its bytecode)")
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = [a for a in args.argv if a != "--"]
@@ -103,12 +109,13 @@ def main() -> int:
         for _ in range(args.runs):
             for name, tree in trees.items():
                 run = _fresh(argv, caches[name], args.cold, args.no_price_cache)
-                wall, cpu, _ = _run(tree, caches[name], run, False)
+                wall, cpu, _ = _run(tree, caches[name], run, False, not args.no_bytecode)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
                 if not args.no_importtime:
                     run = _fresh(argv, caches[name], args.cold, args.no_price_cache)
-                    imports[name].append(_run(tree, caches[name], run, True)[2])
+                    imports[name].append(
+                        _run(tree, caches[name], run, True, not args.no_bytecode)[2])
     for name in trees:
         line = (f"{name}: wall {statistics.median(walls[name]):.3f} s, CPU "
                 f"{statistics.median(cpus[name]):.3f} s")
