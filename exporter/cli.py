@@ -565,6 +565,6 @@ def _failed(command: str, exc: Exception, log: Any) -> int:
 
 
 if __name__ == "__main__":
-    from exporter.entry import finish
+    from exporter.entry import run
 
-    finish(main())  # the exit code, without the interpreter's teardown (exporter.entry)
+    run(main)  # as the process's whole job (exporter.entry.run)
