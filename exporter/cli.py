@@ -21,7 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from exporter import __version__, report_cli
+import exporter
+from exporter import report_cli
 from exporter.cliparse import Parser
 from exporter.config import ConfigError, Settings, load_settings
 from exporter.ingest.discover import default_roots, projects_dirs
@@ -63,6 +64,21 @@ def _default(name: str) -> str:
     return "none" if value is None else str(value)
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked (5-10 ms of metadata)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default,
+                         help=help or "show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        """Print the version, as argparse's own version action does, and exit 0."""
+        print(exporter.__version__)
+        parser.exit()
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     """Flags every subcommand shares; each maps to a Settings field."""
     parser.add_argument("--config", type=Path, metavar="FILE",
@@ -97,7 +113,7 @@ def build_parser() -> Parser:
         prog="claude-code-exporter",
         description="Claude Code transcripts as exact, deduplicated usage metrics.",
     )
-    parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     rep = parser.add_command(
@@ -549,4 +565,6 @@ def _failed(command: str, exc: Exception, log: Any) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from exporter.entry import run
+
+    run(main)  # as the process's whole job (exporter.entry.run)

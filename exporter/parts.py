@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporter import __version__
+import exporter
 from exporter.config import ConfigError, Settings, split_listen
 from exporter.ingest.options import ScanOptions
 
@@ -48,7 +48,7 @@ def metrics_options(settings: Settings) -> MetricsOptions:
         namespace=settings.namespace, project_label=settings.project_label,
         kv_bytes_per_token=dict(settings.kv_bytes_per_token),
         upload_bytes_per_token=settings.upload_bytes_per_token, budgets=budgets,
-        settle_seconds=settings.settle_seconds, version=__version__,
+        settle_seconds=settings.settle_seconds, version=exporter.__version__,
         compat=tuple(settings.compat),
     )
 

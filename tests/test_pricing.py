@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -516,8 +517,8 @@ def pricing_data() -> genai.PriceData:
 def test_cache_round_trips_and_rebuilds(tmp_path: Path, data: genai.PriceData) -> None:
     """The cached table equals a fresh build; a corrupt or stale cache is rebuilt."""
     first = genai.bundled(tmp_path)
-    cache = tmp_path / genai.CACHE_FILE
-    assert cache.is_file()
+    cache = genai.cache_file(tmp_path)
+    assert cache is not None and cache.is_file()
     again = genai.bundled(tmp_path)
     assert (dict(again.families), dict(again.keys), dict(again.meta)) == (
         dict(data.families), dict(data.keys), dict(data.meta))
@@ -529,6 +530,27 @@ def test_cache_round_trips_and_rebuilds(tmp_path: Path, data: genai.PriceData) -
     raw["families"] = {}
     cache.write_text(json.dumps(raw))
     assert genai.bundled(tmp_path).families == data.families  # stale: rebuilt
+
+
+def test_cache_keeps_one_file_per_key_and_only_the_newest(tmp_path: Path,
+                                                          data: genai.PriceData) -> None:
+    """Another install's table (another key) survives ours; old keys beyond the bound go."""
+    other = genai.cache_file(tmp_path, "another install")
+    assert other is not None and other != genai.cache_file(tmp_path)
+    other.write_text("{}")
+    genai.bundled(tmp_path)
+    ours = genai.cache_file(tmp_path)
+    assert ours is not None and ours.is_file() and other.is_file()
+    for n in range(genai.CACHE_KEEP + 3):
+        stale = genai.cache_file(tmp_path, f"release {n}")
+        assert stale is not None
+        stale.write_text("{}")
+        os.utime(stale, ns=(n, n))  # older than ours
+    ours.unlink()
+    genai.bundled(tmp_path)  # rebuilds ours, then prunes
+    kept = sorted(tmp_path.glob(genai.CACHE_PREFIX + "*.json"))
+    assert len(kept) == genai.CACHE_KEEP and ours in kept
+    assert genai.bundled(tmp_path).families == data.families
 
 
 def test_cached_start_does_not_import_the_database(tmp_path: Path) -> None:

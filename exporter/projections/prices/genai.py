@@ -9,13 +9,17 @@ period (``Family``), and price requests with those.
 
 Importing its data costs ~0.2 s (a 1.6 MB module, and httpx for its updater),
 which would be most of a warm ``report``; so the table is cached as a small JSON
-file, keyed by the installed data file (path, size, mtime) and our schema
-version, and genai-prices is imported only to rebuild it.
+file, keyed by the installed data file (path, size, mtime) and by the content
+of the code that builds and reads the table, and genai-prices is imported only
+to rebuild it. Each key has its own file (a few kB; the newest few are kept):
+two installs or source trees sharing a cache directory do not rebuild each
+other's table on every other run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -35,8 +39,11 @@ if TYPE_CHECKING:  # imported lazily at run time: see the module docstring
 
 PACKAGE: Final = "genai-prices"
 PROVIDER: Final = "anthropic"  # list prices: Bedrock/Vertex ids are matched to these
-CACHE_FILE: Final = "genai-prices-table.json"
-_SCHEMA: Final = 1  # bump when the cached table's shape or meaning changes
+CACHE_PREFIX: Final = "genai-prices-table-"  # + the first hex digits of the key, + ".json"
+CACHE_KEEP: Final = 8  # cache files kept (newest first); older keys are removed on a write
+_SCHEMA: Final = 2  # bump when the cached table's shape or meaning changes
+# The modules whose code decides what the table holds and how it is read back.
+_BUILDERS: Final = ("genai.py", "rates.py", "ids.py")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _FAST: Final = {"speed": "fast"}
 
@@ -76,7 +83,7 @@ def bundled(cache_dir: Path | None) -> PriceData:
     if stamp is None:
         return PriceData({}, {}, {"package": PACKAGE, "version": "", "data_date": "",
                                   "origin": "not installed"})
-    path = None if cache_dir is None else cache_dir / CACHE_FILE
+    path = None if cache_dir is None else cache_file(cache_dir, stamp)
     if path is not None:
         cached = _read_cache(path, stamp)
         if cached is not None:
@@ -330,8 +337,23 @@ def _decimal(value: object) -> Decimal:
 # --- the on-disk cache ------------------------------------------------------------
 
 
+def cache_file(cache_dir: Path, stamp: str | None = None) -> Path | None:
+    """Where the table of the installed data (or of ``stamp``) is cached; None: not at all."""
+    stamp = _stamp() if stamp is None else stamp
+    if not stamp:
+        return None
+    return cache_dir / f"{CACHE_PREFIX}{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
+
+
 def _stamp() -> str | None:
-    """Identity of the installed data (its data file's path, size, mtime) and of this code."""
+    """Identity of the installed data and of this code; None when genai-prices is not installed.
+
+    The data: its data file's path, size and mtime (a reinstall changes them).
+    Our code: a hash of the modules that build and decode the table, so a new
+    exporter rebuilds it and a checkout that only touches mtimes does not. ""
+    when our own files cannot be read (a zip install): the table is then built
+    without a cache.
+    """
     try:
         spec = util.find_spec("genai_prices")
     except (ImportError, ValueError):
@@ -340,12 +362,16 @@ def _stamp() -> str | None:
         return None
     data_file = Path(next(iter(spec.submodule_search_locations))) / "data.py"
     try:
-        st, ours = data_file.stat(), Path(__file__).stat()
+        st = data_file.stat()
     except OSError:
         return None
-    # Our own builder is part of the identity too: a new exporter rebuilds the table.
-    return (f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}:"
-            f"{ours.st_size}:{ours.st_mtime_ns}")
+    code = hashlib.sha256()
+    try:
+        for name in _BUILDERS:
+            code.update(Path(__file__).with_name(name).read_bytes())
+    except OSError:
+        return ""
+    return f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}:{code.hexdigest()}"
 
 
 def _read_cache(path: Path, stamp: str) -> PriceData | None:
@@ -372,6 +398,19 @@ def _write_cache(path: Path, stamp: str, data: PriceData) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        _prune(path.parent)
+
+
+def _prune(cache_dir: Path) -> None:
+    """Keep the newest :data:`CACHE_KEEP` tables (other keys: other installs, older releases).
+
+    An older release's single ``genai-prices-table.json`` is left to it.
+    """
+    with contextlib.suppress(OSError):
+        tables = sorted(cache_dir.glob(f"{CACHE_PREFIX}*.json"),
+                        key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in tables[CACHE_KEEP:]:
+            old.unlink(missing_ok=True)
 
 
 def _encode(data: PriceData) -> dict[str, Any]:
