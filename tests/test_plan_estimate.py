@@ -133,13 +133,15 @@ def test_ledger_cost_is_the_reports_cost_web_searches_included(tmp_path: Path,
 
 
 def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pricing) -> None:
-    """The exporter publishes today's cost; the status line reads the same figure back."""
+    """Today's cost is published (neither yesterday's nor tomorrow's); the status line reads it."""
     now = T0 + 10 * 3600
     midnight = spool.local_midnight(now)
     reqs = [Request("old", midnight - 60, "claude-opus-4-6", "s", "/p", Source.MAIN,
                     1_000_000, 0, 0, 0, 0),
             Request("new", midnight + 60, "claude-opus-4-6", "s", "/p", Source.MAIN,
-                    1_000_000, 0, 0, 0, 0)]
+                    1_000_000, 0, 0, 0, 0),
+            Request("ahead", spool.local_midnight(midnight + 36 * 3600) + 60, "claude-opus-4-6",
+                    "s", "/p", Source.MAIN, 1_000_000, 0, 0, 0, 0)]  # tomorrow: not today's
     led = Ledger(tmp_path / "ledger.sqlite3")
     store_requests(led, reqs)
     assert publish_today(led._db, Prices.of(pricing), tmp_path, now) == pytest.approx(5.0)

@@ -47,8 +47,13 @@ def ledger_cost(conn: sqlite3.Connection, prices: Prices, since: float,
 def publish_today(
     conn: sqlite3.Connection, prices: Prices, state_dir: str | os.PathLike[str], now: float
 ) -> float:
-    """Write today's list-price cost (since local midnight) for the status line; return it."""
+    """Write today's list-price cost (local midnight to midnight) for the status line; return it.
+
+    Bounded by the next midnight, not open-ended: a request stamped later (a
+    clock ahead on another machine) is not today's, and the query reads one
+    day's rows whatever the ledger holds after it.
+    """
     since = spool.local_midnight(now)
-    total = ledger_cost(conn, prices, since, None)
+    total = ledger_cost(conn, prices, since, spool.local_midnight(since + 36 * 3600))
     spool.write_today(os.fspath(state_dir), since, total, now)
     return total
