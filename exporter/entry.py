@@ -67,12 +67,14 @@ def finish(code: int) -> NoReturn:
     The interpreter's own exit frees every object of every imported module
     (pydantic's, the ledger's caches): ~60 ms of a warm ``report``'s ~0.4 s
     (docs/benchmarks.md). Here the atexit handlers still run and stdout and
-    stderr are flushed; then the process ends at once. With another thread
-    still running, or output that cannot be flushed (a closed pipe), the exit
-    is the ordinary one, with Python's own handling.
+    stderr are flushed; then the process ends at once. With a non-zero code,
+    another thread still running, or output that cannot be flushed (a closed
+    pipe), the exit is the ordinary one, with Python's own handling.
     """
     threading = sys.modules.get("threading")  # never imported: no other thread was started
-    if threading is None or threading.active_count() == 1:
+    # A failure takes the ordinary exit: it is rare, and whatever it left open (a file,
+    # a connection) is then closed by the interpreter, as before.
+    if code == 0 and (threading is None or threading.active_count() == 1):
         import atexit  # noqa: PLC0415
 
         atexit._run_exitfuncs()

@@ -184,10 +184,17 @@ class Ledger:
                 self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
                 self._init()
             _tighten(path)
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"cannot use ledger {path}: {exc}") from exc
-        except OSError as exc:
-            raise LedgerError(f"cannot open ledger {path}: {exc.strerror or exc}") from exc
+        except BaseException as exc:
+            # A refused file is left as it was found: closing the connection removes the
+            # -wal and -shm files opening it made (the process may end without teardown).
+            with contextlib.suppress(AttributeError, sqlite3.Error):
+                self._db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise LedgerError(f"cannot use ledger {path}: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise LedgerError(
+                    f"cannot open ledger {path}: {exc.strerror or exc}") from exc
+            raise
 
     # ------------------------------------------------------------- opening
     def _init(self) -> None:
