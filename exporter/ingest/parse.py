@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import msgspec
 
-from exporter.records import Parsed, Request, Source
+from exporter.records import Parsed, Request, Source, merge
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024  # default limit; the largest real line seen is ~630 KB
 FUTURE_SLACK_SECONDS: Final = 86_400.0  # a day: any time zone mix-up, any skew between hosts
@@ -57,13 +57,13 @@ class RejectReason:
 _AnyButObject = str | int | float | bool | list[Any] | None
 
 
-class _Message(msgspec.Struct):
+class _Message(msgspec.Struct, gc=False):
     id: Any = None
     model: Any = None
     usage: Any = msgspec.UNSET
 
 
-class _Embedded(msgspec.Struct):
+class _Embedded(msgspec.Struct, gc=False):
     type: Any = None
     timestamp: Any = None
     requestId: Any = None  # noqa: N815 - the transcript's own field name
@@ -71,13 +71,13 @@ class _Embedded(msgspec.Struct):
     message: _Message | _AnyButObject = None
 
 
-class _Data(msgspec.Struct):
+class _Data(msgspec.Struct, gc=False):
     type: Any = None
     agentId: Any = None  # noqa: N815
     message: _Embedded | _AnyButObject = None
 
 
-class _Line(msgspec.Struct):
+class _Line(msgspec.Struct, gc=False):
     type: Any = None
     isSidechain: Any = None  # noqa: N815
     isApiErrorMessage: Any = None  # noqa: N815
@@ -91,16 +91,16 @@ class _Line(msgspec.Struct):
     data: _Data | _AnyButObject = None
 
 
-class _FastCacheCreation(msgspec.Struct):
+class _FastCacheCreation(msgspec.Struct, gc=False):
     ephemeral_5m_input_tokens: int = 0
     ephemeral_1h_input_tokens: int = 0
 
 
-class _FastServerToolUse(msgspec.Struct):
+class _FastServerToolUse(msgspec.Struct, gc=False):
     web_search_requests: int = 0
 
 
-class _FastUsage(msgspec.Struct):
+class _FastUsage(msgspec.Struct, gc=False):
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
@@ -135,8 +135,12 @@ _FAST: Final = msgspec.json.Decoder(_FastLine)
 _TOLERANT: Final = msgspec.json.Decoder(_Line, float_hook=float)
 
 
-# Returned for a line whose request is already known and would not change.
-_UNCHANGED: Final = Request("", 0.0, "", "", "", Source.MAIN, 0, 0, 0, 0, 0)
+# Per-key fold state while a batch is parsed: a Request's fields as a list, so that a
+# later copy of the request (a streaming line) updates it in place instead of building
+# two tuples per line (the line's request, then the merge). Indexes of the fields used.
+_State = list[Any]
+_TS, _SESSION, _SOURCE, _INPUT, _OUTPUT, _READ, _W5M, _W1H = 1, 3, 5, 6, 7, 8, 9, 10
+_COST, _SEARCHES, _GAP = 14, 15, 16
 
 
 class _RejectError(Exception):
@@ -162,41 +166,209 @@ def parse_lines(
     """
     out = into if into is not None else Parsed()
     horizon = (time.time() if now is None else now) + FUTURE_SLACK_SECONDS
-    decode = _FAST.decode if fast else _TOLERANT.decode
+    parse = _parse_fast if fast else _parse_tolerant
+    state = parse(data, compaction_file, out, horizon, max_line_bytes)
+    known, make = out.requests, Request._make
+    for key, s in state.items():  # each request built once per batch, not once per line
+        known[key] = make(s)
+    return out
+
+
+def _parse_tolerant(
+    data: bytes, compaction_file: bool, out: Parsed, horizon: float, max_line_bytes: int,
+) -> dict[str, _State]:
+    """Every line through the tolerant schema and the general rules (the fast path's reference)."""
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()  # the split after the final newline
+    state: dict[str, _State] = {}
     rejected = out.counts.rejected
-    known = out.requests
     other = usage = 0
     for line in lines:
         try:
-            # The common line (fits, ASCII, decodes) inline; every other one by _classify.
-            rec = decode(line) if len(line) <= max_line_bytes and line.isascii() else None
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            rec = None
-        try:
-            if rec is None:
-                req = _classify(line, compaction_file, known, decode, horizon=horizon,
-                                max_line_bytes=max_line_bytes)
-            else:
-                req = _dispatch(rec, compaction_file, known, horizon)
+            req = _classify(line, compaction_file, _TOLERANT.decode, horizon=horizon,
+                            max_line_bytes=max_line_bytes)
         except _RejectError as exc:
             rejected[exc.reason] += 1
             continue
         if req is None:
             other += 1
-        elif req is _UNCHANGED:
-            usage += 1
         else:
-            out.add(req)
+            usage += 1
+            _fold(state, out.requests, req)
     out.counts.other += other
     out.counts.usage_lines += usage
-    return out
+    return state
+
+
+def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once per line
+    data: bytes, compaction_file: bool, out: Parsed, horizon: float, max_line_bytes: int,
+) -> dict[str, _State]:
+    """Classify lines; the common usage line is handled inline, every other by the general rules.
+
+    The inline case is an ``assistant`` line the fast schema decoded, with
+    valid token counts, an id and an aware timestamp inside the horizon:
+    exactly what ``_from_record`` accepts, giving the same values, folded into
+    ``state`` as ``records.merge`` would. Any other line that might carry a
+    request (a bad count, no id, a naive or wrong timestamp, a progress copy,
+    a line the fast schema refused) goes through ``_dispatch``/``_classify``,
+    which give every rejected line its reason.
+    """
+    state: dict[str, _State] = {}
+    known = out.requests
+    rejected = out.counts.rejected
+    decode, fromiso = _FAST.decode, datetime.fromisoformat
+    top, main, unset = MAX_TOKENS, Source.MAIN, msgspec.UNSET
+    other = usage = 0
+    # Lines are views into ``data``, not copies (a split copies every byte once more).
+    # A batch all ASCII (and within the limit) spares the per-line checks.
+    all_ascii = data.isascii()
+    all_fit = len(data) <= max_line_bytes
+    view, find, end, start = memoryview(data), data.find, len(data), 0
+    while start < end:
+        stop = find(b"\n", start)
+        if stop < 0:
+            stop = end  # a last line without its newline
+        line = view[start:stop]
+        fits = all_fit or stop - start <= max_line_bytes
+        start = stop + 1
+        try:
+            # The common line (fits, ASCII, decodes) here; every other one by _classify.
+            rec = decode(line) if fits and (all_ascii or bytes(line).isascii()) else None
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            rec = None
+        if rec is not None:
+            kind = rec.type
+            if kind != "assistant":
+                data_ = rec.data
+                if kind != "progress" or type(data_) is not _FastData \
+                        or type(data_.message) is not _FastEmbedded:
+                    other += 1  # a user, system, snapshot... line: no request
+                    continue
+            elif type(msg := rec.message) is _FastMessage:
+                if (u := msg.usage) is unset or msg.model == SYNTHETIC_MODEL \
+                        or rec.isApiErrorMessage is True:
+                    other += 1  # no usage, or an API error placeholder: bills nothing
+                    continue
+                inp, outp = u.input_tokens, u.output_tokens
+                read, created = u.cache_read_input_tokens, u.cache_creation_input_tokens
+                if (detail := u.cache_creation) is None:
+                    w5, w1h = created, 0
+                else:
+                    w5, w1h = detail.ephemeral_5m_input_tokens, detail.ephemeral_1h_input_tokens
+                mid, stamp = msg.id, rec.timestamp
+                moment = None
+                if (0 <= inp <= top and 0 <= outp <= top and 0 <= read <= top
+                        and 0 <= created <= top and 0 <= w5 <= top and 0 <= w1h <= top
+                        and type(mid) is str and mid and type(stamp) is str):
+                    try:
+                        moment = fromiso(stamp)
+                    except ValueError:
+                        moment = None
+                # A naive timestamp (UTC) and every rejection: the general rules below.
+                if moment is not None and moment.tzinfo is not None \
+                        and (ts := moment.timestamp()) <= horizon:
+                    usage += 1
+                    if detail is not None and (extra := created - w5 - w1h) > 0:
+                        w5 += extra  # the total is authoritative (as in _tokens)
+                    tools = u.server_tool_use
+                    searches = tools.web_search_requests if tools is not None else 0
+                    if not 0 <= searches <= top:
+                        searches = 0
+                    rid, cost = rec.requestId, rec.costUSD
+                    key = f"{mid}\x1f{rid}" if type(rid) is str and rid else mid
+                    source = main if rec.isSidechain is not True else _source(
+                        rec, rec, embedded=False, compaction_file=compaction_file)
+                    if type(session := rec.sessionId) is not str:
+                        session = ""
+                    if (s := state.get(key)) is None:
+                        if not known or (old := known.get(key)) is None:
+                            # A new request: the line's values, as _from_record builds them.
+                            model, cwd = msg.model, rec.cwd
+                            tier, geo, speed = u.service_tier, u.inference_geo, u.speed
+                            state[key] = [
+                                key, ts, model if type(model) is str else "", session,
+                                cwd if type(cwd) is str else "", source,
+                                inp, outp, read, w5, w1h,
+                                tier if type(tier) is str else "",
+                                geo if type(geo) is str else "",
+                                speed if type(speed) is str else "",
+                                _cost(cost) if cost is not None else 0.0, searches, None,
+                            ]
+                            continue
+                        s = state[key] = _seed(old)  # known from an earlier batch
+                    if ts <= s[_TS] and (ts < s[_TS] or session < s[_SESSION]):
+                        # An earlier copy: its labels win (rare; the general merge).
+                        _fold_record(state, known, rec, horizon, compaction_file)
+                        continue
+                    # A later copy (the streaming case): labels stay, counts take the maximum.
+                    # ``if``, not max(): no call; and like max() it keeps the first of equals.
+                    if source > s[_SOURCE]:  # noqa: PLR1730
+                        s[_SOURCE] = source
+                    if inp > s[_INPUT]:  # noqa: PLR1730
+                        s[_INPUT] = inp
+                    if outp > s[_OUTPUT]:  # noqa: PLR1730
+                        s[_OUTPUT] = outp
+                    if read > s[_READ]:  # noqa: PLR1730
+                        s[_READ] = read
+                    if w5 > s[_W5M]:  # noqa: PLR1730
+                        s[_W5M] = w5
+                    if w1h > s[_W1H]:  # noqa: PLR1730
+                        s[_W1H] = w1h
+                    if cost is not None and (c := _cost(cost)) > s[_COST]:
+                        s[_COST] = c
+                    if searches > s[_SEARCHES]:  # noqa: PLR1730
+                        s[_SEARCHES] = searches
+                    continue
+        try:
+            if rec is None:  # the fast schema refused the line, or never saw it
+                req = _classify(bytes(line), compaction_file, decode, horizon=horizon,
+                                max_line_bytes=max_line_bytes)
+            else:
+                req = _dispatch(rec, compaction_file, horizon)
+        except _RejectError as exc:
+            rejected[exc.reason] += 1
+            continue
+        if req is None:
+            other += 1
+        else:
+            usage += 1
+            _fold(state, known, req)
+    out.counts.other += other
+    out.counts.usage_lines += usage
+    return state
+
+
+def _seed(req: Request) -> _State:
+    """Fold state starting from a merged request (``gap`` unset, as a merge leaves it)."""
+    s = list(req)
+    s[_GAP] = None
+    return s
+
+
+def _fold_record(
+    state: dict[str, _State], known: dict[str, Request], rec: _Line, horizon: float,
+    compaction_file: bool,
+) -> None:
+    """Fold an inline-accepted line through the general rules (an earlier copy: rare)."""
+    req = _from_record(rec, rec, horizon, embedded=False, compaction_file=compaction_file)
+    assert req is not None  # the inline checks accepted it: so do the general rules
+    _fold(state, known, req)
+
+
+def _fold(state: dict[str, _State], known: dict[str, Request], req: Request) -> None:
+    """Merge one line's request into the fold state, exactly as ``records.merge`` does."""
+    s = state.get(req.key)
+    if s is not None:
+        state[req.key] = list(merge(Request._make(s), req))
+    elif (old := known.get(req.key)) is not None:
+        state[req.key] = list(merge(old, req))
+    else:
+        state[req.key] = list(req)
 
 
 def _classify(
-    line: bytes, compaction_file: bool, known: dict[str, Request],
+    line: bytes, compaction_file: bool,
     decode: Callable[[bytes], _Line], *, horizon: float, max_line_bytes: int,
 ) -> Request | None:
     """The request one line carries, None for a valid line without one."""
@@ -218,21 +390,19 @@ def _classify(
         raise _RejectError(RejectReason.INVALID_JSON) from None
     except RecursionError:  # nested deeper than the decoder's stack allows
         raise _RejectError(RejectReason.INVALID_JSON) from None
-    return _dispatch(rec, compaction_file, known, horizon)
+    return _dispatch(rec, compaction_file, horizon)
 
 
-def _dispatch(
-    rec: _Line, compaction_file: bool, known: dict[str, Request], horizon: float,
-) -> Request | None:
+def _dispatch(rec: _Line, compaction_file: bool, horizon: float) -> Request | None:
     """The request a decoded line carries (an assistant record, or one inside progress)."""
     kind = rec.type
     if kind == "assistant":
-        return _from_record(rec, rec, known, horizon, embedded=False,
+        return _from_record(rec, rec, horizon, embedded=False,
                             compaction_file=compaction_file)
     if kind == "progress" and isinstance(rec.data, _Data):
         inner = rec.data.message
         if isinstance(inner, _Embedded) and inner.type == "assistant":
-            return _from_record(inner, rec, known, horizon, embedded=True,
+            return _from_record(inner, rec, horizon, embedded=True,
                                 compaction_file=compaction_file)
     return None
 
@@ -254,14 +424,10 @@ def _tolerant(line: bytes) -> _Line:
 
 
 def _from_record(
-    rec: _Line | _Embedded, outer: _Line, known: dict[str, Request], horizon: float, *,
+    rec: _Line | _Embedded, outer: _Line, horizon: float, *,
     embedded: bool, compaction_file: bool,
 ) -> Request | None:
-    """Build a request from an assistant record (possibly embedded in a progress line).
-
-    Returns ``_UNCHANGED`` for a copy that cannot change the request already
-    in ``known`` (most streaming lines), sparing a merge.
-    """
+    """Build a request from an assistant record (possibly embedded in a progress line)."""
     msg = rec.message
     if not isinstance(msg, _Message):
         raise _RejectError(RejectReason.BAD_MESSAGE)
@@ -288,15 +454,6 @@ def _from_record(
     if ts > horizon:
         raise _RejectError(RejectReason.BAD_TIMESTAMP)
     source = _source(rec, outer, embedded=embedded, compaction_file=compaction_file)
-    old = known.get(key)
-    if (
-        old is not None and ts > old.ts and source <= old.source
-        and tokens[0] <= old.input and tokens[1] <= old.output
-        and tokens[2] <= old.cache_read and tokens[3] <= old.cache_write_5m
-        and tokens[4] <= old.cache_write_1h and searches <= old.web_search
-        and outer.costUSD is None
-    ):
-        return _UNCHANGED
     model, session, cwd = msg.model, outer.sessionId, outer.cwd
     # Positional construction, inline type checks: this runs for every usage line.
     return Request(
