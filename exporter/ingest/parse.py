@@ -117,7 +117,12 @@ class _FastUsage(msgspec.Struct, gc=False):
     speed: str | None = None
 
 
+# The fast schema also types the strings the inline path reads (a number where a string
+# belongs sends the line to the tolerant path, which treats it as before), so that path
+# needs no per-field type checks.
 class _FastMessage(_Message):
+    id: str | None = None
+    model: str | None = None
     usage: _FastUsage | msgspec.UnsetType = msgspec.UNSET
 
 
@@ -130,6 +135,10 @@ class _FastData(_Data):
 
 
 class _FastLine(_Line):
+    cwd: str | None = None
+    sessionId: str | None = None  # noqa: N815 - the transcript's own field name
+    requestId: str | None = None  # noqa: N815
+    timestamp: str | None = None
     message: _FastMessage | _AnyButObject = None
     data: _FastData | _AnyButObject = None
 
@@ -173,9 +182,9 @@ def parse_lines(
     horizon = (time.time() if now is None else now) + FUTURE_SLACK_SECONDS
     parse = _parse_fast if fast else _parse_tolerant
     state = parse(data, compaction_file, out, horizon, max_line_bytes)
-    known, make = out.requests, Request._make
+    known, new = out.requests, tuple.__new__
     for key, s in state.items():  # each request built once per batch, not once per line
-        known[key] = make(s)
+        known[key] = new(Request, s)  # what Request._make does, without the call
     return out
 
 
@@ -263,7 +272,9 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     w5, w1h = detail.ephemeral_5m_input_tokens, detail.ephemeral_1h_input_tokens
                 mid, stamp = msg.id, rec.timestamp
                 moment = None
-                if type(mid) is str and mid and type(stamp) is str:  # (counts: the schema)
+                if mid and stamp:  # strings or None (the schema); counts in range (the schema)
+                    rid = rec.requestId
+                    key = f"{mid}\x1f{rid}" if rid else mid
                     try:
                         moment = fromiso(stamp)
                     except ValueError:
@@ -278,29 +289,21 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     searches = tools.web_search_requests if tools is not None else 0
                     if not 0 <= searches <= top:
                         searches = 0
-                    rid, cost = rec.requestId, rec.costUSD
-                    key = f"{mid}\x1f{rid}" if type(rid) is str and rid else mid
+                    cost = rec.costUSD
                     source = main if rec.isSidechain is not True else _source(
                         rec, rec, embedded=False, compaction_file=compaction_file)
-                    if type(session := rec.sessionId) is not str:
-                        session = ""
                     if (s := state.get(key)) is None:
                         if not known or (old := known.get(key)) is None:
                             # A new request: the line's values, as _from_record builds them.
-                            model, cwd = msg.model, rec.cwd
-                            tier, geo, speed = u.service_tier, u.inference_geo, u.speed
                             state[key] = [
-                                key, ts, model if type(model) is str else "", session,
-                                cwd if type(cwd) is str else "", source,
-                                inp, outp, read, w5, w1h,
-                                tier if type(tier) is str else "",
-                                geo if type(geo) is str else "",
-                                speed if type(speed) is str else "",
+                                key, ts, msg.model or "", rec.sessionId or "", rec.cwd or "",
+                                source, inp, outp, read, w5, w1h, u.service_tier or "",
+                                u.inference_geo or "", u.speed or "",
                                 _cost(cost) if cost is not None else 0.0, searches, None,
                             ]
                             continue
                         s = state[key] = _seed(old)  # known from an earlier batch
-                    if ts <= s[_TS] and (ts < s[_TS] or session < s[_SESSION]):
+                    if ts <= s[_TS] and (ts < s[_TS] or (rec.sessionId or "") < s[_SESSION]):
                         # An earlier copy: its labels win (rare; the general merge).
                         _fold_record(state, known, rec, horizon, compaction_file)
                         continue
