@@ -114,7 +114,8 @@ def main() -> None:
         new.append(n)
         print(f"round {i + 1}: {args.rev} {b:.3f} s, working tree {n:.3f} s, ratio {n / b:.3f}")
     b, n = statistics.median(base), statistics.median(new)
-    print(f"median: {args.rev} {b:.3f} s, working tree {n:.3f} s, ratio {n / b:.3f}")
+    ratio = statistics.median(x / y for x, y in zip(new, base, strict=True))
+    print(f"median: {args.rev} {b:.3f} s, working tree {n:.3f} s; median ratio {ratio:.3f}")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,8 @@ class _FastMessage(_Message):
 
 
 class _FastEmbedded(_Embedded):
+    timestamp: str | None = None
+    requestId: str | None = None  # noqa: N815 - the transcript's own field name
     message: _FastMessage | _AnyButObject = None
 
 
@@ -252,14 +254,19 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             rec = None
         if rec is not None:
+            # The assistant record: the line itself, or a copy inside a progress line.
             kind = rec.type
-            if kind != "assistant":
-                data_ = rec.data
-                if kind != "progress" or type(data_) is not _FastData \
-                        or type(data_.message) is not _FastEmbedded:
-                    other += 1  # a user, system, snapshot... line: no request
-                    continue
-            elif type(msg := rec.message) is _FastMessage:
+            if kind == "assistant":
+                inner: _FastLine | _FastEmbedded = rec
+                embedded = False
+            elif kind == "progress" and type(data_ := rec.data) is _FastData \
+                    and type(copy := data_.message) is _FastEmbedded and copy.type == "assistant":
+                inner = copy
+                embedded = True
+            else:
+                other += 1  # a user, system, snapshot... line: no request (as in _dispatch)
+                continue
+            if type(msg := inner.message) is _FastMessage:
                 if (u := msg.usage) is unset or msg.model == SYNTHETIC_MODEL \
                         or rec.isApiErrorMessage is True:
                     other += 1  # no usage, or an API error placeholder: bills nothing
@@ -270,10 +277,10 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     w5, w1h = created, 0
                 else:
                     w5, w1h = detail.ephemeral_5m_input_tokens, detail.ephemeral_1h_input_tokens
-                mid, stamp = msg.id, rec.timestamp
+                mid, stamp = msg.id, inner.timestamp
                 moment = None
                 if mid and stamp:  # strings or None (the schema); counts in range (the schema)
-                    rid = rec.requestId
+                    rid = inner.requestId
                     key = f"{mid}\x1f{rid}" if rid else mid
                     try:
                         moment = fromiso(stamp)
@@ -290,8 +297,11 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     if not 0 <= searches <= top:
                         searches = 0
                     cost = rec.costUSD
-                    source = main if rec.isSidechain is not True else _source(
-                        rec, rec, embedded=False, compaction_file=compaction_file)
+                    if embedded or rec.isSidechain is True:
+                        source = _source(inner, rec, embedded=embedded,
+                                         compaction_file=compaction_file)
+                    else:
+                        source = main
                     if (s := state.get(key)) is None:
                         if not known or (old := known.get(key)) is None:
                             # A new request: the line's values, as _from_record builds them.
@@ -305,7 +315,8 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                         s = state[key] = _seed(old)  # known from an earlier batch
                     if ts <= s[_TS] and (ts < s[_TS] or (rec.sessionId or "") < s[_SESSION]):
                         # An earlier copy: its labels win (rare; the general merge).
-                        _fold_record(state, known, rec, horizon, compaction_file)
+                        _fold_record(state, known, inner, rec, horizon, embedded=embedded,
+                                     compaction_file=compaction_file)
                         continue
                     # A later copy (the streaming case): labels stay, counts take the maximum.
                     # ``if``, not max(): no call; and like max() it keeps the first of equals.
@@ -353,11 +364,11 @@ def _seed(req: Request) -> _State:
 
 
 def _fold_record(
-    state: dict[str, _State], known: dict[str, Request], rec: _Line, horizon: float,
-    compaction_file: bool,
+    state: dict[str, _State], known: dict[str, Request], rec: _Line | _Embedded, outer: _Line,
+    horizon: float, *, embedded: bool, compaction_file: bool,
 ) -> None:
     """Fold an inline-accepted line through the general rules (an earlier copy: rare)."""
-    req = _from_record(rec, rec, horizon, embedded=False, compaction_file=compaction_file)
+    req = _from_record(rec, outer, horizon, embedded=embedded, compaction_file=compaction_file)
     assert req is not None  # the inline checks accepted it: so do the general rules
     _fold(state, known, req)
 
