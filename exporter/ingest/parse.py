@@ -5,14 +5,20 @@ a usage record needs are materialised, everything else (tool output, file
 contents, thinking text) is validated and skipped without building Python
 objects. Two schemas share one set of rules:
 
-- the *fast* schema types the usage object strictly (integer token fields),
-  so msgspec checks it in C; it fits nearly every real line;
+- the *fast* schema types the usage object strictly (token counts are
+  integers in range) and the strings the common path reads, so msgspec
+  checks them in C; it fits nearly every real line;
 - the *tolerant* schema accepts any JSON type in every field. A line the
   fast schema refuses is decoded again with it and judged by hand below,
   which gives every rejected line its reason.
 
 The fast path only accepts what the tolerant path would accept with the same
-result (a property test holds them equal). The parser never raises on input.
+result (property tests hold them equal). The parser never raises on input.
+
+This runs once per transcript line on a cold scan, so the common line (an
+assistant record with usage, in the fast schema) is handled in one inlined
+loop, and the copies of a request fold into one mutable state per key; the
+Request is built once per key and batch, with ``records.merge``'s rules.
 
 A timestamp more than ``FUTURE_SLACK_SECONDS`` ahead of the clock is not a
 time a request was made (a broken clock, an edited file, year 9999): such a
