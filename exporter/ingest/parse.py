@@ -243,22 +243,22 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
     top, main, unset = MAX_TOKENS, Source.MAIN, msgspec.UNSET
     other = usage = 0
     # Lines are views into ``data``, not copies (a split copies every byte once more).
-    # A batch all ASCII (and within the limit) spares the per-line checks.
+    # A batch all ASCII and within the limit (nearly every one) spares the per-line checks.
     all_ascii = data.isascii()
-    all_fit = len(data) <= max_line_bytes
+    plain = all_ascii and len(data) <= max_line_bytes
     view, find, end, start = memoryview(data), data.find, len(data), 0
     while start < end:
         stop = find(b"\n", start)
         if stop < 0:
             stop = end  # a last line without its newline
         line = view[start:stop]
-        fits = all_fit or stop - start <= max_line_bytes
-        start = stop + 1
         try:
             # The common line (fits, ASCII, decodes) here; every other one by _classify.
-            rec = decode(line) if fits and (all_ascii or bytes(line).isascii()) else None
+            rec = decode(line) if plain or (
+                stop - start <= max_line_bytes and (all_ascii or bytes(line).isascii())) else None
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             rec = None
+        start = stop + 1
         if rec is not None:
             # The assistant record: the line itself, or a copy inside a progress line.
             kind = rec.type
