@@ -407,8 +407,9 @@ class Ledger:
     def _derive(self, state: ledger_bulk.Pass | None = None) -> None:
         """Everything a raw pass left to the end, from its rows, in two transactions.
 
-        The first derives gaps and owners; the flag stays set, so a kill after
-        it derives again (which leaves those rows as they are). The second
+        The first derives gaps and owners (and, while the owners are read, what
+        depends on neither); the flag stays set, so a kill after it derives
+        again (which leaves those rows as they are). The second
         counts the rollups, sums the slots, builds the reader indexes and
         clears the flag; the reads there that need only the committed rows
         (the rollup classes, the slots' day bins) run on a second connection
@@ -420,13 +421,11 @@ class Ledger:
         beside = ledger_bulk.Beside(db)
         try:
             with self._transaction():
-                ledger_bulk.derive(db, beside, state)
+                ledger_bulk.derive(db, beside, state, meanwhile=self._unowned)
             with self._transaction():
                 bins = beside.ask(slots.day_bins, fresh=True)
                 counts = (beside.ask(functools.partial(ledger_bulk.count_classes, rules=rules))
                           if rules is not None else -1)
-                due = self._clock() + self.settle_seconds
-                db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
                 slots.rebuild(db, lambda: beside.result(bins, db))
                 # The reader indexes, if the pass dropped them (see bulk): built here, while
                 # the rollup classes are still being read beside.
@@ -440,6 +439,19 @@ class Ledger:
                 db.execute("DELETE FROM meta WHERE name = ?", (ledger_bulk.RAW_PASS,))
         finally:
             beside.close()
+
+    def _unowned(self) -> None:
+        """What a raw pass's end writes that depends on neither gaps nor owners.
+
+        Done while the owners are read beside (:func:`ledger_bulk.derive`):
+        every row waits to settle, and the reader indexes of other columns.
+        Derived again after a kill, each is the same again.
+        """
+        due = self._clock() + self.settle_seconds
+        self._db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
+        for statement in READER_INDEXES:
+            if "session" not in statement and "gap" not in statement:
+                self._db.execute(statement)
 
     # --------------------------------------------------------- checkpoints
     def checkpoints(self) -> dict[str, Checkpoint]:
@@ -497,7 +509,9 @@ class Ledger:
         try:
             with self._transaction():
                 batch = _Batch()
-                bits = {app.root: self._root_bit(app.root, batch) for app in appearances}
+                # Once per root, not per file (a month's batch holds a hundred files).
+                bits = {root: self._root_bit(root, batch)
+                        for root in dict.fromkeys(app.root for app in appearances)}
                 added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits, state)
                 self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
         except BaseException:

@@ -23,6 +23,7 @@ This module holds only SQL on a connection; the ledger owns transactions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
 import sqlite3
@@ -158,16 +159,13 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
 def _assign(requests: dict[str, Request], ids: dict[str, int], first: int,
             ) -> tuple[list[Request], list[tuple[str, int]]]:
     """Ids for a batch's new keys from ``first`` on (into ``ids``); the new rows, the known keys."""
-    fresh: list[Request] = []
-    older: list[tuple[str, int]] = []
-    for key, req in requests.items():
-        rid = ids.get(key)
-        if rid is None:
-            ids[key] = first + len(fresh)
-            fresh.append(req)
-        else:
-            older.append((key, rid))
-    return fresh, older
+    known = requests.keys() & ids.keys()  # (a set operation in C: most batches share few keys)
+    if not known:
+        ids.update(zip(requests, itertools.count(first)))
+        return list(requests.values()), []
+    ids.update(zip((key for key in requests if key not in known), itertools.count(first)))
+    return ([req for key, req in requests.items() if key not in known],
+            [(key, ids[key]) for key in requests if key in known])
 
 
 def _merged(db: sqlite3.Connection, requests: dict[str, Request],
@@ -250,7 +248,7 @@ _IN_JSON: Final = "(SELECT value FROM json_each(?))"
 
 
 def derive(db: sqlite3.Connection, beside: Beside | None = None,
-           state: Pass | None = None) -> None:
+           state: Pass | None = None, *, meanwhile: Callable[[], None] | None = None) -> None:
     """Predecessors, gaps and owners of every row, from the rows and appearances.
 
     The gap of a main request is the time since the latest earlier main
@@ -260,6 +258,7 @@ def derive(db: sqlite3.Connection, beside: Beside | None = None,
 
     ``state``: what the pass's batches chained already (:class:`Pass`); only
     what they left stale is computed again. Without it, everything is.
+    ``meanwhile`` is called while the owners are still being read.
 
     Must be the first write of the caller's transaction (the owners are read
     on a second connection, ``beside``'s if given, which sees what was
@@ -292,6 +291,8 @@ def derive(db: sqlite3.Connection, beside: Beside | None = None,
         db.execute(_GAPS.format(rows=f" WHERE a.request IN ({_IN_JSON[1:-1]} UNION SELECT "
                                 f"request FROM appearances WHERE file IN {_IN_JSON})"),
                    (json.dumps(sorted(state.again)), files))
+    if meanwhile is not None:
+        meanwhile()
     changed: list[tuple[int, str]] = beside.result(owners, db)
     if own:
         beside.close()

@@ -191,9 +191,9 @@ from pathlib import Path
 from exporter.ingest.scan import Scanner
 from tests.test_ledger_bulk import _ledger
 ledger = _ledger(Path({str(state / 'l.db')!r}))
-# The second transaction of the end begins by filling 'unsettled': die there.
+# The second transaction of the end begins by stamping the slots' layout: die there.
 ledger._db.create_function("die", 0, lambda: os.kill(os.getpid(), signal.SIGKILL))
-ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON unsettled BEGIN SELECT die(); END")
+ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON slot_meta BEGIN SELECT die(); END")
 Scanner(ledger, [Path({str(resumed_tree / 'projects')!r})], workers=1).scan()
 raise SystemExit("the pass was not killed")
 """
