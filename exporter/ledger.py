@@ -360,9 +360,10 @@ class Ledger:
 
         ``raw`` (the caller needs no per-batch :class:`Applied` rows or rollup
         increments): if the ledger holds no request, each :meth:`apply` only
-        stores rows and provenance, and gaps, owners, rollups and slots are
-        derived once when the pass ends (exporter.ledger_bulk); a pass cut
-        short is derived by the next open.
+        stores rows and provenance (and chains its own files), and owners,
+        rollups, slots and what later batches left stale are derived once
+        when the pass ends (exporter.ledger_bulk); a pass cut short is
+        derived by the next open.
         """
         if self.readonly:
             yield

@@ -3,19 +3,23 @@
 A first pass (a cold ``report``, a daemon's first start) brings every row at
 once. The incremental path works out, per batch, each touched file's chain,
 the gaps, the owners, the rollups and the slots, and rewrites rows a later
-batch touches again. Here a batch only upserts its rows (merged in SQL by the
-rules of :func:`exporter.records.merge`), their appearances, files and
-sessions (with the checkpoints and line counters, in the caller's
-transaction); when the pass ends, :func:`derive` computes everything else once
-from those tables: each file's predecessors (a window over its main
-requests), the gaps, the owners (a window over each request's sessions), and
-the caller then rebuilds rollups and slots from the rows. The result is the
-same as the incremental path's, since both are functions of the rows and
-appearances alone.
+batch touches again. Here a batch writes its new rows, upserts those an
+earlier batch of the pass stored (merged in SQL by the rules of
+:func:`exporter.records.merge`), their appearances, files and sessions (with
+the checkpoints and line counters, in the caller's transaction). A pass reads
+each file whole in one batch, so the batch also chains its files: each
+appearance's predecessor and each new row's gap, from the rows as they stand
+after it. When the pass ends, :func:`derive` computes the rest once from
+those tables: the owners (ranked over each request's sessions), what a later
+batch left stale (a file holding a row it moved, the gap of a row in files of
+several batches: :class:`Pass`), and the caller then rebuilds rollups and
+slots from the rows. The result is the same as the incremental path's, since
+both are functions of the rows and appearances alone.
 
 Kill -9 safety: the ledger sets :data:`RAW_PASS` in its meta table in the
 transaction that begins the pass and clears it in the one that derives. An
-open that finds it set derives first: the ledger held no request before the
+open that finds it set derives first, everything (what the pass remembered
+of its stale chains died with it): the ledger held no request before the
 pass, so the tables are the whole truth and nothing is lost or counted twice.
 
 This module holds only SQL on a connection; the ledger owns transactions.
@@ -28,7 +32,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -72,6 +76,42 @@ UPSERT: Final = (
 )
 """One request merged into its stored row (a new row when the key is new)."""
 
+class Keys:
+    """The keys a raw pass has staged, or a few more: a fixed-size Bloom filter.
+
+    A batch asks the ledger only about keys this may hold (a month: ~5k of
+    62k, a false one in ~20,000 keys; a year: one in ~200), in 2 MiB however
+    long the history: a set of the keys themselves would grow with it
+    (~8 MB a month).
+    """
+
+    _BITS: Final = 1 << 24
+
+    def __init__(self) -> None:
+        """An empty filter."""
+        self._map = bytearray(self._BITS >> 3)
+
+    def add(self, keys: Iterable[str]) -> None:
+        """Note keys as staged."""
+        m = self._map
+        for key in keys:
+            h = hash(key)
+            lo, hi = h & (self._BITS - 1), (h >> 24) & (self._BITS - 1)
+            m[lo >> 3] |= 1 << (lo & 7)
+            m[hi >> 3] |= 1 << (hi & 7)
+
+    def known(self, keys: Iterable[str]) -> list[str]:
+        """Those of ``keys`` that may have been staged (every one that was)."""
+        m = self._map
+        out = []
+        for key in keys:
+            h = hash(key)
+            lo, hi = h & (self._BITS - 1), (h >> 24) & (self._BITS - 1)
+            if m[lo >> 3] >> (lo & 7) & 1 and m[hi >> 3] >> (hi & 7) & 1:
+                out.append(key)
+        return out
+
+
 @dataclass(slots=True)
 class Pass:
     """What a raw pass remembers of its own rows between batches (memory only).
@@ -83,7 +123,7 @@ class Pass:
     whose batch failed is ``broken`` and derives everything too.
     """
 
-    ids: dict[str, int] = field(default_factory=dict)  # key -> row id, every row staged
+    keys: Keys = field(default_factory=Keys)  # the keys staged (or a few more)
     again: set[int] = field(default_factory=set)  # rows staged by more than one batch
     moved: set[int] = field(default_factory=set)  # ... whose time or source moved in a later one
     files: set[int] = field(default_factory=set)  # files staged
@@ -119,10 +159,12 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
                 masks[key] = masks.get(key, 0) | bit
     common = bits[appearances[0].root] if appearances and one_root else 0
     # New rows take the next ids in batch order, as an insert without an id would; a key
-    # the pass staged before is upserted (a memory out of step meets the UNIQUE key, loudly).
+    # the pass staged before is upserted.
     first = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0] + 1
-    fresh, older = _assign(requests, state.ids, first)
-    now = _merged(db, requests, older, state)
+    stored = _stored(db, state.keys.known(requests))
+    ids, fresh, older = _assign(requests, stored, first)
+    state.keys.add(req.key for req in fresh)
+    now = _merged(requests, stored, state)
     prevs: list[tuple[int, int, float | None]] = []
     latest: dict[str, float] = {}
     best: dict[int, float] = {}  # the latest predecessor of each new main row, over its files
@@ -135,7 +177,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
         if fid in state.files:
             state.restaged.add(fid)  # its chain spans two batches: derived at the end
         state.files.add(fid)
-        last = _chain(app.keys, fid, requests=requests, ids=state.ids, now=now, first=first,
+        last = _chain(app.keys, fid, requests=requests, ids=ids, now=now, first=first,
                       prevs=prevs, best=best)
         if last is not None:
             latest[app.session] = max(latest.get(app.session, last), last)
@@ -156,39 +198,42 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     return len(fresh), changed
 
 
-def _assign(requests: dict[str, Request], ids: dict[str, int], first: int,
-            ) -> tuple[list[Request], list[tuple[str, int]]]:
-    """Ids for a batch's new keys from ``first`` on (into ``ids``); the new rows, the known keys."""
-    known = requests.keys() & ids.keys()  # (a set operation in C: most batches share few keys)
-    if not known:
-        ids.update(zip(requests, itertools.count(first)))
-        return list(requests.values()), []
-    ids.update(zip((key for key in requests if key not in known), itertools.count(first)))
-    return ([req for key, req in requests.items() if key not in known],
-            [(key, ids[key]) for key in requests if key in known])
+def _stored(db: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[int, float, int]]:
+    """The stored rows of some keys: (id, time, source) by key (a key not stored is absent)."""
+    out: dict[str, tuple[int, float, int]] = {}
+    for i in range(0, len(keys), 500):
+        part = keys[i : i + 500]
+        out.update((key, (rid, ts, source)) for key, rid, ts, source in db.execute(
+            "SELECT key, id, ts, source FROM requests "
+            f"WHERE key IN ({','.join('?' * len(part))})", part))
+    return out
 
 
-def _merged(db: sqlite3.Connection, requests: dict[str, Request],
-            older: Sequence[tuple[str, int]], state: Pass) -> dict[int, tuple[float, int]]:
+def _assign(requests: dict[str, Request], stored: dict[str, tuple[int, float, int]],
+            first: int) -> tuple[dict[str, int], list[Request], list[tuple[str, int]]]:
+    """Row ids of a batch's keys (new ones from ``first`` on); its new rows; its stored keys."""
+    if not stored:
+        return dict(zip(requests, itertools.count(first))), list(requests.values()), []
+    ids = dict(zip((key for key in requests if key not in stored), itertools.count(first)))
+    older = [(key, stored[key][0]) for key in requests if key in stored]
+    ids.update(older)
+    return ids, [req for key, req in requests.items() if key not in stored], older
+
+
+def _merged(requests: dict[str, Request], stored: dict[str, tuple[int, float, int]],
+            state: Pass) -> dict[int, tuple[float, int]]:
     """(time, source) of the batch's stored rows once merged with it, by row id.
 
     Time merges by minimum, source by maximum (exporter.records.merge). A row
     that moves is noted: the chains of its files in earlier batches are stale.
     """
-    stored: dict[int, tuple[float, int]] = {}
-    rids = [rid for _key, rid in older]
-    for i in range(0, len(rids), 500):
-        part = rids[i : i + 500]
-        stored.update((rid, (ts, source)) for rid, ts, source in db.execute(
-            f"SELECT id, ts, source FROM requests WHERE id IN ({','.join('?' * len(part))})",
-            part))
     now: dict[int, tuple[float, int]] = {}
-    for key, rid in older:
-        req, (ts, source) = requests[key], stored[rid]
+    for key, (rid, ts, source) in stored.items():
+        req = requests[key]
         now[rid] = merged = (min(ts, req.ts), max(source, int(req.source)))
         if merged != (ts, source):
             state.moved.add(rid)
-    state.again.update(rids)  # their gaps take files of other batches: derived at the end
+    state.again.update(now)  # their gaps take files of other batches: derived at the end
     return now
 
 

@@ -395,3 +395,15 @@ def test_a_file_in_two_batches_of_a_raw_pass_is_chained_whole(tmp_path: Path) ->
     got, want = (_dump(ledger) for ledger in ledgers)
     assert [r[16] for r in got["requests"]] == [None, 120.0, 120.0, 120.0]
     _same(got, want)
+
+
+def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
+    """The pass's key filter never forgets a staged key (a miss would insert it twice)."""
+    from exporter.ledger_bulk import Keys
+
+    keys = Keys()
+    staged = [f"msg_{i:06d}\x1freq_{i:06d}" for i in range(20_000)]
+    keys.add(staged)
+    assert keys.known(staged) == staged
+    others = [f"msg_{i:06d}\x1freq_x" for i in range(20_000)]
+    assert len(keys.known(others)) < 20  # false ones only cost a lookup
