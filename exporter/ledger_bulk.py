@@ -80,12 +80,12 @@ class Keys:
     """The keys a raw pass has staged, or a few more: a fixed-size Bloom filter.
 
     A batch asks the ledger only about keys this may hold (a month: ~5k of
-    62k, a false one in ~20,000 keys; a year: one in ~200), in 2 MiB however
-    long the history: a set of the keys themselves would grow with it
-    (~8 MB a month).
+    62k, and a false one in ~5,000 keys; a year: one in ~60), in 1 MiB
+    however long the history: a set of the keys themselves would grow with
+    it (~8 MB a month).
     """
 
-    _BITS: Final = 1 << 24
+    _BITS: Final = 1 << 23
 
     def __init__(self) -> None:
         """An empty filter."""
@@ -96,7 +96,7 @@ class Keys:
         m = self._map
         for key in keys:
             h = hash(key)
-            lo, hi = h & (self._BITS - 1), (h >> 24) & (self._BITS - 1)
+            lo, hi = h & (self._BITS - 1), (h >> 32) & (self._BITS - 1)
             m[lo >> 3] |= 1 << (lo & 7)
             m[hi >> 3] |= 1 << (hi & 7)
 
@@ -106,7 +106,7 @@ class Keys:
         out = []
         for key in keys:
             h = hash(key)
-            lo, hi = h & (self._BITS - 1), (h >> 24) & (self._BITS - 1)
+            lo, hi = h & (self._BITS - 1), (h >> 32) & (self._BITS - 1)
             if m[lo >> 3] >> (lo & 7) & 1 and m[hi >> 3] >> (hi & 7) & 1:
                 out.append(key)
         return out
