@@ -170,7 +170,8 @@ class Ledger:
         self._writer = lock
         self._lock = threading.RLock()  # one connection, used from the scan and HTTP threads
         self._views: dict[int, str] = {}
-        self._raw = False  # inside a raw pass (bulk on an empty ledger): rows only, derive after
+        # Inside a raw pass (bulk on an empty ledger): rows only, derive after (its memory).
+        self._pass: ledger_bulk.Pass | None = None
         try:
             if readonly:
                 self._db = sqlite3.connect(f"file:{path}?mode=rw", uri=True,
@@ -359,9 +360,10 @@ class Ledger:
 
         ``raw`` (the caller needs no per-batch :class:`Applied` rows or rollup
         increments): if the ledger holds no request, each :meth:`apply` only
-        stores rows and provenance, and gaps, owners, rollups and slots are
-        derived once when the pass ends (exporter.ledger_bulk); a pass cut
-        short is derived by the next open.
+        stores rows and provenance (and chains its own files), and owners,
+        rollups, slots and what later batches left stale are derived once
+        when the pass ends (exporter.ledger_bulk); a pass cut short is
+        derived by the next open.
         """
         if self.readonly:
             yield
@@ -376,7 +378,7 @@ class Ledger:
                         self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
                 if raw:
                     self._set_meta(ledger_bulk.RAW_PASS, "1")
-        self._raw = raw
+        self._pass = ledger_bulk.Pass() if raw else None
         failed = False
         try:
             yield
@@ -384,10 +386,10 @@ class Ledger:
             failed = True
             raise
         finally:
-            self._raw = False
+            state, self._pass = self._pass, None
             try:
                 if raw:
-                    self._derive()
+                    self._derive(state)
                 if drop:
                     with self._transaction():
                         for statement in READER_INDEXES:
@@ -401,30 +403,30 @@ class Ledger:
     @property
     def raw(self) -> bool:
         """Whether a raw pass is under way (see :meth:`bulk`): batches cost little to commit."""
-        return self._raw
+        return self._pass is not None
 
-    def _derive(self) -> None:
+    def _derive(self, state: ledger_bulk.Pass | None = None) -> None:
         """Everything a raw pass left to the end, from its rows, in two transactions.
 
-        The first derives gaps and owners; the flag stays set, so a kill after
-        it derives again (which leaves those rows as they are). The second
+        The first derives gaps and owners (and, while the owners are read, what
+        depends on neither); the flag stays set, so a kill after it derives
+        again (which leaves those rows as they are). The second
         counts the rollups, sums the slots, builds the reader indexes and
         clears the flag; the reads there that need only the committed rows
         (the rollup classes, the slots' day bins) run on a second connection
-        while this one writes the other slot tables and the indexes.
+        while this one writes the other slot tables and the indexes. ``state``: what
+        the pass's batches chained (none after a kill: everything is derived).
         """
         db = self._db
         rules = self.rules
         beside = ledger_bulk.Beside(db)
         try:
             with self._transaction():
-                ledger_bulk.derive(db, beside)
+                ledger_bulk.derive(db, beside, state, meanwhile=self._unowned)
             with self._transaction():
                 bins = beside.ask(slots.day_bins, fresh=True)
                 counts = (beside.ask(functools.partial(ledger_bulk.count_classes, rules=rules))
                           if rules is not None else -1)
-                due = self._clock() + self.settle_seconds
-                db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
                 slots.rebuild(db, lambda: beside.result(bins, db))
                 # The reader indexes, if the pass dropped them (see bulk): built here, while
                 # the rollup classes are still being read beside.
@@ -438,6 +440,19 @@ class Ledger:
                 db.execute("DELETE FROM meta WHERE name = ?", (ledger_bulk.RAW_PASS,))
         finally:
             beside.close()
+
+    def _unowned(self) -> None:
+        """What a raw pass's end writes that depends on neither gaps nor owners.
+
+        Done while the owners are read beside (:func:`ledger_bulk.derive`):
+        every row waits to settle, and the reader indexes of other columns.
+        Derived again after a kill, each is the same again.
+        """
+        due = self._clock() + self.settle_seconds
+        self._db.execute("INSERT OR REPLACE INTO unsettled SELECT id, ? FROM requests", (due,))
+        for statement in READER_INDEXES:
+            if "session" not in statement and "gap" not in statement:
+                self._db.execute(statement)
 
     # --------------------------------------------------------- checkpoints
     def checkpoints(self) -> dict[str, Checkpoint]:
@@ -463,7 +478,7 @@ class Ledger:
         first, then each row is written once: a row inserted and then updated
         three times would cost four passes over seven indexes.
         """
-        if self._raw:
+        if self._pass is not None:
             return self._apply_raw(parsed, checkpoints, bytes_read, appearances)
         with self._transaction():
             batch = self._merge(parsed)
@@ -490,11 +505,19 @@ class Ledger:
         appearances: Sequence[Appearance],
     ) -> Applied:
         """:meth:`apply` inside a raw pass: rows, provenance, checkpoints and counters only."""
-        with self._transaction():
-            batch = _Batch()
-            bits = {app.root: self._root_bit(app.root, batch) for app in appearances}
-            added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits)
-            self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
+        state = self._pass
+        assert state is not None
+        try:
+            with self._transaction():
+                batch = _Batch()
+                # Once per root, not per file (a month's batch holds a hundred files).
+                bits = {root: self._root_bit(root, batch)
+                        for root in dict.fromkeys(app.root for app in appearances)}
+                added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits, state)
+                self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
+        except BaseException:
+            state.broken = True  # its memory may not match what was rolled back
+            raise
         out = batch.applied()
         out.new_count, out.upgraded_count = added, changed
         return out

@@ -191,9 +191,9 @@ from pathlib import Path
 from exporter.ingest.scan import Scanner
 from tests.test_ledger_bulk import _ledger
 ledger = _ledger(Path({str(state / 'l.db')!r}))
-# The second transaction of the end begins by filling 'unsettled': die there.
+# The second transaction of the end begins by stamping the slots' layout: die there.
 ledger._db.create_function("die", 0, lambda: os.kill(os.getpid(), signal.SIGKILL))
-ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON unsettled BEGIN SELECT die(); END")
+ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON slot_meta BEGIN SELECT die(); END")
 Scanner(ledger, [Path({str(resumed_tree / 'projects')!r})], workers=1).scan()
 raise SystemExit("the pass was not killed")
 """
@@ -305,3 +305,105 @@ def test_a_raw_pass_whose_end_fails_says_so(tmp_path: Path) -> None:
     assert again.read("SELECT count(*) FROM meta WHERE name = ?", (RAW_PASS,)) == [(0,)]
     assert again.read("SELECT sum(n) FROM slots") == [(3,)]
     again.close()
+
+
+def _moving_tree(root: Path) -> Path:
+    """Transcripts read in turn, the later ones moving the first one's requests.
+
+    ``b`` (a resume) copies some of ``a``'s requests a minute earlier: they move
+    earlier in ``a``'s chain; ``c`` copies others as sidechains: they leave it;
+    both also bring requests of their own between ``a``'s.
+    """
+    from tests.conftest import assistant, jsonl
+
+    proj = root / "projects" / "-p"
+    proj.mkdir(parents=True)
+
+    def line(n: int, minute: int, session: str, **kw: Any) -> bytes:
+        return jsonl(assistant(f"m{n}", f"r{n}", session=session,
+                               ts=f"2026-10-01T{10 + minute // 60:02d}:{minute % 60:02d}:00.000Z",
+                               usage={"output_tokens": n + 1}, **kw))
+
+    files: dict[str, list[bytes]] = {"a": [], "b": [], "c": []}
+    for n in range(40):
+        files["a"].append(line(n, n * 3, "A"))
+        if n % 5 == 0:
+            files["b"].append(line(n, max(n * 3 - 4, 0), "B"))
+        if n % 7 == 3:
+            files["c"].append(line(n, n * 3, "C", sidechain=True))
+    files["b"].append(line(100, 31, "B"))
+    files["c"].append(line(101, 62, "C"))
+    # ``e`` copies one of ``d``'s requests as it is, after a request of its own: nothing
+    # moves, but its predecessor there is later than in ``d`` (the gap shrinks).
+    files["d"] = [line(200 + n, 150 + n * 3, "D") for n in range(10)]
+    files["e"] = [line(300, 164, "E"), line(205, 165, "E")]
+    for name, lines in files.items():
+        (proj / f"{name}.jsonl").write_bytes(b"".join(lines))
+    return root
+
+
+def test_raw_pass_of_many_batches_rechains_what_later_batches_move(tmp_path: Path) -> None:
+    """One file a batch: requests a later batch moves or makes sidechains chain as incrementally."""
+    tree = _moving_tree(tmp_path / "tree")
+    raw = _ingest(tree, tmp_path / "raw", watched=False, batch_bytes=1)
+    inc = _ingest(tree, tmp_path / "inc", watched=True, batch_bytes=1)
+    got, want = _dump(raw), _dump(inc)
+    assert raw.read("SELECT count(*) FROM files") == [(5,)]
+    assert any(r[16] is not None for r in got["requests"])
+    # (The incremental path's counters keep the gap class a request was first counted
+    # in: see test_incremental_chains_follow_appends_in_any_time_order.)
+    for table in ("requests", "appearances", "files", "sessions", "slots", "days", "peaks"):
+        assert got[table] == want[table], table
+    whole = _ingest(tree, tmp_path / "whole", watched=False, batch_bytes=1 << 30)
+    _same(_dump(whole), got)  # one batch, nothing to rechain: the same again
+
+
+def test_raw_pass_of_many_batches_killed_before_its_end_is_derived_whole(
+        tmp_path: Path) -> None:
+    """Killed after every batch chained its files, before the end: the open derives it all."""
+    tree = _moving_tree(tmp_path / "tree")
+    _killed_pass(tree, tmp_path / "cut", kill_after=5)
+    with sqlite3.connect(tmp_path / "cut" / "l.db") as db:  # a's chain, as its batch left it
+        stale = db.execute("SELECT count(*) FROM appearances a JOIN requests r "
+                           "ON r.id = a.request WHERE r.source != 0 AND a.prev IS NOT NULL")
+        assert stale.fetchone()[0] > 0
+    reopened = _ledger(tmp_path / "cut" / "l.db")
+    fresh = _ingest(tree, tmp_path / "fresh", watched=False)
+    _same(_dump(fresh), _dump(reopened))
+
+
+def test_a_file_in_two_batches_of_a_raw_pass_is_chained_whole(tmp_path: Path) -> None:
+    """A file that two batches of one raw pass bring (its chain spans both): chained as one."""
+    t0 = 1_790_000_000.0
+
+    def req(key: str, minute: int) -> Request:
+        return Request(key, t0 + 60 * minute, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, 10,
+                       100, 1, 0)
+
+    halves = ([req("a", 0), req("c", 4)], [req("b", 2), req("d", 6)])  # interleaved in time
+    ledgers = []
+    for name, raw in (("raw", True), ("inc", False)):
+        ledger = _ledger(tmp_path / f"{name}.db")
+        with ledger.bulk(4, raw=raw):
+            assert ledger.raw == raw
+            for half in halves:
+                parsed = Parsed()
+                for r in half:
+                    parsed.add(r)
+                ledger.apply(parsed, [], 0, appearances(half))
+        ledgers.append(ledger)
+    got, want = (_dump(ledger) for ledger in ledgers)
+    assert [r[16] for r in got["requests"]] == [None, 120.0, 120.0, 120.0]
+    _same(got, want)
+
+
+def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
+    """The pass's key filter never forgets a staged key (a miss would insert it twice)."""
+    from exporter.ledger_bulk import Keys
+
+    keys = Keys()
+    staged = [f"msg_{i:06d}\x1freq_{i:06d}" for i in range(20_000)]
+    keys.add(staged)
+    assert keys.known(staged) == staged
+    others = [f"msg_{i:06d}\x1freq_x" for i in range(20_000)]
+    assert len(keys.known(others)) < 20  # false ones only cost a lookup
