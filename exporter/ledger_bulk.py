@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import operator
 import queue
 import sqlite3
 import threading
@@ -53,7 +52,6 @@ if TYPE_CHECKING:  # the ledger imports this module
 RAW_PASS: Final = "raw_pass"  # meta name: a raw pass began and is not yet derived
 
 _FIELDS: Final = Request._fields
-_TS: Final = operator.itemgetter(1)  # a Request's time
 _SOURCES: Final = tuple(Source)
 _MAXED: Final = ("source", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
                  "recorded_cost_usd", "web_search")
@@ -137,11 +135,10 @@ class Pass:
     next_file: int = 0
 
 
-# A new row: its id given (the next after the largest, as SQLite would), its context
-# from its own token counts, its gap as its batch chained it.
-# (The id is left to SQLite, which gives the next after the largest: the rows go in in
-# the order their ids were assigned, and their parameters are then a Request's own fields
-# with two appended, half the cost of a tuple built field by field.)
+# A new row: its context from its own token counts, its gap as its batch chained it, its
+# id the next after the largest, given by SQLite: the rows go in in the order the batch
+# assigned those ids, so the parameters are a Request's own fields with two appended
+# (half the cost of a tuple built field by field), and the batch checks the ids after.
 _INSERT: Final = (
     f"INSERT INTO requests ({', '.join(_FIELDS)}, context, roots) VALUES "
     f"({','.join(f'?{i}' for i in range(1, len(_FIELDS) + 1))}, "
@@ -186,6 +183,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
         if last is not None:
             latest[app.session] = max(latest.get(app.session, last), last)
     db.executemany(_INSERT, [
+        # (Concatenation: one copy of the fields, where unpacking makes two.)
         req[:-1] + (gap_seconds(req.ts, best[rid]) if rid in best else None,  # noqa: RUF005
                     common if one_root else masks.get(req.key, 0))
         for rid, req in enumerate(fresh, first)])
@@ -279,39 +277,6 @@ def _chain(keys: Sequence[str], fid: int, *, requests: dict[str, Request], ids: 
 
     Returns the latest time of the file's copies (its session's last request).
     """
-    if not now:  # (no row of the batch was stored before: its own values are final)
-        if not all(map(requests.__contains__, keys)):
-            keys = [key for key in keys if key in requests]  # (all are: the batch's own)
-        if not keys:
-            return None
-        reqs = list(map(requests.__getitem__, keys))
-        rids = list(map(ids.__getitem__, keys))
-        pairs = list(zip(reqs, rids, strict=True))
-        chain = [(req.ts, req.key, rid) for req, rid in pairs if not req.source]
-        if len(chain) < len(reqs):
-            prevs.extend((rid, fid, None) for req, rid in pairs if req.source)
-        last: float | None = max(map(_TS, reqs))
-    else:
-        chain, last = _sorted_in(keys, fid, requests=requests, ids=ids, now=now, prevs=prevs)
-    chain.sort()
-    prev: float | None = None
-    for ts, _key, rid in chain:
-        prevs.append((rid, fid, prev))
-        if prev is not None and rid >= first and prev > best.get(rid, prev - 1.0):
-            best[rid] = prev
-        prev = ts
-    return last
-
-
-def _sorted_in(keys: Sequence[str], fid: int, *, requests: dict[str, Request],
-               ids: dict[str, int], now: dict[int, tuple[float, int]],
-               prevs: list[tuple[int, int, float | None]],
-               ) -> tuple[list[tuple[float, str, int]], float | None]:
-    """:func:`_chain`'s main rows of a file whose rows were stored before (merged values).
-
-    Its other rows go into ``prevs`` with no predecessor; returns the main
-    rows as (time, key, id) and the latest time of the file's own copies.
-    """
     chain: list[tuple[float, str, int]] = []
     last: float | None = None
     for key in keys:
@@ -331,7 +296,14 @@ def _sorted_in(keys: Sequence[str], fid: int, *, requests: dict[str, Request],
             chain.append((ts, key, rid))
         else:
             prevs.append((rid, fid, None))
-    return chain, last
+    chain.sort()
+    prev: float | None = None
+    for ts, _key, rid in chain:
+        prevs.append((rid, fid, prev))
+        if prev is not None and rid >= first and prev > best.get(rid, prev - 1.0):
+            best[rid] = prev
+        prev = ts
+    return last
 
 
 # Each appearance's predecessor: the latest earlier main request of its file, ``(ts, key)``
