@@ -407,3 +407,42 @@ def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
     assert keys.known(staged) == staged
     others = [f"msg_{i:06d}\x1freq_x" for i in range(20_000)]
     assert len(keys.known(others)) < 20  # false ones only cost a lookup
+
+
+def test_a_raw_pass_gives_a_file_one_id_and_its_smallest_session(tmp_path: Path) -> None:
+    """A file brought twice in a batch and again later (smaller session): as incrementally."""
+    from exporter.records import Appearance
+    from tests.ledgers import ROOT
+
+    t0 = 1_790_000_000.0
+
+    def req(key: str, minute: int, session: str) -> Request:
+        return Request(key, t0 + 60 * minute, "claude-opus-4-6", session, "/p", Source.MAIN, 5,
+                       10, 100, 1, 0)
+
+    shared, other = f"{ROOT}/p/shared.jsonl", f"{ROOT}/p/other.jsonl"
+    batches = [
+        [(shared, "s3", [req("a", 0, "s3")]), (other, "s9", [req("x", 1, "s9")]),
+         (shared, "s2", [req("b", 2, "s2")])],
+        [(shared, "s1", [req("c", 4, "s1")])],
+    ]
+    ledgers = []
+    for name, raw in (("raw", True), ("inc", False)):
+        ledger = _ledger(tmp_path / f"{name}.db")
+        with ledger.bulk(4, raw=raw):
+            for batch in batches:
+                parsed = Parsed()
+                for _path, _session, reqs in batch:
+                    for r in reqs:
+                        parsed.add(r)
+                apps = [Appearance(path, ROOT, session, tuple(r.key for r in reqs))
+                        for path, session, reqs in batch]
+                ledger.apply(parsed, [], 0, apps)
+        ledgers.append(ledger)
+    got, want = (_dump(ledger) for ledger in ledgers)
+    assert [row[2] for row in got["files"]] == ["s9", "s1"]
+    assert ledgers[0].read("SELECT path, id FROM files ORDER BY id") == [(shared, 1), (other, 2)]
+    # (Not the owners: the incremental path keeps the owner it chose before the file's
+    # session fell, which no real transcript does.)
+    for table in ("files", "appearances", "sessions", "checkpoints"):
+        assert got[table] == want[table], table
