@@ -41,6 +41,10 @@ from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
+# The first work units are smaller, doubling up to GROUP_BYTES (a raw pass's commits too):
+# the ledger, which a cold pass waits on, starts on the first megabyte instead of idling
+# until two 16 MB units are parsed (~0.12 s on two cores).
+FIRST_GROUP_BYTES: Final = 1024 * 1024
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
 BYTES_PER_REQUEST: Final = 5_000  # transcript bytes per new request, roughly (a month's mean)
 
@@ -277,7 +281,8 @@ class Scanner:
                                             raw=self.on_applied is None):
             # A raw pass's commits are cheap: each group goes in as it comes, so the
             # ledger's work overlaps the parsing instead of waiting for 128 MB of it.
-            limit = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
+            full = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
+            limit = min(full, FIRST_GROUP_BYTES) if self.ledger.raw else full
             for batch in self._run(work, total, self.clock()):
                 # Workers hand in small groups (load balance); the ledger takes them in
                 # larger transactions: each commit has a fixed cost, and all are atomic.
@@ -285,6 +290,7 @@ class Scanner:
                 if pending.bytes_read >= limit:
                     self._commit(pending, result)
                     pending = None
+                    limit = min(limit * 2, full)
                 done += batch.bytes_read
                 if progress:
                     progress(min(done, total), total)
@@ -331,6 +337,7 @@ class Scanner:
             self._known_files += sum(1 for p in paths if p not in cps)
         groups: list[list[tuple[str, Checkpoint | None]]] = [[]]
         size = total = 0
+        cap = min(self.batch_bytes, GROUP_BYTES, FIRST_GROUP_BYTES)
         for path in paths:
             try:
                 st = os.stat(fs_path(path))
@@ -343,9 +350,10 @@ class Scanner:
             if unchanged(st, cp):
                 continue
             pending = st.st_size - (cp.offset if cp and cp.ino == st.st_ino else 0)
-            if size and size + pending > min(self.batch_bytes, GROUP_BYTES):
+            if size and size + pending > cap:
                 groups.append([])
                 size = 0
+                cap = min(cap * 2, self.batch_bytes, GROUP_BYTES)
             groups[-1].append((path, cp))
             size += max(pending, 0)
             total += max(pending, 0)
