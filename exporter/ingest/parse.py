@@ -28,7 +28,9 @@ stays "active" and a last-request time far in the future.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final
@@ -207,17 +209,11 @@ def _parse_tolerant(
     rejected = out.counts.rejected
     other = usage = 0
     for line in lines:
-        try:
-            req = _classify(line, compaction_file, _TOLERANT.decode, horizon=horizon,
-                            max_line_bytes=max_line_bytes)
-        except _RejectError as exc:
-            rejected[exc.reason] += 1
-            continue
-        if req is None:
-            other += 1
-        else:
-            usage += 1
-            _fold(state, out.requests, req)
+        carried = _judged(state, out.requests, rejected, functools.partial(
+            _classify, line, compaction_file, _TOLERANT.decode, horizon=horizon,
+            max_line_bytes=max_line_bytes))
+        other += carried is False
+        usage += carried is True
     out.counts.other += other
     out.counts.usage_lines += usage
     return state
@@ -343,23 +339,35 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     if searches > s[_SEARCHES]:  # noqa: PLR1730
                         s[_SEARCHES] = searches
                     continue
-        try:
-            if rec is None:  # the fast schema refused the line, or never saw it
-                req = _classify(bytes(line), compaction_file, decode, horizon=horizon,
-                                max_line_bytes=max_line_bytes)
-            else:
-                req = _dispatch(rec, compaction_file, horizon)
-        except _RejectError as exc:
-            rejected[exc.reason] += 1
-            continue
-        if req is None:
-            other += 1
-        else:
-            usage += 1
-            _fold(state, known, req)
+        carried = _judged(state, known, rejected, functools.partial(
+            _classify, bytes(line), compaction_file, decode, horizon=horizon,
+            max_line_bytes=max_line_bytes) if rec is None  # the fast schema refused it
+            else functools.partial(_dispatch, rec, compaction_file, horizon))
+        other += carried is False
+        usage += carried is True
     out.counts.other += other
     out.counts.usage_lines += usage
     return state
+
+
+def _judged(
+    state: dict[str, _State], known: dict[str, Request], rejected: Counter[str],
+    judge: Callable[[], Request | None],
+) -> bool | None:
+    """Judge one line by the general rules, and fold or count what it gives.
+
+    True: it carried a request (folded into ``state``); False: it carried
+    none; None: it was rejected (counted under its reason).
+    """
+    try:
+        req = judge()
+    except _RejectError as exc:
+        rejected[exc.reason] += 1
+        return None
+    if req is None:
+        return False
+    _fold(state, known, req)
+    return True
 
 
 def _seed(req: Request) -> _State:
