@@ -281,8 +281,8 @@ class Scanner:
                                             raw=self.on_applied is None):
             # A raw pass's commits are cheap: each group goes in as it comes, so the
             # ledger's work overlaps the parsing instead of waiting for 128 MB of it.
-            full = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
-            limit = min(full, FIRST_GROUP_BYTES) if self.ledger.raw else full
+            most = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
+            limit = min(most, FIRST_GROUP_BYTES) if self.ledger.raw else most
             for batch in self._run(work, total, self.clock()):
                 # Workers hand in small groups (load balance); the ledger takes them in
                 # larger transactions: each commit has a fixed cost, and all are atomic.
@@ -290,7 +290,7 @@ class Scanner:
                 if pending.bytes_read >= limit:
                     self._commit(pending, result)
                     pending = None
-                    limit = min(limit * 2, full)
+                    limit = min(limit * 2, most)
                 done += batch.bytes_read
                 if progress:
                     progress(min(done, total), total)
