@@ -356,12 +356,9 @@ def derive(db: sqlite3.Connection, beside: Beside | None = None,
     else:
         # Files holding a row that moved after they were chained, or chained by two batches.
         stale = set(state.restaged)
-        moved = sorted(state.moved)
-        for i in range(0, len(moved), 500):
-            part = moved[i : i + 500]
-            stale.update(r[0] for r in db.execute(
-                f"SELECT file FROM appearances WHERE request IN ({','.join('?' * len(part))})",
-                part))
+        stale.update(r[0] for r in db.execute(
+            f"SELECT file FROM appearances WHERE request IN {_IN_JSON}",
+            (json.dumps(sorted(state.moved)),)))
         files = json.dumps(sorted(stale))
         if stale:
             db.execute(_PREVS.format(files=f" WHERE a.file IN {_IN_JSON}"), (files,))
