@@ -47,6 +47,13 @@ GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser proces
 FIRST_GROUP_BYTES: Final = 1024 * 1024
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
 BYTES_PER_REQUEST: Final = 5_000  # transcript bytes per new request, roughly (a month's mean)
+# How much lower the parser processes run than the process that writes the ledger. A pass
+# is a pipeline: the parsers' work can go anywhere on the cores, the writer's is one chain
+# that every batch waits on. Three processes share two cores evenly without it, so the
+# writer got about two thirds of one and finished its last batches alone after the parsers
+# were done (docs/benchmarks.md). 5 gives the writer about three times a parser's share;
+# against other programs the parsers still get a third of a normal process's.
+PARSER_NICE: Final = 5
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(bytes_done, bytes_total)`` while a pass runs."""
@@ -180,8 +187,10 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int, nice: int = 0) -> None:
     """Pool initializer: a parser process ends when the process that started it does.
+
+    ``nice`` lowers its scheduling priority by that much (see :data:`PARSER_NICE`).
 
     Otherwise a ``kill -9`` of the daemon leaves its workers blocked for good on
     the pool's queue (each worker holds the queue's write end, so no EOF comes),
@@ -192,6 +201,9 @@ def die_with_parent(parent: int) -> None:
     copy their pages).
     """
     gc.disable()
+    if nice > 0:
+        with contextlib.suppress(OSError):  # a sandbox that forbids it: run at the same priority
+            os.nice(nice)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent; then this dies
     if sys.platform.startswith("linux"):
@@ -227,9 +239,14 @@ class Scanner:
         batch_bytes: int = BATCH_BYTES,
         max_line_bytes: int = MAX_LINE_BYTES,
         clock: Callable[[], float] = time.time,
+        parser_nice: int = PARSER_NICE,
     ) -> None:
-        """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool)."""
+        """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool).
+
+        ``parser_nice``: how much lower the parser processes run (:data:`PARSER_NICE`).
+        """
         self.parallel_min_bytes = parallel_min_bytes
+        self.parser_nice = parser_nice
         self.batch_bytes = batch_bytes
         self.max_line_bytes = max_line_bytes
         self.clock = clock
@@ -369,7 +386,8 @@ class Scanner:
             return
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(self.workers, len(work)), mp_context=ctx,
-                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+                                 initializer=die_with_parent,
+                                 initargs=(os.getpid(), self.parser_nice)) as pool:
             futures = [pool.submit(read_files, g, now, limit) for g in work]
             for fut in as_completed(futures):
                 yield fut.result()

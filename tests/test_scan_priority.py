@@ -1,0 +1,57 @@
+"""A pass's parser processes run at a lower priority than the process that writes the ledger."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from exporter.ingest.scan import PARSER_NICE
+from tests.test_scan import REAL_TOTALS, scanner, totals
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
+                                reason="reads the process tree from Linux's /proc")
+
+
+def _children_priorities() -> dict[int, int]:
+    """The scheduling priority (nice value) of every child process of this one."""
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids.update(int(p) for p in (task / "children").read_text().split())
+        except OSError:
+            continue  # a thread that ended meanwhile
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = os.getpriority(os.PRIO_PROCESS, pid)
+        except OSError:
+            continue  # a child that ended meanwhile
+    return out
+
+
+def _parsers_seen(tree: Path, state: Path, **kw: int) -> dict[int, int]:
+    """Run one pooled pass; the priorities of the child processes seen during it."""
+    seen: dict[int, int] = {}
+    scan = scanner(tree, state, workers=2, parallel_min_bytes=0, **kw)
+    scan.scan(progress=lambda _done, _total: seen.update(_children_priorities()))
+    assert totals(scan.ledger.requests()) == REAL_TOTALS
+    scan.ledger.close()
+    return seen
+
+
+def test_parsers_run_at_a_lower_priority(real_tree: Path, tmp_path: Path) -> None:
+    """Every parser process seen during a pass runs PARSER_NICE lower than this process."""
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    seen = _parsers_seen(real_tree, tmp_path / "state")
+    assert seen, "no parser process was alive during the pass"
+    assert set(seen.values()) == {min(ours + PARSER_NICE, 19)}
+
+
+def test_parsers_priority_is_a_parameter(real_tree: Path, tmp_path: Path) -> None:
+    """With parser_nice=0 the parser processes run at this process's own priority."""
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    seen = _parsers_seen(real_tree, tmp_path / "state", parser_nice=0)
+    assert seen
+    assert set(seen.values()) == {ours}
