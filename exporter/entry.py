@@ -28,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if argv is None:
+        if args[:1] != ["statusline"]:
+            # Imported before run() freezes the heap: the CLI's modules (pydantic's settings
+            # model among them) are most of what the freeze is for.
+            from exporter import cli  # noqa: F401, PLC0415
         run(lambda: _command(args))
     return _command(args)
 
