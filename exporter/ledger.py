@@ -356,7 +356,8 @@ class Ledger:
         When the new rows outnumber those held, the reader-only indexes are
         dropped first and built once after (sorting N rows beats N random
         inserts into five B-trees). A pass cut short leaves them to the next
-        open, which builds them.
+        open, which builds them. A raw pass does the same with the key's
+        unique index, which every raw pass's end (or the next open) builds.
 
         ``raw`` (the caller needs no per-batch :class:`Applied` rows or rollup
         increments): if the ledger holds no request, each :meth:`apply` only
@@ -371,13 +372,7 @@ class Ledger:
         raw = raw and not self._db.execute("SELECT 1 FROM requests LIMIT 1").fetchone()
         # count(*) walks an index: only asked when the pass is big enough to matter.
         drop = expected_rows > 10_000 and (raw or expected_rows > self.count())
-        if raw or drop:
-            with self._transaction():
-                if drop:
-                    for statement in READER_INDEXES:
-                        self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
-                if raw:
-                    self._set_meta(ledger_bulk.RAW_PASS, "1")
+        self._begin_bulk(raw=raw, drop=drop)
         self._pass = ledger_bulk.Pass() if raw else None
         failed = False
         try:
@@ -389,6 +384,7 @@ class Ledger:
             state, self._pass = self._pass, None
             try:
                 if raw:
+                    self._db.execute(f"DROP TABLE IF EXISTS temp.{ledger_bulk.STAGED}")
                     self._derive(state)
                 if drop:
                     with self._transaction():
@@ -399,6 +395,24 @@ class Ledger:
                     raise
                 # The pass failed already (that error is the one to see); the next open
                 # derives and builds what is missing.
+
+    def _begin_bulk(self, *, raw: bool, drop: bool) -> None:
+        """The start of :meth:`bulk`: the indexes it builds once after, dropped; a raw pass marked.
+
+        A raw pass drops the key's index too (exporter.ledger_bulk.unkey) and
+        keeps what it staged in a table of this connection's own instead.
+        """
+        if raw or drop:
+            with self._transaction():
+                if raw:
+                    ledger_bulk.unkey(self._db)
+                    self._set_meta(ledger_bulk.RAW_PASS, "1")
+                if drop:
+                    for statement in READER_INDEXES:
+                        self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
+        if raw:
+            for statement in ledger_bulk.STAGED_SCHEMA:
+                self._db.execute(statement)
 
     @property
     def raw(self) -> bool:
@@ -428,10 +442,11 @@ class Ledger:
                 counts = (beside.ask(functools.partial(ledger_bulk.count_classes, rules=rules))
                           if rules is not None else -1)
                 slots.rebuild(db, lambda: beside.result(bins, db))
-                # The reader indexes, if the pass dropped them (see bulk): built here, while
-                # the rollup classes are still being read beside.
+                # The reader indexes, if the pass dropped them (see bulk), and the key's:
+                # built here, while the rollup classes are still being read beside.
                 for statement in READER_INDEXES:
                     db.execute(statement)
+                ledger_bulk.rekey(db)
                 if rules is not None:
                     self._rebuild_rollups(rules, beside.result(counts, db))
                     self._settle_due(rules, _Batch(), force=False)

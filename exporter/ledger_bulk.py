@@ -3,10 +3,13 @@
 A first pass (a cold ``report``, a daemon's first start) brings every row at
 once. The incremental path works out, per batch, each touched file's chain,
 the gaps, the owners, the rollups and the slots, and rewrites rows a later
-batch touches again. Here a batch writes its new rows, upserts those an
-earlier batch of the pass stored (merged in SQL by the rules of
+batch touches again. Here a batch writes its new rows, merges into those an
+earlier batch of the pass stored (in SQL, by the rules of
 :func:`exporter.records.merge`), their appearances, files and sessions (with
-the checkpoints and line counters, in the caller's transaction). A pass reads
+the checkpoints and line counters, in the caller's transaction). The key's
+unique index is dropped for the pass (:func:`unkey`) and built once at its
+end (:func:`rekey`): the rows a batch stages again are found through a
+table of hashes of this connection's own (:data:`STAGED`). A pass reads
 each file whole in one batch, so the batch also chains its files: each
 appearance's predecessor and each new row's gap, from the rows as they stand
 after it. When the pass ends, :func:`derive` computes the rest once from
@@ -17,7 +20,8 @@ slots from the rows. The result is the same as the incremental path's, since
 both are functions of the rows and appearances alone.
 
 Kill -9 safety: the ledger sets :data:`RAW_PASS` in its meta table in the
-transaction that begins the pass and clears it in the one that derives. An
+transaction that begins the pass (and drops the key's index) and clears it
+in the one that derives (and builds the index). An
 open that finds it set derives first, everything (what the pass remembered
 of its stale chains died with it): the ledger held no request before the
 pass, so the tables are the whole truth and nothing is lost or counted twice.
@@ -36,6 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from exporter.ledger_schema import KEY_AUTOINDEX, KEY_INDEX, KEY_INDEX_NAME, REQUESTS, SCHEMA
 from exporter.records import (
     COUNT_SUMS,
     Appearance,
@@ -58,23 +63,74 @@ _MAXED: Final = ("source", "input", "output", "cache_read", "cache_write_5m", "c
 _DESCRIPTIVE: Final = ("ts", "model", "session", "project", "service_tier", "inference_geo",
                        "speed")
 _TOKENS: Final = ("input", "cache_read", "cache_write_5m", "cache_write_1h")
-# The stored copy loses its descriptive fields to an earlier one, as in records.merge.
-_WINS: Final = "(excluded.ts < ts OR (excluded.ts = ts AND excluded.session < session))"
 
-UPSERT: Final = (
-    f"INSERT INTO requests ({', '.join(_FIELDS)}, context, roots) "
-    f"VALUES ({','.join('?' * (len(_FIELDS) + 2))}) ON CONFLICT (key) DO UPDATE SET "
-    + ", ".join([*(f"{c} = CASE WHEN {_WINS} THEN excluded.{c} ELSE {c} END"
-                   for c in _DESCRIPTIVE),
-                 *(f"{c} = max({c}, excluded.{c})" for c in _MAXED),
-                 "context = " + " + ".join(f"max({c}, excluded.{c})" for c in _TOKENS),
-                 "roots = roots | excluded.roots"])
-    + " WHERE " + " OR ".join([*(f"excluded.{c} > {c}" for c in _MAXED),
-                               "(roots | excluded.roots) != roots",
-                               f"({_WINS} AND ({', '.join(f'excluded.{c}' for c in _DESCRIPTIVE)}) "
-                               f"!= ({', '.join(_DESCRIPTIVE)}))"])
+
+def _merging(new: dict[str, str]) -> tuple[str, str]:
+    """SQL that merges a request (its columns as ``new`` names them) into its stored row.
+
+    The SET list and the condition under which it changes anything, by the
+    rules of :func:`exporter.records.merge`: the descriptive fields of the
+    earlier copy, the maximum of each count, the union of the roots.
+    """
+    wins = f"({new['ts']} < ts OR ({new['ts']} = ts AND {new['session']} < session))"
+    sets = ", ".join([*(f"{c} = CASE WHEN {wins} THEN {new[c]} ELSE {c} END"
+                        for c in _DESCRIPTIVE),
+                      *(f"{c} = max({c}, {new[c]})" for c in _MAXED),
+                      "context = " + " + ".join(f"max({c}, {new[c]})" for c in _TOKENS),
+                      f"roots = roots | {new['roots']}"])
+    changes = " OR ".join([*(f"{new[c]} > {c}" for c in _MAXED),
+                           f"(roots | {new['roots']}) != roots",
+                           f"({wins} AND ({', '.join(new[c] for c in _DESCRIPTIVE)}) "
+                           f"!= ({', '.join(_DESCRIPTIVE)}))"])
+    return sets, changes
+
+
+_COLUMNS: Final = (*_FIELDS, "context", "roots")
+# A request merged into the row a raw pass staged before under its key, found by id (the
+# pass keeps no index on the key to conflict on): its columns, then the row's id.
+_MERGE_SETS, _MERGE_CHANGES = _merging({c: f"?{i}" for i, c in enumerate(_COLUMNS, 1)})
+_MERGE: Final = (f"UPDATE requests SET {_MERGE_SETS} "
+                 f"WHERE id = ?{len(_COLUMNS) + 1} AND ({_MERGE_CHANGES})")
+
+# What a raw pass staged, by the hash of its key (Python's hash of the text: the same for
+# the whole pass, which runs in one process): the exact answer behind Keys' "maybe", in a
+# table of this connection's own, which SQLite keeps in memory up to its cache and spills
+# past it (memory bounded however large the pass). Ledger.bulk makes and drops it.
+STAGED: Final = "raw_staged"
+STAGED_SCHEMA: Final = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGED} (h INTEGER NOT NULL, id INTEGER NOT NULL)",
+    f"CREATE INDEX IF NOT EXISTS temp.{STAGED}_h ON {STAGED} (h)",
 )
-"""One request merged into its stored row (a new row when the key is new)."""
+
+
+def unkey(db: sqlite3.Connection) -> None:
+    """At the start of a raw pass (no request held): no index on the requests' key.
+
+    A ledger made before the key had an index of its own (the column's
+    UNIQUE) gets its empty requests table made again in the current form,
+    with its other indexes. Then the key's index is dropped:
+    :func:`rekey` builds it when the pass ends (or the next open, after a kill).
+    """
+    if _has_autoindex(db):
+        db.execute("DROP TABLE requests")
+        for statement in SCHEMA:
+            if statement == REQUESTS or (statement.startswith("CREATE INDEX")
+                                         and " ON requests " in statement):
+                db.execute(statement)
+    db.execute(f"DROP INDEX IF EXISTS {KEY_INDEX_NAME}")
+
+
+def rekey(db: sqlite3.Connection) -> None:
+    """The key's unique index, where it is missing (the end of a raw pass)."""
+    if not _has_autoindex(db):
+        db.execute(KEY_INDEX)
+
+
+def _has_autoindex(db: sqlite3.Connection) -> bool:
+    """Whether the requests' key is unique by its column's UNIQUE (ledgers made before)."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
+                      (KEY_AUTOINDEX,)).fetchone() is not None
+
 
 class Keys:
     """The keys a raw pass has staged, or a few more: a fixed-size Bloom filter.
@@ -167,7 +223,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     # New rows take the next ids in batch order, as an insert without an id would; a key
     # the pass staged before is upserted.
     first = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0] + 1
-    stored = _stored(db, state.keys.known(requests))
+    stored = _staged(db, state.keys.known(requests))
     ids, fresh, older = _assign(requests, stored, first)
     state.keys.add(req.key for req in fresh)
     now = _merged(requests, stored, state)
@@ -189,10 +245,12 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
         for rid, req in enumerate(fresh, first)])
     if fresh and db.execute("SELECT max(id) FROM requests").fetchone()[0] != first + len(fresh) - 1:
         raise sqlite3.IntegrityError("new rows did not take the ids chained to them")
+    db.executemany(f"INSERT INTO {STAGED} (h, id) VALUES (?, ?)",
+                   [(hash(req.key), rid) for rid, req in enumerate(fresh, first)])
     before = db.total_changes
-    db.executemany(UPSERT, [
-        (*req[:-1], None, req.context, common if one_root else masks.get(key, 0))
-        for key, req in ((key, requests[key]) for key, _rid in older)])
+    db.executemany(_MERGE, [
+        (*req[:-1], None, req.context, common if one_root else masks.get(key, 0), rid)
+        for key, req, rid in ((key, requests[key], rid) for key, rid in older)])
     changed = db.total_changes - before
     db.executemany("INSERT OR IGNORE INTO appearances (request, file, prev) VALUES (?, ?, ?)",
                    prevs)
@@ -231,15 +289,19 @@ def _files(db: sqlite3.Connection, appearances: Sequence[Appearance], state: Pas
     return fids
 
 
-def _stored(db: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[int, float, int]]:
-    """The stored rows of some keys: (id, time, source) by key (a key not stored is absent)."""
-    out: dict[str, tuple[int, float, int]] = {}
-    for i in range(0, len(keys), 500):
-        part = keys[i : i + 500]
-        out.update((key, (rid, ts, source)) for key, rid, ts, source in db.execute(
-            "SELECT key, id, ts, source FROM requests "
-            f"WHERE key IN ({','.join('?' * len(part))})", part))
-    return out
+def _staged(db: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[int, float, int]]:
+    """The rows this pass staged of some keys: (id, time, source) by key (others absent).
+
+    Looked up by the keys' hashes in :data:`STAGED`; the row's own key settles
+    a hash that two keys share.
+    """
+    if not keys:
+        return {}
+    wanted = set(keys)
+    return {key: (rid, ts, source) for key, rid, ts, source in db.execute(
+        f"SELECT r.key, r.id, r.ts, r.source FROM {STAGED} s JOIN requests r ON r.id = s.id "
+        f"WHERE s.h IN {_IN_JSON}", (json.dumps([hash(key) for key in keys]),))
+        if key in wanted}
 
 
 def _assign(requests: dict[str, Request], stored: dict[str, tuple[int, float, int]],

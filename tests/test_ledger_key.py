@@ -1,0 +1,111 @@
+"""The requests' key index: dropped for a raw pass, built once at its end, in either ledger form."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from exporter.ingest.discover import projects_dirs
+from exporter.ingest.scan import Scanner
+from exporter.ledger import Ledger
+from exporter.ledger_bulk import STAGED, STAGED_SCHEMA, _staged
+from exporter.ledger_schema import KEY_AUTOINDEX, KEY_INDEX_NAME, REQUESTS, SCHEMA
+from tests.test_ledger_bulk import _killed_pass, _ledger
+from tests.test_scan import REAL_TOTALS, totals
+
+
+def _unique_key_indexes(ledger: Ledger) -> list[str]:
+    """The names of the unique indexes on exactly the requests' key."""
+    names = [row[1] for row in ledger.read("PRAGMA index_list(requests)") if row[2]]
+    return sorted(n for n in names
+                  if [c[2] for c in ledger.read(f"PRAGMA index_info({n})")] == ["key"])
+
+
+def _make_old_form(path: Path) -> None:
+    """A new ledger whose requests table has the key UNIQUE in its column, as before."""
+    _ledger(path).close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    db.execute("DROP TABLE requests")
+    db.execute(REQUESTS.replace("key TEXT NOT NULL,", "key TEXT NOT NULL UNIQUE,"))
+    for statement in SCHEMA:
+        if statement.startswith("CREATE INDEX") and " ON requests " in statement:
+            db.execute(statement)
+    db.execute("COMMIT")
+    db.close()
+
+
+def _scan(ledger: Ledger, tree: Path, **kw: object) -> None:
+    """One pass over ``tree`` into ``ledger``."""
+    Scanner(ledger, projects_dirs([tree]), workers=1, **kw).scan()  # type: ignore[arg-type]
+
+
+def test_a_raw_pass_has_no_key_index_until_its_end(real_tree: Path, tmp_path: Path) -> None:
+    """Between a raw pass's batches the key has no index; after it, exactly one unique one."""
+    ledger = _ledger(tmp_path / "l.db")
+    during: list[list[str]] = []
+    Scanner(ledger, projects_dirs([real_tree]), workers=1, batch_bytes=1).scan(
+        progress=lambda _d, _t: during.append(_unique_key_indexes(ledger)))
+    assert during and all(names == [] for names in during)
+    assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
+    assert totals(ledger.requests()) == REAL_TOTALS
+
+
+def test_a_raw_pass_killed_midway_gets_its_key_index_on_the_next_open(real_tree: Path,
+                                                                       tmp_path: Path) -> None:
+    """The open that derives a killed raw pass builds the key index; a later pass is exact."""
+    _killed_pass(real_tree, tmp_path / "cut", kill_after=3)
+    reopened = _ledger(tmp_path / "cut" / "l.db")
+    assert _unique_key_indexes(reopened) == [KEY_INDEX_NAME]
+    _scan(reopened, real_tree)
+    assert totals(reopened.requests()) == REAL_TOTALS
+
+
+def test_an_empty_ledger_of_the_old_form_is_made_anew_by_a_raw_pass(real_tree: Path,
+                                                                    tmp_path: Path) -> None:
+    """Its empty table becomes the current one (key index of its own, every other index)."""
+    path = tmp_path / "l.db"
+    _make_old_form(path)
+    ledger = _ledger(path)
+    assert _unique_key_indexes(ledger) == [KEY_AUTOINDEX]
+    _scan(ledger, real_tree)
+    assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
+    indexes = {row[1] for row in ledger.read("PRAGMA index_list(requests)")}
+    wanted = {st.split()[5] for st in SCHEMA
+              if st.startswith("CREATE INDEX") and " ON requests " in st}
+    assert wanted <= indexes
+    assert totals(ledger.requests()) == REAL_TOTALS
+
+
+def test_a_filled_ledger_of_the_old_form_keeps_its_column_unique(real_tree: Path,
+                                                                 tmp_path: Path) -> None:
+    """Passes over a ledger of the old form that holds rows merge by its UNIQUE, adding none."""
+    path = tmp_path / "l.db"
+    _make_old_form(path)
+    ledger = _ledger(path)
+    _scan(ledger, real_tree, on_applied=lambda _a: None)  # the incremental path: rows first
+    _scan(ledger, real_tree)
+    ledger.close()
+    again = _ledger(path)
+    _scan(again, real_tree)
+    assert _unique_key_indexes(again) == [KEY_AUTOINDEX]
+    assert totals(again.requests()) == REAL_TOTALS
+
+
+def test_keys_that_share_a_hash_are_told_apart() -> None:
+    """A staged hash that another key shares finds only the row whose key it is."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.execute(REQUESTS)
+    for statement in STAGED_SCHEMA:
+        db.execute(statement)
+    cols = "key, ts, model, session, project, source, input, output, cache_read, " \
+           "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, " \
+           "recorded_cost_usd"
+    for rid, key in ((1, "a"), (2, "b")):
+        db.execute(f"INSERT INTO requests (id, {cols}) VALUES "
+                   "(?, ?, 1.0, 'm', 's', 'p', 0, 1, 1, 0, 0, 0, '', '', '', 0.0)", (rid, key))
+    # "b"'s row filed under "a"'s hash, as a collision of the two would leave it.
+    db.executemany(f"INSERT INTO {STAGED} (h, id) VALUES (?, ?)", [(hash("a"), 1),
+                                                                     (hash("a"), 2)])
+    assert _staged(db, ["a"]) == {"a": (1, 1.0, 0)}
+    assert _staged(db, ["c"]) == {}
