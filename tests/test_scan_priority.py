@@ -32,13 +32,17 @@ def _children_priorities() -> dict[int, int]:
 
 
 def _parsers_seen(tree: Path, state: Path, **kw: int) -> dict[int, int]:
-    """Run one pooled pass; the priorities of the child processes seen during it."""
+    """Run one pooled pass; the priorities of the child processes it started (its parsers).
+
+    Children this process had before the pass (servers of other tests) are not its.
+    """
+    before = set(_children_priorities())
     seen: dict[int, int] = {}
     scan = scanner(tree, state, workers=2, parallel_min_bytes=0, **kw)
     scan.scan(progress=lambda _done, _total: seen.update(_children_priorities()))
     assert totals(scan.ledger.requests()) == REAL_TOTALS
     scan.ledger.close()
-    return seen
+    return {pid: nice for pid, nice in seen.items() if pid not in before}
 
 
 def test_parsers_run_at_a_lower_priority(real_tree: Path, tmp_path: Path) -> None:
