@@ -59,10 +59,11 @@ def main() -> None:
     wall, busy = profile(cmd, env, args.step)
     print(f"wall {wall:.2f} s, {len(busy)} samples of {args.step:g} s")
     print(" ".join(f"{b:.1f}" for b in busy))
-    one = sum(args.step for b in busy if b < 1.3)
-    two = sum(args.step for b in busy if b >= 1.7)
+    one = sum(1 for b in busy if b < 1.3) * args.step
+    two = sum(1 for b in busy if b >= 1.7) * args.step
+    between = (len(busy) * args.step) - one - two
     print(f"about one core busy: {one:.2f} s; about two: {two:.2f} s; "
-          f"between: {len(busy) * args.step - one - two:.2f} s")
+          f"between: {max(between, 0.0):.2f} s")
 
 
 if __name__ == "__main__":
