@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger import Applied, Ledger
 from exporter.ledger_bulk import STAGED, STAGED_SCHEMA, _staged
 from exporter.ledger_schema import KEY_AUTOINDEX, KEY_INDEX_NAME, REQUESTS, SCHEMA
 from tests.test_ledger_bulk import _killed_pass, _ledger
@@ -21,8 +22,8 @@ def _unique_key_indexes(ledger: Ledger) -> list[str]:
                   if [c[2] for c in ledger.read(f"PRAGMA index_info({n})")] == ["key"])
 
 
-def _make_old_form(path: Path) -> None:
-    """A new ledger whose requests table has the key UNIQUE in its column, as before."""
+def _old_form(path: Path) -> Ledger:
+    """A new ledger whose requests table has the key UNIQUE in its column, as before; open."""
     _ledger(path).close()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("BEGIN")
@@ -33,11 +34,15 @@ def _make_old_form(path: Path) -> None:
             db.execute(statement)
     db.execute("COMMIT")
     db.close()
+    ledger = _ledger(path)
+    assert _unique_key_indexes(ledger) == [KEY_AUTOINDEX]
+    return ledger
 
 
-def _scan(ledger: Ledger, tree: Path, **kw: object) -> None:
-    """One pass over ``tree`` into ``ledger``."""
-    Scanner(ledger, projects_dirs([tree]), workers=1, **kw).scan()  # type: ignore[arg-type]
+def _scan(ledger: Ledger, tree: Path, on_applied: Callable[[Applied], None] | None = None,
+          ) -> None:
+    """One pass over ``tree`` into ``ledger`` (``on_applied``: the incremental path)."""
+    Scanner(ledger, projects_dirs([tree]), workers=1, on_applied=on_applied).scan()
 
 
 def test_a_raw_pass_has_no_key_index_until_its_end(real_tree: Path, tmp_path: Path) -> None:
@@ -64,10 +69,7 @@ def test_a_raw_pass_killed_midway_gets_its_key_index_on_the_next_open(real_tree:
 def test_an_empty_ledger_of_the_old_form_is_made_anew_by_a_raw_pass(real_tree: Path,
                                                                     tmp_path: Path) -> None:
     """Its empty table becomes the current one (key index of its own, every other index)."""
-    path = tmp_path / "l.db"
-    _make_old_form(path)
-    ledger = _ledger(path)
-    assert _unique_key_indexes(ledger) == [KEY_AUTOINDEX]
+    ledger = _old_form(tmp_path / "l.db")
     _scan(ledger, real_tree)
     assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
     indexes = {row[1] for row in ledger.read("PRAGMA index_list(requests)")}
@@ -80,13 +82,11 @@ def test_an_empty_ledger_of_the_old_form_is_made_anew_by_a_raw_pass(real_tree: P
 def test_a_filled_ledger_of_the_old_form_keeps_its_column_unique(real_tree: Path,
                                                                  tmp_path: Path) -> None:
     """Passes over a ledger of the old form that holds rows merge by its UNIQUE, adding none."""
-    path = tmp_path / "l.db"
-    _make_old_form(path)
-    ledger = _ledger(path)
+    ledger = _old_form(tmp_path / "l.db")
     _scan(ledger, real_tree, on_applied=lambda _a: None)  # the incremental path: rows first
     _scan(ledger, real_tree)
     ledger.close()
-    again = _ledger(path)
+    again = _ledger(tmp_path / "l.db")
     _scan(again, real_tree)
     assert _unique_key_indexes(again) == [KEY_AUTOINDEX]
     assert totals(again.requests()) == REAL_TOTALS
