@@ -384,7 +384,8 @@ class Ledger:
             state, self._pass = self._pass, None
             try:
                 if raw:
-                    self._db.execute(f"DROP TABLE IF EXISTS temp.{ledger_bulk.STAGED}")
+                    with contextlib.suppress(sqlite3.Error):  # it goes with the connection anyway
+                        self._db.execute(f"DROP TABLE IF EXISTS temp.{ledger_bulk.STAGED}")
                     self._derive(state)
                 if drop:
                     with self._transaction():

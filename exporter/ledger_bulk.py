@@ -223,7 +223,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
                 masks[key] = masks.get(key, 0) | bit
     common = bits[appearances[0].root] if appearances and one_root else 0
     # New rows take the next ids in batch order, as an insert without an id would; a key
-    # the pass staged before is upserted.
+    # the pass staged before is merged into its row (by id: the pass has no key index).
     first = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0] + 1
     stored = _staged(db, state.keys.known(requests))
     ids, fresh, older = _assign(requests, stored, first)
