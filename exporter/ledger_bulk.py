@@ -40,7 +40,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from exporter.ledger_schema import KEY_AUTOINDEX, KEY_INDEX, KEY_INDEX_NAME, REQUESTS, SCHEMA
+from exporter.ledger_schema import (
+    KEY_AUTOINDEX,
+    KEY_INDEX,
+    KEY_INDEX_NAME,
+    REQUESTS,
+    REQUESTS_INDEXES,
+)
 from exporter.records import (
     COUNT_SUMS,
     Appearance,
@@ -64,33 +70,26 @@ _DESCRIPTIVE: Final = ("ts", "model", "session", "project", "service_tier", "inf
                        "speed")
 _TOKENS: Final = ("input", "cache_read", "cache_write_5m", "cache_write_1h")
 
-
-def _merging(new: dict[str, str]) -> tuple[str, str]:
-    """SQL that merges a request (its columns as ``new`` names them) into its stored row.
-
-    The SET list and the condition under which it changes anything, by the
-    rules of :func:`exporter.records.merge`: the descriptive fields of the
-    earlier copy, the maximum of each count, the union of the roots.
-    """
-    wins = f"({new['ts']} < ts OR ({new['ts']} = ts AND {new['session']} < session))"
-    sets = ", ".join([*(f"{c} = CASE WHEN {wins} THEN {new[c]} ELSE {c} END"
-                        for c in _DESCRIPTIVE),
-                      *(f"{c} = max({c}, {new[c]})" for c in _MAXED),
-                      "context = " + " + ".join(f"max({c}, {new[c]})" for c in _TOKENS),
-                      f"roots = roots | {new['roots']}"])
-    changes = " OR ".join([*(f"{new[c]} > {c}" for c in _MAXED),
-                           f"(roots | {new['roots']}) != roots",
-                           f"({wins} AND ({', '.join(new[c] for c in _DESCRIPTIVE)}) "
-                           f"!= ({', '.join(_DESCRIPTIVE)}))"])
-    return sets, changes
-
-
-_COLUMNS: Final = (*_FIELDS, "context", "roots")
 # A request merged into the row a raw pass staged before under its key, found by id (the
-# pass keeps no index on the key to conflict on): its columns, then the row's id.
-_MERGE_SETS, _MERGE_CHANGES = _merging({c: f"?{i}" for i, c in enumerate(_COLUMNS, 1)})
-_MERGE: Final = (f"UPDATE requests SET {_MERGE_SETS} "
-                 f"WHERE id = ?{len(_COLUMNS) + 1} AND ({_MERGE_CHANGES})")
+# pass keeps no index on the key to conflict on), by the rules of records.merge: the
+# descriptive fields of the earlier copy, the maximum of each count, the union of the
+# roots; only when that changes something. Parameters: the columns, then the row's id.
+_COLUMNS: Final = (*_FIELDS, "context", "roots")
+_P: Final = {c: f"?{i}" for i, c in enumerate(_COLUMNS, 1)}
+_WINS: Final = f"({_P['ts']} < ts OR ({_P['ts']} = ts AND {_P['session']} < session))"
+_MERGE: Final = (
+    "UPDATE requests SET "
+    + ", ".join([*(f"{c} = CASE WHEN {_WINS} THEN {_P[c]} ELSE {c} END" for c in _DESCRIPTIVE),
+                 *(f"{c} = max({c}, {_P[c]})" for c in _MAXED),
+                 "context = " + " + ".join(f"max({c}, {_P[c]})" for c in _TOKENS),
+                 f"roots = roots | {_P['roots']}"])
+    + f" WHERE id = ?{len(_COLUMNS) + 1} AND ("
+    + " OR ".join([*(f"{_P[c]} > {c}" for c in _MAXED),
+                   f"(roots | {_P['roots']}) != roots",
+                   f"({_WINS} AND ({', '.join(_P[c] for c in _DESCRIPTIVE)}) "
+                   f"!= ({', '.join(_DESCRIPTIVE)}))"])
+    + ")"
+)
 
 # What a raw pass staged, by the hash of its key (Python's hash of the text: the same for
 # the whole pass, which runs in one process): the exact answer behind Keys' "maybe", in a
@@ -115,10 +114,8 @@ def unkey(db: sqlite3.Connection) -> None:
     """
     if _has_autoindex(db):
         db.execute("DROP TABLE requests")
-        for statement in SCHEMA:
-            if statement == REQUESTS or (statement.startswith("CREATE INDEX")
-                                         and " ON requests " in statement):
-                db.execute(statement)
+        for statement in (REQUESTS, *REQUESTS_INDEXES):
+            db.execute(statement)
     db.execute(f"DROP INDEX IF EXISTS {KEY_INDEX_NAME}")
 
 

@@ -79,6 +79,9 @@ SCHEMA: Final = (
     *slots.SCHEMA,
 )
 V1_TABLES: Final = frozenset({"requests", "files", "counters"})
+# Every plain index on requests (the key's unique index aside).
+REQUESTS_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX")
+                                and " ON requests " in st)
 # Indexes for readers only (the report's percentiles and per-session figures): a pass
 # that brings more rows than the ledger holds drops them and builds them once after.
 READER_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX")
@@ -130,5 +133,5 @@ def v1_provenance(db: sqlite3.Connection) -> None:
 
 
 def index_name(statement: str) -> str:
-    """The name in a ``CREATE INDEX IF NOT EXISTS name ON …`` statement."""
-    return statement.split()[5]
+    """The name in a ``CREATE [UNIQUE] INDEX IF NOT EXISTS name ON …`` statement."""
+    return statement.split(" ON ", 1)[0].rsplit(maxsplit=1)[-1]

@@ -10,7 +10,13 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger import Applied, Ledger
 from exporter.ledger_bulk import STAGED, STAGED_SCHEMA, _staged
-from exporter.ledger_schema import KEY_AUTOINDEX, KEY_INDEX_NAME, REQUESTS, SCHEMA
+from exporter.ledger_schema import (
+    KEY_AUTOINDEX,
+    KEY_INDEX_NAME,
+    REQUESTS,
+    REQUESTS_INDEXES,
+    index_name,
+)
 from tests.test_ledger_bulk import _killed_pass, _ledger
 from tests.test_scan import REAL_TOTALS, totals
 
@@ -29,9 +35,8 @@ def _old_form(path: Path) -> Ledger:
     db.execute("BEGIN")
     db.execute("DROP TABLE requests")
     db.execute(REQUESTS.replace("key TEXT NOT NULL,", "key TEXT NOT NULL UNIQUE,"))
-    for statement in SCHEMA:
-        if statement.startswith("CREATE INDEX") and " ON requests " in statement:
-            db.execute(statement)
+    for statement in REQUESTS_INDEXES:
+        db.execute(statement)
     db.execute("COMMIT")
     db.close()
     ledger = _ledger(path)
@@ -73,9 +78,7 @@ def test_an_empty_ledger_of_the_old_form_is_made_anew_by_a_raw_pass(real_tree: P
     _scan(ledger, real_tree)
     assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
     indexes = {row[1] for row in ledger.read("PRAGMA index_list(requests)")}
-    wanted = {st.split()[5] for st in SCHEMA
-              if st.startswith("CREATE INDEX") and " ON requests " in st}
-    assert wanted <= indexes
+    assert {index_name(st) for st in REQUESTS_INDEXES} <= indexes
     assert totals(ledger.requests()) == REAL_TOTALS
 
 
