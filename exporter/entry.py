@@ -51,9 +51,10 @@ def _command(args: list[str]) -> int:
 def run(command: Callable[[], int]) -> NoReturn:
     """Run ``command`` as this process's whole job, then :func:`finish` with its exit code.
 
-    First, every object that exists by now (the imported modules': pydantic's
-    settings model, our tables' code) moves to the collector's permanent
-    generation (``gc.freeze``). They live as long as the process anyway; frozen,
+    First, SQLite is set up for the command (:func:`tune_sqlite`). Then every
+    object that exists by now (the imported modules': pydantic's settings
+    model, our tables' code) moves to the collector's permanent generation
+    (``gc.freeze``). They live as long as the process anyway; frozen,
     no full collection walks them again: 0.2-0.4 s less of a cold ``report``'s
     parent CPU on a 300 MB month (docs/benchmarks.md), and the forked parser
     processes neither walk them nor copy the pages their collections would
@@ -61,8 +62,62 @@ def run(command: Callable[[], int]) -> NoReturn:
     """
     import gc  # noqa: PLC0415 -- built in; not for statusline's import list
 
+    # This process is the command, named by its first word (main's and __main__'s sys.argv).
+    # The status line uses no SQLite: it is spared the imports.
+    name = sys.argv[1:2]
+    if name != ["statusline"]:
+        tune_sqlite(one_thread_each=name == ["report"])
     gc.freeze()
     finish(command())
+
+
+_SQLITE_CONFIG_MULTITHREAD = 2  # <sqlite3.h>
+_SQLITE_CONFIG_MEMSTATUS = 9
+
+
+def tune_sqlite(*, one_thread_each: bool = False) -> bool:
+    """Take two global locks out of SQLite's work for this process; whether that was done.
+
+    SQLite counts every allocation in global statistics under a global
+    mutex, and by default also locks a connection's mutex around each call
+    on it (each bind, step and reset): several mutex operations a row, and a
+    ledger writes several rows a request. Nothing of ours reads the
+    statistics (``sqlite3_memory_used``), so they are off. The connections'
+    mutexes go only with ``one_thread_each``, for a command whose every
+    connection is used by one thread alone (a ``report``: the ledger's on
+    the main thread, the reader beside it on its own); ``serve`` shares its
+    ledger between threads under the ledger's lock and keeps them. A cold
+    ``report`` spends the less of the thread that writes the ledger, the one
+    every batch waits on (docs/benchmarks.md).
+
+    The settings can only change while SQLite is not initialized, which
+    importing :mod:`sqlite3` did: so SQLite is shut down first, which its
+    documentation allows while no connection is open (none is, before a
+    command runs; SQLite holding any memory says one is, and then nothing
+    is changed), and the next connection initializes it again. The
+    functions are looked up through the ``_sqlite3`` module's own library,
+    so they act on the SQLite it uses (a copy of its own, or the system's).
+    Linux only: the calls pass a variadic argument, which ctypes passes as
+    the C calling convention expects only there. Any failure leaves SQLite
+    as it was.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import _sqlite3  # noqa: PLC0415
+        import ctypes  # noqa: PLC0415 -- a command's, not statusline's
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        # Memory in use means something is open: shutting down would pull it from under it.
+        if lib.sqlite3_memory_used() != 0 or lib.sqlite3_shutdown() != 0:
+            return False
+        done = lib.sqlite3_config(_SQLITE_CONFIG_MEMSTATUS, ctypes.c_int(0)) == 0
+        if one_thread_each:
+            done = lib.sqlite3_config(_SQLITE_CONFIG_MULTITHREAD) == 0 and done
+    except (ImportError, OSError, AttributeError):
+        return False
+    return bool(done)
 
 
 def finish(code: int) -> NoReturn:
