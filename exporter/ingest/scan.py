@@ -210,11 +210,37 @@ def die_with_parent(parent: int, nice: int = 0) -> None:
         import ctypes  # noqa: PLC0415 - only workers need it
 
         pr_set_pdeathsig = 1  # <linux/prctl.h>
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        _keep_freed_memory(libc)
     else:  # no death signal: watch the parent instead
         threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)
+
+
+# glibc's mallopt parameters (<malloc.h>), and how much freed memory a parser keeps.
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
+_MMAP_THRESHOLD: Final = 32 * 1024 * 1024  # glibc's largest on 64-bit systems
+_TRIM_THRESHOLD: Final = 128 * 1024 * 1024
+
+
+def _keep_freed_memory(libc: Any) -> None:
+    """Let this parser reuse the memory it frees instead of handing it back to the system.
+
+    Each file is read into a new buffer of its size. By default glibc maps a
+    large one freshly and unmaps it when freed, or trims it off the heap, so
+    the next read faults every page in again and the kernel zeroes it first:
+    half of a parser's page faults, ~5 % of its CPU on a month of
+    transcripts (docs/benchmarks.md). A parser lives for one pass, so the
+    memory it keeps is gone with it. A C library without ``mallopt`` (not
+    glibc) is left as it is.
+    """
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
 def _orphan_watch(parent: int) -> None:
