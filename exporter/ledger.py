@@ -33,9 +33,11 @@ from exporter import ledger_bulk, slots
 from exporter.ledger_schema import (
     LEGACY_FILE,
     MAX_ROOT_BITS,
+    PAGE_SIZE,
     READER_INDEXES,
     SCHEMA,
     V1_TABLES,
+    WAL_CHECKPOINT_BYTES,
     index_name,
     migrate_v1,
     v1_provenance,
@@ -202,11 +204,15 @@ class Ledger:
         """Check the file is a ledger of ours (or empty), create or migrate the schema."""
         db = self._db
         version = self._check()
+        if version == 0:  # no page written yet: the file's page size is still open
+            db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # (and set for good by the WAL switch)
         self._wal()
         # NORMAL in WAL mode survives a process crash; a power cut may lose the
         # newest batches, but their checkpoints go with them, so they are re-read.
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a year of rows stays in memory
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+        db.execute(f"PRAGMA wal_autocheckpoint={max(1, WAL_CHECKPOINT_BYTES // page)}")
         if version < SCHEMA_VERSION:
             with self._transaction():
                 self._create_or_migrate()

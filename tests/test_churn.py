@@ -326,12 +326,12 @@ def test_root_created_after_start_is_picked_up(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- full disk
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 768 KiB tmpfs (root only), unmounted afterwards."""
+    """A 2 MiB tmpfs (root only), unmounted afterwards: a ledger of a few files fits, not more."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=768k,mode=0755", "tmpfs",
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs",
                            str(mnt)], capture_output=True, check=False)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
@@ -351,10 +351,10 @@ def test_disk_full_on_the_state_dir_fails_clearly_then_recovers_exactly(
                                      target_bytes=8_000_000))
     base = request.getfixturevalue("small_fs") if how == "tmpfs" else tmp_path
     prefix: list[str] = []
-    if how == "rlimit":  # no file the process writes may grow past 1 MB
+    if how == "rlimit":  # no file the process writes may grow past 3 MB
         if shutil.which("prlimit") is None:
             pytest.skip("no prlimit(1) to start a process with RLIMIT_FSIZE")
-        prefix = [str(shutil.which("prlimit")), "--fsize=1000000:unlimited"]
+        prefix = [str(shutil.which("prlimit")), "--fsize=3000000:unlimited"]
     # 1. Start-up with everything to ingest: the first pass cannot commit → exit 3.
     starved = Serve(src, base / "state1", "--batch-mb", "0.2", wait=False, prefix=prefix,
                     logs=tmp_path)
