@@ -1,7 +1,11 @@
 """Cold and warm `report` over a generated month (~300 MB), against simple baselines.
 
-Usage: python3 -m bench.cold_scan [--mb 300] [--repeat 3] [--ccusage PATH]
-Prints a Markdown table for docs/benchmarks.md. With ``--ccusage`` (ccusage
+Usage: python3 -m bench.cold_scan [--mb 300] [--repeat 3] [--ccusage PATH] [--command PATH]
+Prints a Markdown table for docs/benchmarks.md. ``--command`` runs the
+exporter as a user installed it (a virtual environment's
+``claude-code-exporter`` after ``pip install .``) instead of this checkout
+through ``python -m exporter.cli``, whose editable install and this
+interpreter's site hooks add ~35 ms to every run. With ``--ccusage`` (ccusage
 20's native build: ``npm install ccusage@20.0.24``), the cold report and
 ``ccusage claude daily --json --offline`` run in alternation, ``--repeat``
 times each, and a second table gives every run and the ratio of the medians
@@ -25,12 +29,12 @@ def _median(runs: list[Run]) -> Run:
                max(r.rss_mb for r in runs))
 
 
-def _cold(tree: Path) -> tuple[Run, Run]:
+def _cold(tree: Path, command: str | None) -> tuple[Run, Run]:
     """One cold report into an empty state directory, then a warm one (nothing new)."""
     state = Path(tempfile.mkdtemp(prefix="bench-state-"))
     try:
-        report = exporter_cmd("report", "--json", "--data-dir", str(tree), "--state-dir",
-                              str(state))
+        words = ("report", "--json", "--data-dir", str(tree), "--state-dir", str(state))
+        report = [command, *words] if command else exporter_cmd(*words)
         return measure(report), measure(report)
     finally:
         shutil.rmtree(state)
@@ -42,13 +46,14 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=300)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ccusage", help="path to a ccusage executable to compare with")
+    ap.add_argument("--command", help="the exporter's installed command (default: this checkout)")
     args = ap.parse_args()
     tree = month_tree(args.mb)
     size, files = tree_size(tree)
     truth = json.loads((tree / "truth.json").read_text())
     cold, warm, peer = [], [], []
     for _ in range(args.repeat):  # alternating: ours, then the peer, in the same minute
-        c, w = _cold(tree)
+        c, w = _cold(tree, args.command)
         cold.append(c)
         warm.append(w)
         if args.ccusage:
