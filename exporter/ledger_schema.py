@@ -16,8 +16,9 @@ from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, gap_seconds
 
 # The pages of a new ledger (SQLite's default is 4096; a file keeps the size it was made
 # with). A month's first pass writes a quarter as many pages, WAL frames and checkpoint
-# copies, and walks shallower B-trees: its writer 0.99x and its end 0.93x the CPU of 4096,
-# 0.95x the wall (docs/benchmarks.md). A small batch writes 16 KiB per page it touches.
+# copies, and walks shallower B-trees: its writer 0.92-0.99x and its end 0.93-0.94x the CPU
+# of 4096, 0.94-0.95x the wall (docs/benchmarks.md). A small batch writes 16 KiB per page
+# it touches (the daemon's small passes ~0.5 ms slower).
 PAGE_SIZE: Final = 16384
 # How much the WAL takes before a commit folds it into the file: SQLite's default (1000
 # pages) at its default page size, whatever the file's pages (the month's first pass is as

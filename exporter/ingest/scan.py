@@ -229,13 +229,14 @@ _TRIM_THRESHOLD: Final = 128 * 1024 * 1024
 def _keep_freed_memory(libc: Any) -> None:
     """Let this parser reuse the memory it frees instead of handing it back to the system.
 
-    Each file is read into a new buffer of its size. By default glibc maps a
-    large one freshly and unmaps it when freed, or trims it off the heap, so
-    the next read faults every page in again and the kernel zeroes it first:
-    half of a parser's page faults, ~5 % of its CPU on a month of
-    transcripts (docs/benchmarks.md). A parser lives for one pass, so the
-    memory it keeps is gone with it. A C library without ``mallopt`` (not
-    glibc) is left as it is.
+    A parser allocates and frees large blocks (each file's buffer, its
+    dictionaries' tables). By default glibc maps a large block freshly and
+    unmaps it when freed, or trims the heap's top, so later blocks fault
+    their pages in again and the kernel zeroes them first: on a month of
+    transcripts half of a parser's page faults, ~1.5 % of its CPU
+    (docs/benchmarks.md). A parser lives for one pass, so the memory it
+    keeps goes with it. A C library without ``mallopt`` (not glibc) is left
+    as it is.
     """
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is not None:
