@@ -38,6 +38,7 @@ from exporter.ledger_schema import (
     SCHEMA,
     V1_TABLES,
     WAL_CHECKPOINT_BYTES,
+    has_index,
     index_name,
     migrate_v1,
     v1_provenance,
@@ -219,9 +220,7 @@ class Ledger:
         else:
             if self._meta(ledger_bulk.RAW_PASS):
                 self._derive()  # a raw pass was cut short: derive what it committed
-            if any(self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND "
-                                    "name = ?", (index_name(st),)).fetchone() is None
-                   for st in READER_INDEXES):
+            if not all(has_index(db, index_name(st)) for st in READER_INDEXES):
                 with self._transaction():  # a bulk pass was cut short: build what it dropped
                     for statement in READER_INDEXES:
                         self._db.execute(statement)

@@ -46,6 +46,7 @@ from exporter.ledger_schema import (
     KEY_INDEX_NAME,
     REQUESTS,
     REQUESTS_INDEXES,
+    has_index,
 )
 from exporter.records import (
     COUNT_SUMS,
@@ -127,8 +128,7 @@ def rekey(db: sqlite3.Connection) -> None:
 
 def _has_autoindex(db: sqlite3.Connection) -> bool:
     """Whether the requests' key is unique by its column's UNIQUE (ledgers made before)."""
-    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
-                      (KEY_AUTOINDEX,)).fetchone() is not None
+    return has_index(db, KEY_AUTOINDEX)
 
 
 class Keys:

@@ -142,6 +142,12 @@ def v1_provenance(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO sessions SELECT session, max(ts) FROM requests GROUP BY session")
 
 
+def has_index(db: sqlite3.Connection, name: str) -> bool:
+    """Whether the file has an index of that name."""
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?",
+                      (name,)).fetchone() is not None
+
+
 def index_name(statement: str) -> str:
     """The name in a ``CREATE [UNIQUE] INDEX IF NOT EXISTS name ON …`` statement."""
     return statement.split(" ON ", 1)[0].rsplit(maxsplit=1)[-1]
