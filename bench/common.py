@@ -49,7 +49,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> Run:
 
 def exporter_cmd(*args: str) -> list[str]:
     """The exporter's command line, run with this interpreter."""
-    return [sys.executable, "-m", "exporter.cli", *args]
+    return [sys.executable, "-m", "exporter", *args]
 
 
 def machine() -> str:

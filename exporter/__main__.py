@@ -1,7 +1,6 @@
-"""``python -m exporter``: the same as the ``claude-code-exporter`` command."""
+"""``python -m exporter``: the same as the ``claude-code-exporter`` command (exporter.entry)."""
 
-from exporter.cli import main
-from exporter.entry import run
+from exporter.entry import main
 
 if __name__ == "__main__":  # importing the module (e.g. pkgutil.walk_packages) runs nothing
-    run(main)  # as the process's whole job (exporter.entry.run)
+    main()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from exporter import report_cli
 from exporter.cliparse import Parser
 from exporter.config import ConfigError, Settings, load_settings
 from exporter.ingest.discover import default_roots, projects_dirs
+from exporter.ingest.headstart import HeadStart
 from exporter.ingest.scan import ScanResult
 from exporter.ledger import Ledger, LedgerError
 from exporter.logs import make_logger
@@ -292,12 +294,14 @@ def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
 
 
 def ingest(ledger: Ledger, settings: Settings, log: Any, dirs: Sequence[Path], *,
-           show_progress: bool, quiet: bool = False) -> ScanResult:
+           show_progress: bool, quiet: bool = False,
+           head_start: HeadStart | None = None) -> ScanResult:
     """One ingestion pass over ``dirs`` into ``ledger`` (what `report` and `backfill` do first).
 
-    ``quiet`` logs the pass at DEBUG (a terminal report is its own summary of the pass).
+    ``quiet`` logs the pass at DEBUG (a terminal report is its own summary of the pass);
+    ``head_start``: its parsing begun already, if it fits (exporter.ingest.headstart).
     """
-    scanner = scan_options(settings).scanner(ledger, dirs, log=log)
+    scanner = scan_options(settings).scanner(ledger, dirs, log=log, head_start=head_start)
     with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
         result = scanner.scan(progress=progress)
     (log.debug if quiet else log.info)(
@@ -350,8 +354,8 @@ def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
 
 
 def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ,
-               now: float | None = None) -> int:
-    """Ingest what is new, then print the summary or a view."""
+               now: float | None = None, *, head_start: HeadStart | None = None) -> int:
+    """Ingest what is new, then print the summary or a view (``head_start``: see :func:`main`)."""
     now = time.time() if now is None else now
     req = report_cli.check(args, now, environ)
     missing = report_cli.missing_data_dirs(settings)
@@ -364,7 +368,8 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: 
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
         present = [d for d in dirs if d.is_dir()]
         scan = ScanResult(files=1) if ledger.readonly else ingest(
-            ledger, settings, log, present, show_progress=req.output == "text", quiet=True)
+            ledger, settings, log, present, show_progress=req.output == "text", quiet=True,
+            head_start=head_start)
         if not ledger.readonly:
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         sel = report_cli.selection(ledger, dirs, args, req.range)
@@ -524,8 +529,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None, environ: Environ | None = None) -> int:
-    """Entry point of the ``claude-code-exporter`` command (``environ``: default os.environ)."""
+def main(argv: Sequence[str] | None = None, environ: Environ | None = None, *,
+         head_start: HeadStart | None = None) -> int:
+    """Entry point of the ``claude-code-exporter`` command (``environ``: default os.environ).
+
+    ``head_start``: a report's parsing begun before this was imported
+    (exporter.early): the report's pass takes it over if it fits; whatever
+    happens, it is stopped before this returns.
+    """
+    try:
+        return _main(argv, environ, head_start)
+    finally:
+        if head_start is not None:
+            head_start.stop()  # (a no-op once the pass took it over)
+
+
+def _main(argv: Sequence[str] | None, environ: Environ | None,
+          head_start: HeadStart | None) -> int:
+    """:func:`main`'s work."""
     words = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
     if words[:1] == ["statusline"]:
@@ -541,7 +562,8 @@ def main(argv: Sequence[str] | None = None, environ: Environ | None = None) -> i
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
-    command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(args.command, cmd_report)
+    command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(
+        args.command, functools.partial(cmd_report, head_start=head_start))
     try:
         return command(args, settings, log, env)
     except (report_cli.UsageError, LedgerError, ConfigError, ValueError) as exc:

@@ -30,6 +30,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from exporter.ledger_schema import LEDGER_FILE
+
 ENV_PREFIX = "CLAUDE_CODE_EXPORTER_"
 DEFAULT_PORT = 9477
 CLAUDE_TELEMETRY_PORT = 9464  # Claude Code's own OpenTelemetry Prometheus port: never ours
@@ -216,7 +218,7 @@ class Settings(BaseSettings):
     @property
     def ledger_path(self) -> Path:
         """The ledger file inside the state directory."""
-        return self.state_dir / "ledger.sqlite3"
+        return self.state_dir / LEDGER_FILE
 
     @classmethod
     def settings_customise_sources(

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import NoReturn
 
+    from exporter.ingest.headstart import HeadStart
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``statusline`` → exporter.statusline; anything else → exporter.cli.
@@ -28,23 +30,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if argv is None:
+        head = None
         if args[:1] != ["statusline"]:
+            # A cold report's parsing begins now, on the core the imports leave idle.
+            from pathlib import Path  # noqa: PLC0415 -- not for the status line
+
+            from exporter.early import head_start  # noqa: PLC0415
+
+            head = head_start(args, os.environ, Path.home())
             # Imported before run() freezes the heap: the CLI's modules (pydantic's settings
             # model among them) are most of what the freeze is for.
             from exporter import cli  # noqa: F401, PLC0415
-        run(lambda: _command(args))
+        run(lambda: _command(args, head))
     return _command(args)
 
 
-def _command(args: list[str]) -> int:
-    """Run one command line (without the program name); its exit code."""
+def _command(args: list[str], head: HeadStart | None = None) -> int:
+    """Run one command line (without the program name); its exit code.
+
+    ``head``: a report's parsing begun already (exporter.early), which the
+    command takes over or stops.
+    """
     if args[:1] == ["statusline"]:
         from exporter import statusline  # noqa: PLC0415 -- the point of this module
 
         return statusline.main(args[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
     from exporter import cli  # noqa: PLC0415
 
-    code: int = cli.main(args)
+    code: int = cli.main(args, head_start=head)
     return code
 
 

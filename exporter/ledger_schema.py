@@ -24,6 +24,7 @@ PAGE_SIZE: Final = 16384
 # pages) at its default page size, whatever the file's pages (the month's first pass is as
 # fast with 256 pages of 16 KiB as with 1000: 1.00x).
 WAL_CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
+LEDGER_FILE: Final = "ledger.sqlite3"  # the ledger's name in the state directory
 LEGACY_FILE: Final = ""  # the file of v1 requests, whose provenance was never recorded
 MAX_ROOT_BITS: Final = 62  # roots beyond the 62nd share the last bit (their scopes overlap)
 

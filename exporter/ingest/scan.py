@@ -20,10 +20,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -38,6 +38,9 @@ from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason, parse_lines
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ledger import Applied, Ledger
 from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
+
+if TYPE_CHECKING:  # the head start's module imports this one
+    from exporter.ingest.headstart import HeadStart
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
@@ -166,6 +169,76 @@ def read_files(
     return batch
 
 
+def default_workers() -> int:
+    """Parser processes when not configured: the CPU count, at most 8."""
+    # Each worker holds a batch in memory (~40 MB): past 8 the disk is the limit anyway.
+    return min(8, os.cpu_count() or 1)
+
+
+Work = list[list[tuple[str, Checkpoint | None]]]
+"""A pass's work units: each a list of (path, checkpoint to read on from)."""
+
+
+def plan_units(paths: Sequence[str], cps: dict[str, Checkpoint], batch_bytes: int,
+               unreadable: list[tuple[str, str]]) -> tuple[Work, int]:
+    """Group the files of ``paths`` that changed since ``cps`` into work units; (units, bytes).
+
+    Units hold about GROUP_BYTES, the first ones less (FIRST_GROUP_BYTES,
+    doubling). A file that cannot be stat'ed goes into ``unreadable`` with why.
+    """
+    groups: Work = [[]]
+    size = total = 0
+    cap = min(batch_bytes, GROUP_BYTES, FIRST_GROUP_BYTES)
+    for path in paths:
+        try:
+            st = os.stat(fs_path(path))
+        except OSError as exc:
+            unreadable.append((path, exc.strerror or str(exc)))
+            continue
+        cp = cps.get(path)
+        if unchanged(st, cp):
+            continue
+        pending = st.st_size - (cp.offset if cp and cp.ino == st.st_ino else 0)
+        if size and size + pending > cap:
+            groups.append([])
+            size = 0
+            cap = min(cap * 2, batch_bytes, GROUP_BYTES)
+        groups[-1].append((path, cp))
+        size += max(pending, 0)
+        total += max(pending, 0)
+    return [g for g in groups if g], total
+
+
+class Pooled:
+    """Work units parsed by a pool of parser processes, as they are handed over."""
+
+    def __init__(self, now: float, max_line_bytes: int, workers: int, parser_nice: int) -> None:
+        """A pool of ``workers`` parser processes, forked with the first units handed over."""
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+            initializer=die_with_parent, initargs=(os.getpid(), parser_nice))
+        self._args = (now, max_line_bytes)
+        self._futures: list[Future[_Batch]] = []
+
+    def submit(self, units: Work) -> list[Future[_Batch]]:
+        """Hand units over; their futures (the first call forks the processes: make it alone)."""
+        new = [self._pool.submit(read_files, g, *self._args) for g in units]
+        self._futures += new
+        return new
+
+    def batches(self) -> Iterator[_Batch]:
+        """Each unit's batch as it is done; the processes end with the last (or an error)."""
+        try:
+            for fut in as_completed(self._futures):
+                yield fut.result()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the processes: units not begun are dropped, those under way finished first."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection inside (reference counting frees as always).
@@ -267,11 +340,16 @@ class Scanner:
         max_line_bytes: int = MAX_LINE_BYTES,
         clock: Callable[[], float] = time.time,
         parser_nice: int = PARSER_NICE,
+        head_start: HeadStart | None = None,
     ) -> None:
         """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool).
 
         ``parser_nice``: how much lower the parser processes run (:data:`PARSER_NICE`).
+        ``head_start``: a first pass's parsing, begun before this scanner existed
+        (exporter.ingest.headstart); the first full pass takes it over if it fits,
+        and stops it otherwise.
         """
+        self._head_start = head_start
         self.parallel_min_bytes = parallel_min_bytes
         self.parser_nice = parser_nice
         self.batch_bytes = batch_bytes
@@ -283,8 +361,7 @@ class Scanner:
         self._known_files = 0
         self.ledger = ledger
         self.dirs = list(dirs)
-        # Each worker holds a batch in memory (~40 MB): past 8 the disk is the limit anyway.
-        self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
+        self.workers = workers if workers is not None else default_workers()
         self.on_applied = on_applied
         if log is None:  # imported only then: structlog imports rich (0.1 s of start-up)
             import structlog  # noqa: PLC0415
@@ -314,8 +391,11 @@ class Scanner:
         started = time.perf_counter()
         result = ScanResult()
         full = paths is None
-        files = self.files() if paths is None else self._named(paths)
-        work, total = self._plan(files, result, full)
+        batches, total = self._taken(result) if full else (None, 0)
+        if batches is None:
+            files = self.files() if paths is None else self._named(paths)
+            work, total = self._plan(files, result, full)
+            batches = self._run(work, total, self.clock())
         result.files = self._known_files
         done = 0
         pending: _Batch | None = None
@@ -327,7 +407,7 @@ class Scanner:
             # ledger's work overlaps the parsing instead of waiting for 128 MB of it.
             most = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
             limit = min(most, FIRST_GROUP_BYTES) if self.ledger.raw else most
-            for batch in self._run(work, total, self.clock()):
+            for batch in batches:
                 # Workers hand in small groups (load balance); the ledger takes them in
                 # larger transactions: each commit has a fixed cost, and all are atomic.
                 pending = batch if pending is None else pending.absorb(batch)
@@ -342,6 +422,31 @@ class Scanner:
                 self._commit(pending, result)
         result.seconds = time.perf_counter() - started
         return result
+
+    def _taken(self, result: ScanResult) -> tuple[Iterator[_Batch] | None, int]:
+        """The head start's batches and bytes, if it fits this full pass; else it is stopped.
+
+        It fits when it walked the same directories with the same options and
+        the ledger remembers no file (it read every file from its start, as this
+        pass would). Its walk then stands for this pass's: the files, and the
+        problems met (said now, as this pass would say them).
+        """
+        head, self._head_start = self._head_start, None
+        if head is None:
+            return None, 0
+        tops = [os.path.abspath(d) for d in projects_dirs(self.dirs)]
+        options = (self.workers, self.batch_bytes, self.max_line_bytes, self.parser_nice)
+        walk = head.walk
+        if walk.tops != tops or head.options != options or self._checkpoints(True):
+            head.stop()
+            return None, 0
+        for event, path, detail in walk.problems:
+            self._problem(event, path, detail)
+        for path, why in walk.unreadable:
+            self._problem("transcript_unreadable", path, why)
+        result.unreadable += walk.unreadable
+        result.checked = self._known_files = len(walk.files)
+        return head.batches(), walk.total
 
     def _named(self, paths: Collection[str]) -> list[str]:
         """The transcripts among event paths: files as named, directories walked."""
@@ -365,7 +470,7 @@ class Scanner:
 
     def _plan(
         self, paths: list[str], result: ScanResult, full: bool = True,
-    ) -> tuple[list[list[tuple[str, Checkpoint | None]]], int]:
+    ) -> tuple[Work, int]:
         """Group the files that changed into work units of about GROUP_BYTES."""
         cps = self._checkpoints(full)
         result.checked = len(paths)
@@ -379,45 +484,22 @@ class Scanner:
                     cps.pop(p, None)
         else:
             self._known_files += sum(1 for p in paths if p not in cps)
-        groups: list[list[tuple[str, Checkpoint | None]]] = [[]]
-        size = total = 0
-        cap = min(self.batch_bytes, GROUP_BYTES, FIRST_GROUP_BYTES)
-        for path in paths:
-            try:
-                st = os.stat(fs_path(path))
-            except OSError as exc:
-                why = exc.strerror or str(exc)
-                self._problem("transcript_unreadable", path, why)
-                result.unreadable.append((path, why))
-                continue
-            cp = cps.get(path)
-            if unchanged(st, cp):
-                continue
-            pending = st.st_size - (cp.offset if cp and cp.ino == st.st_ino else 0)
-            if size and size + pending > cap:
-                groups.append([])
-                size = 0
-                cap = min(cap * 2, self.batch_bytes, GROUP_BYTES)
-            groups[-1].append((path, cp))
-            size += max(pending, 0)
-            total += max(pending, 0)
-        return [g for g in groups if g], total
+        unreadable: list[tuple[str, str]] = []
+        work, total = plan_units(paths, cps, self.batch_bytes, unreadable)
+        for path, why in unreadable:
+            self._problem("transcript_unreadable", path, why)
+        result.unreadable += unreadable
+        return work, total
 
-    def _run(
-        self, work: list[list[tuple[str, Checkpoint | None]]], total: int, now: float,
-    ) -> Any:
+    def _run(self, work: Work, total: int, now: float) -> Iterator[_Batch]:
         """Yield each group's batch, from a process pool when it pays off."""
         limit = self.max_line_bytes
         if self.workers < 2 or total < self.parallel_min_bytes or len(work) < 2:
             yield from (read_files(g, now, limit) for g in work)
             return
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(work)), mp_context=ctx,
-                                 initializer=die_with_parent,
-                                 initargs=(os.getpid(), self.parser_nice)) as pool:
-            futures = [pool.submit(read_files, g, now, limit) for g in work]
-            for fut in as_completed(futures):
-                yield fut.result()
+        pooled = Pooled(now, limit, min(self.workers, len(work)), self.parser_nice)
+        pooled.submit(work)
+        yield from pooled.batches()
 
     def _commit(self, batch: _Batch, result: ScanResult) -> None:
         """Write one batch to the ledger and account for it."""
