@@ -6,7 +6,9 @@ while the other core idles and the parsing, the bulk of the work, waits.
 :func:`begin` starts that parsing first, from a guess of what the command
 will read: the directories walked, every file read from its start, the
 default scan options. The parser processes are forked from a small process
-(the CLI not yet imported), and their batches wait in the pool.
+(the CLI not yet imported); one unit at a time is parsed until the pass
+takes the work over (the start-up has the other core), and the batches wait
+in the pool.
 
 The guess is checked, never trusted: the command's :class:`Scanner` takes
 the work over only if the same directories were walked with the same
