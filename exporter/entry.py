@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 def main(argv: Sequence[str] | None = None) -> int:
     """``statusline`` → exporter.statusline; anything else → exporter.cli.
 
-    Without ``argv`` this process is the command: it runs through :func:`run`.
+    Without ``argv`` this process is the command: it runs through :func:`run`,
+    and a cold ``report`` gets its parsing started before the CLI is imported
+    (exporter.early).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if argv is None:
