@@ -4,7 +4,7 @@ Usage: python3 -m bench.cold_scan [--mb 300] [--repeat 3] [--ccusage PATH] [--co
 Prints a Markdown table for docs/benchmarks.md. ``--command`` runs the
 exporter as a user installed it (a virtual environment's
 ``claude-code-exporter`` after ``pip install .``) instead of this checkout
-through ``python -m exporter.cli``, whose editable install and this
+through ``python -m exporter``, whose editable install and this
 interpreter's site hooks add ~35 ms to every run. With ``--ccusage`` (ccusage
 20's native build: ``npm install ccusage@20.0.24``), the cold report and
 ``ccusage claude daily --json --offline`` run in alternation, ``--repeat``

@@ -26,7 +26,7 @@ import exporter
 from exporter import report_cli
 from exporter.cliparse import Parser
 from exporter.config import ConfigError, Settings, load_settings
-from exporter.ingest.discover import default_roots, projects_dirs
+from exporter.ingest import discover
 from exporter.ingest.headstart import HeadStart
 from exporter.ingest.scan import ScanResult
 from exporter.ledger import Ledger, LedgerError
@@ -289,8 +289,7 @@ def _settings(args: argparse.Namespace, environ: Environ) -> Settings:
 
 def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
     """The projects directories to read: --data-dir, or every default root."""
-    roots = settings.data_dirs or default_roots(environ, Path.home())
-    return projects_dirs(roots)
+    return discover.transcript_dirs(settings.data_dirs, environ, Path.home())
 
 
 def ingest(ledger: Ledger, settings: Settings, log: Any, dirs: Sequence[Path], *,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.ingest.discover import default_roots, projects_dirs
+from exporter.ingest.discover import transcript_dirs
 from exporter.ingest.headstart import HeadStart, begin
 from exporter.ledger_schema import LEDGER_FILE
 from exporter.plan.spool import default_state_dir
@@ -53,9 +53,9 @@ def head_start(argv: Sequence[str], environ: Mapping[str, str], home: Path, *,
     state_dir = Path(states[-1]) if states else Path(default_state_dir(environ))
     if (state_dir / LEDGER_FILE).exists():
         return None  # a warm report: it reads what is new, which its ledger knows
-    roots = [Path(v) for v in _values(words, "--data-dir")] or default_roots(environ, home)
+    dirs = transcript_dirs([Path(v) for v in _values(words, "--data-dir")], environ, home)
     # As the report walks them: the projects directories present (exporter.cli).
-    present = [d for d in projects_dirs(roots) if d.is_dir()]
+    present = [d for d in dirs if d.is_dir()]
     return start(present) if present else None
 
 

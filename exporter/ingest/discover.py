@@ -46,6 +46,11 @@ def default_roots(env: Mapping[str, str], home: Path) -> list[Path]:
     return _unique(roots)
 
 
+def transcript_dirs(data_dirs: Sequence[Path], env: Mapping[str, str], home: Path) -> list[Path]:
+    """The projects directories a command reads: of ``data_dirs``, or of every default root."""
+    return projects_dirs(list(data_dirs) or default_roots(env, home))
+
+
 def projects_dirs(roots: Iterable[Path]) -> list[Path]:
     """The ``projects`` directory of each root (or the root itself if it is one)."""
     out = []

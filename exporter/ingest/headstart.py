@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from exporter.ingest.discover import find_transcripts, projects_dirs
 from exporter.ingest.parse import MAX_LINE_BYTES
@@ -60,6 +60,15 @@ class Walk:
     total: int
 
 
+class _Options(NamedTuple):
+    """The scan options a head start ran with (a :class:`Scanner`'s of the same names)."""
+
+    workers: int
+    batch_bytes: int
+    max_line_bytes: int
+    parser_nice: int
+
+
 class HeadStart:
     """Parsing under way for a first pass: what was walked and planned, and its parsers.
 
@@ -69,10 +78,10 @@ class HeadStart:
     units over one by one; a pass that takes the work hands over all the rest.
     """
 
-    def __init__(self, walk: Walk, options: tuple[int, int, int, int], pooled: Pooled) -> None:
+    def __init__(self, walk: Walk, options: _Options, pooled: Pooled) -> None:
         """Hand the first unit over (forking the parsers here, before any thread), then feed."""
         self.walk = walk
-        self.options = options  # workers, batch bytes, longest line, parser nice
+        self._options = options
         self.taken = False  # a pass took the work over (else it was stopped, or still waits)
         self._pooled: Pooled | None = pooled
         self._halt = False  # the thread hands nothing more over
@@ -82,6 +91,12 @@ class HeadStart:
         self._feeder = threading.Thread(target=self._feed, args=(pooled, first),
                                         name="head-start", daemon=True)
         self._feeder.start()
+
+    def fits(self, tops: Sequence[Path], *, workers: int, batch_bytes: int, max_line_bytes: int,
+             parser_nice: int) -> bool:
+        """Whether a pass over ``tops`` with these options is the one this walked and started."""
+        return (self.walk.tops == [os.path.abspath(d) for d in tops]
+                and self._options == _Options(workers, batch_bytes, max_line_bytes, parser_nice))
 
     def _feed(self, pooled: Pooled, first: Future[Any]) -> None:
         """In the thread: the next unit once the last is done, until told to stop feeding.
@@ -154,4 +169,4 @@ def begin(
         return None
     pooled = Pooled(clock(), max_line_bytes, min(workers, len(work)), parser_nice)
     walk = Walk([os.path.abspath(d) for d in tops], files, problems, unreadable, work, total)
-    return HeadStart(walk, (workers, batch_bytes, max_line_bytes, parser_nice), pooled)
+    return HeadStart(walk, _Options(workers, batch_bytes, max_line_bytes, parser_nice), pooled)

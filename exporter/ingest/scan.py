@@ -434,17 +434,16 @@ class Scanner:
         head, self._head_start = self._head_start, None
         if head is None:
             return None, 0
-        tops = [os.path.abspath(d) for d in projects_dirs(self.dirs)]
-        options = (self.workers, self.batch_bytes, self.max_line_bytes, self.parser_nice)
-        walk = head.walk
-        if walk.tops != tops or head.options != options or self._checkpoints(True):
+        fits = head.fits(projects_dirs(self.dirs), workers=self.workers,
+                         batch_bytes=self.batch_bytes, max_line_bytes=self.max_line_bytes,
+                         parser_nice=self.parser_nice)
+        if not fits or self._checkpoints(True):
             head.stop()
             return None, 0
+        walk = head.walk
         for event, path, detail in walk.problems:
             self._problem(event, path, detail)
-        for path, why in walk.unreadable:
-            self._problem("transcript_unreadable", path, why)
-        result.unreadable += walk.unreadable
+        self._unreadable(walk.unreadable, result)
         result.checked = self._known_files = len(walk.files)
         return head.batches(), walk.total
 
@@ -486,10 +485,14 @@ class Scanner:
             self._known_files += sum(1 for p in paths if p not in cps)
         unreadable: list[tuple[str, str]] = []
         work, total = plan_units(paths, cps, self.batch_bytes, unreadable)
-        for path, why in unreadable:
-            self._problem("transcript_unreadable", path, why)
-        result.unreadable += unreadable
+        self._unreadable(unreadable, result)
         return work, total
+
+    def _unreadable(self, files: list[tuple[str, str]], result: ScanResult) -> None:
+        """Say and count the files a plan could not stat, (path, why) each."""
+        for path, why in files:
+            self._problem("transcript_unreadable", path, why)
+        result.unreadable += files
 
     def _run(self, work: Work, total: int, now: float) -> Iterator[_Batch]:
         """Yield each group's batch, from a process pool when it pays off."""
