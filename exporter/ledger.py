@@ -16,7 +16,6 @@ One process writes a ledger at a time (:class:`WriterLock`); others may read.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import sqlite3
@@ -430,12 +429,13 @@ class Ledger:
 
         The first derives gaps and owners (and, while the owners are read, what
         depends on neither); the flag stays set, so a kill after it derives
-        again (which leaves those rows as they are). The second
-        counts the rollups, sums the slots, builds the reader indexes and
-        clears the flag; the reads there that need only the committed rows
-        (the rollup classes, the slots' day bins) run on a second connection
-        while this one writes the other slot tables and the indexes. ``state``: what
-        the pass's batches chained (none after a kill: everything is derived).
+        again (which leaves those rows as they are). The second builds the
+        reader indexes, sums the slots, counts the rollups (from the slots'
+        day sums) and clears the flag; the reads there that need only the
+        committed rows (the slot keys, the slots' day bins) run on a second
+        connection while this one builds the indexes and writes the other
+        slot tables. ``state``: what the pass's batches chained (none after
+        a kill: everything is derived).
         """
         db = self._db
         rules = self.rules
@@ -444,17 +444,17 @@ class Ledger:
             with self._transaction():
                 ledger_bulk.derive(db, beside, state, meanwhile=self._unowned)
             with self._transaction():
-                bins = beside.ask(slots.day_bins, fresh=True)
-                counts = (beside.ask(functools.partial(ledger_bulk.count_classes, rules=rules))
-                          if rules is not None else -1)
-                slots.rebuild(db, lambda: beside.result(bins, db))
+                keys = beside.ask(slots.key_rows, fresh=True)
+                bins = beside.ask(slots.day_bins)
                 # The reader indexes, if the pass dropped them (see bulk), and the key's:
-                # built here, while the rollup classes are still being read beside.
+                # built first, while the slot keys are read beside.
                 for statement in READER_INDEXES:
                     db.execute(statement)
                 ledger_bulk.rekey(db)
-                if rules is not None:
-                    self._rebuild_rollups(rules, beside.result(counts, db))
+                slots.rebuild(db, lambda: beside.result(bins, db),
+                              lambda: beside.result(keys, db))
+                if rules is not None:  # the rollup classes from the slots just summed
+                    self._rebuild_rollups(rules)
                     self._settle_due(rules, _Batch(), force=False)
                 else:
                     self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules

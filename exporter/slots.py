@@ -66,9 +66,11 @@ DEFAULT_THRESHOLDS: Final = (LONG_CONTEXT_TOKENS,)
 MERGE_SLOTS: Final = 48  # refresh touched slots less than 4 hours apart in one statement
 CONTEXT: Final = "(r.input + r.cache_read + r.cache_write_5m + r.cache_write_1h)"
 # -1 not main; main: 0 first of its conversation, 1 gap <= 120 s, 2 <= 300 s, 3 <= 1 h, 4 > 1 h.
+BUCKET_EDGES: Final = (120, 300, 3600)  # each bucket's inclusive upper bound, in seconds
 BUCKET: Final = (
-    "CASE WHEN r.source != 0 THEN -1 WHEN r.gap IS NULL THEN 0 WHEN r.gap <= 120 THEN 1 "
-    "WHEN r.gap <= 300 THEN 2 WHEN r.gap <= 3600 THEN 3 ELSE 4 END"
+    "CASE WHEN r.source != 0 THEN -1 WHEN r.gap IS NULL THEN 0 "
+    + " ".join(f"WHEN r.gap <= {edge} THEN {i}" for i, edge in enumerate(BUCKET_EDGES, 1))
+    + f" ELSE {len(BUCKET_EDGES) + 1} END"
 )
 # Gaps are whole milliseconds (the ledger rounds them): integer sums are exact in any order.
 GAP_MS: Final = "CAST(round(r.gap * 1000) AS INTEGER)"
@@ -564,15 +566,17 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
         ") GROUP BY d", (*span, *span))
 
 
-def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = None) -> None:
+def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = None,
+            keys: Callable[[], KeyRows] | None = None) -> None:
     """Recompute every slot (migration, layout change, first pass; caller's transaction).
 
     Every row is read, so the table is scanned in its own order (NOT INDEXED):
     walking the ``ts`` index would visit the rows in time order, one random
     page read each. The tables then hold this :data:`VERSION`'s layout (stored
-    in ``slot_meta``). ``bins``, when given, is called for the day bins
-    (:func:`day_bins`, read on another connection from the same rows) when
-    they are due, instead of counting them here.
+    in ``slot_meta``). ``bins`` and ``keys``, when given, are called for the
+    day bins (:func:`day_bins`) and the slot keys (:func:`key_rows`), read on
+    another connection from the same rows, when they are due, instead of
+    counting them here.
     """
     create(db)
     db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('version', ?)", (str(VERSION),))
@@ -586,14 +590,19 @@ def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = 
     db.execute("DELETE FROM slot_session_blocks")
     if lo is None:
         return
-    level = level_sql(stored_thresholds(db))
-    db.execute("INSERT OR IGNORE INTO slot_sessions (session) "
-               "SELECT DISTINCT r.session FROM requests r NOT INDEXED")
-    db.execute(
-        f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
-        f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
-        f"r.inference_geo, r.speed, {level} FROM requests r NOT INDEXED "
-        f"JOIN slot_sessions s ON s.session = r.session")
+    thresholds = stored_thresholds(db)
+    level = level_sql(thresholds)
+    counted = keys() if keys is not None else None
+    if counted is not None and counted[0] == thresholds:
+        _insert_keys(db, counted[1])
+    else:
+        db.execute("INSERT OR IGNORE INTO slot_sessions (session) "
+                   "SELECT DISTINCT r.session FROM requests r NOT INDEXED")
+        db.execute(
+            f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+            f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
+            f"r.inference_geo, r.speed, {level} FROM requests r NOT INDEXED "
+            f"JOIN slot_sessions s ON s.session = r.session")
     db.execute(
         "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
         f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
@@ -604,6 +613,32 @@ def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = 
     _refresh_days(db, lo_day, hi_day)
     _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
     _refresh_hist(db, lo_day, hi_day, bins)
+
+
+KeyRows = tuple[tuple[int, ...], list[tuple[Any, ...]]]
+"""Every slot key of the requests: ``(thresholds, rows)``, each row ``(session, project,
+model, source, service_tier, inference_geo, speed, long)``, ``long`` by those thresholds."""
+
+
+def key_rows(db: sqlite3.Connection) -> KeyRows:
+    """The slot key of every request, as :func:`rebuild` would insert them (distinct, sorted).
+
+    Reads only ``requests`` and ``slot_meta``: another connection may read
+    them while the one that rebuilds writes (see :func:`rebuild`).
+    """
+    thresholds = stored_thresholds(db)
+    rows = db.execute(f"SELECT DISTINCT r.session, {_KEY_COLUMNS}, {level_sql(thresholds)} "
+                      "FROM requests r NOT INDEXED").fetchall()
+    return thresholds, sorted(rows)
+
+
+def _insert_keys(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Add the sessions and slot keys of ``rows`` (:data:`KeyRows`) that are not there yet."""
+    db.executemany("INSERT OR IGNORE INTO slot_sessions (session) VALUES (?)",
+                   [(session,) for session in sorted({row[0] for row in rows})])
+    sids = dict(db.execute("SELECT session, id FROM slot_sessions"))
+    db.executemany(f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(sids[row[0]], *row[1:]) for row in rows])
 
 
 def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exporter import slots
+from exporter import ledger_bulk, slots
 from exporter.ingest.scan import Scanner
 from exporter.ledger import Applied, Ledger, LedgerError
 from exporter.ledger_bulk import RAW_PASS
@@ -66,7 +66,8 @@ def _dump(ledger: Ledger) -> dict[str, list[tuple[Any, ...]]]:
                        "b.roots, b.bucket, b.n, b.input, b.output, b.cache_read, "
                        "b.cache_write_5m, b.cache_write_1h, b.gap_ms, b.first, b.last "
                        "FROM slot_blocks b JOIN slot_keys k ON k.id = b.key "
-                       "JOIN slot_sessions ss ON ss.id = b.sid ORDER BY 1, 2, 3, 4, 5, 6, 7, 8"),
+                       "JOIN slot_sessions ss ON ss.id = b.sid ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, "
+                       "9, 10, 11, 12, 13, 14, 15, 16, 17"),  # keys alike but for tier and geo
         "session_blocks": read("SELECT b.block, ss.session, b.roots, b.n, b.output "
                                "FROM slot_session_blocks b JOIN slot_sessions ss "
                                "ON ss.id = b.sid ORDER BY 1, 2, 3"),
@@ -191,7 +192,7 @@ from pathlib import Path
 from exporter.ingest.scan import Scanner
 from tests.test_ledger_bulk import _ledger
 ledger = _ledger(Path({str(state / 'l.db')!r}))
-# The second transaction of the end begins by stamping the slots' layout: die there.
+# The second transaction of the end stamps the slots' layout: die there.
 ledger._db.create_function("die", 0, lambda: os.kill(os.getpid(), signal.SIGKILL))
 ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON slot_meta BEGIN SELECT die(); END")
 Scanner(ledger, [Path({str(resumed_tree / 'projects')!r})], workers=1).scan()
@@ -446,3 +447,55 @@ def test_a_raw_pass_gives_a_file_one_id_and_its_smallest_session(tmp_path: Path)
     # session fell, which no real transcript does.)
     for table in ("files", "appearances", "sessions", "checkpoints"):
         assert got[table] == want[table], table
+
+
+class _OffMidnight:
+    """Counting rules whose price change falls inside a UTC day (the day sums cannot tell)."""
+
+    def __init__(self, rules: Any) -> None:
+        """Wrap ``rules``: the same classes, one more time cut."""
+        self._rules = rules
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else as the wrapped rules."""
+        return getattr(self._rules, name)
+
+    def cuts(self, model: str) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """The wrapped cuts, with a time cut at noon."""
+        sizes, times, gaps = self._rules.cuts(model)
+        return sizes, (*times, 1_773_403_200.0), gaps
+
+
+def test_classes_from_the_day_sums_equal_those_from_the_rows(tmp_path: Path) -> None:
+    """Across a price change, the long-context threshold and every gap bucket: the same classes."""
+    rules = MetricsOptions().counting(Pricing.load())
+    model = "claude-opus-4-6"
+    sizes, times, _gaps = rules.cuts(model)
+    assert sizes and times, "the model must have a long-context price and a price change"
+    change, limit = times[0], int(sizes[0])
+    steps = [0, 60, 120, 121, 200, 300, 301, 1000, 3600, 3601, 5000, 90]
+    contexts = [limit - 1, limit, limit + 1, 2 * limit, 1000, limit]
+    requests, ts = [], change - 9000.0
+    for i, step in enumerate(steps * 3):
+        ts += step
+        source = Source.SUBAGENT if i % 5 == 4 else Source.MAIN
+        requests.append(Request(f"k{i}", ts, model, f"s{i // 12}", "/p", source,
+                                contexts[i % len(contexts)], 10 + i, 0, 0, 0, web_search=i % 2))
+    ledger = ledger_of(tmp_path / "l.db", requests)
+    db = ledger._db  # the connection the end uses
+
+    def norm(rows: Any) -> list[Any]:
+        return sorted((m, c, f, last, tuple(v)) for m, c, f, last, v in rows)
+
+    of_rows = norm(ledger_bulk._classes_of_rows(db, rules))
+    of_days = ledger_bulk._classes_of_days(db, rules)
+    assert of_days is not None and norm(of_days) == of_rows
+    assert {c[1].period for c in of_rows} == {0, 1} and {c[1].long for c in of_rows} == {0, 1}
+    assert {c[1].gap for c in of_rows} == {"", "first", "lt_5m", "5m_to_1h", "gt_1h"}
+    stored = norm(ledger.rollups().counts)  # counted request by request as the rows came
+    assert [r[:2] + r[4:] for r in stored] == [r[:2] + r[4:] for r in of_rows]
+    # A cut inside a day: the day sums give way to the rows.
+    off = _OffMidnight(rules)
+    assert ledger_bulk._classes_of_days(db, off) is None
+    assert norm(ledger_bulk.count_classes(db, off)) == norm(
+        ledger_bulk._classes_of_rows(db, off))

@@ -106,6 +106,20 @@ def test_rebuild_equals_request_by_request_sums() -> None:
     approx(stored(db), expected(data))
 
 
+def test_rebuild_with_keys_read_elsewhere_equals_one_that_reads_them() -> None:
+    """Slot keys read beforehand (as on another connection) give the same slots; stale ones not."""
+    data = rows(3000, 2)
+    db = ledger(data)
+    keys = slots.key_rows(db)
+    assert keys[0] == slots.DEFAULT_THRESHOLDS and len(keys[1]) == len(set(keys[1]))
+    slots.rebuild(db, keys=lambda: keys)
+    approx(stored(db), expected(data))
+    stale = ledger(data)
+    slots.rebuild(stale, keys=lambda: ((1,), [("s9", "/z", "opus", 0, "", "", "", 1)]))
+    approx(stored(stale), expected(data))  # summed by the stored thresholds, not the stale ones
+    assert not stale.execute("SELECT 1 FROM slot_sessions WHERE session = 's9'").fetchall()
+
+
 def test_refresh_of_changed_slots_keeps_everything_exact() -> None:
     """Changing rows (new times, tokens, gaps, roots) and refreshing their slots is exact."""
     data = rows(2000, 2)
