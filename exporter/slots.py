@@ -162,6 +162,11 @@ _JOIN_KEY: Final = (
 )
 
 
+# The first and last request's times: two lookups in the ``ts`` index (one min() and one
+# max() in a single SELECT would scan every row: ~10 ms a month).
+_TIME_SPAN: Final = "SELECT (SELECT min(ts) FROM requests), (SELECT max(ts) FROM requests)"
+
+
 def bin_sql(value: str) -> str:
     """SQL for an integer's histogram bin: the value with all but its top bits cleared.
 
@@ -388,7 +393,7 @@ def day_bins(db: sqlite3.Connection) -> DayBins | None:
     Reads only ``requests``: another connection may count them while the one
     that rebuilds writes the other slot tables (see :func:`rebuild`).
     """
-    lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
+    lo, hi = db.execute(_TIME_SPAN).fetchone()
     if lo is None:
         return None
     lo_day, hi_day = slot_of(lo) // SLOTS_PER_DAY, slot_of(hi) // SLOTS_PER_DAY
@@ -580,7 +585,7 @@ def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = 
     """
     create(db)
     db.execute("INSERT OR REPLACE INTO slot_meta VALUES ('version', ?)", (str(VERSION),))
-    lo, hi = db.execute("SELECT min(ts), max(ts) FROM requests").fetchone()
+    lo, hi = db.execute(_TIME_SPAN).fetchone()
     db.execute("DELETE FROM slots")
     db.execute("DELETE FROM slot_days")
     db.execute("DELETE FROM slot_day_peaks")
