@@ -43,8 +43,8 @@ bin's share of the history, not every request (docs/figures.md).
 ``slot_meta`` holds ``version`` (what the tables hold: another is rebuilt by
 the next writer, :func:`ensure`) and ``thresholds``.
 
-This module imports nothing of the project: the ledger uses it, projections read
-its tables.
+This module imports only the counting rules' constants (exporter.records): the
+ledger uses it, projections read its tables.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
+
+from exporter.records import ACTIVE_GAP_SECONDS, TTL_1H, TTL_5M
 
 SLOT_SECONDS: Final = 300
 VERSION: Final = 4  # slot_meta 'version': 4 has slot_hist, the blocks, slot_day_peaks
@@ -66,7 +68,8 @@ DEFAULT_THRESHOLDS: Final = (LONG_CONTEXT_TOKENS,)
 MERGE_SLOTS: Final = 48  # refresh touched slots less than 4 hours apart in one statement
 CONTEXT: Final = "(r.input + r.cache_read + r.cache_write_5m + r.cache_write_1h)"
 # -1 not main; main: 0 first of its conversation, 1 gap <= 120 s, 2 <= 300 s, 3 <= 1 h, 4 > 1 h.
-BUCKET_EDGES: Final = (120, 300, 3600)  # each bucket's inclusive upper bound, in seconds
+# Each bucket's inclusive upper bound, in whole seconds: the counting rules' own.
+BUCKET_EDGES: Final = tuple(int(edge) for edge in (ACTIVE_GAP_SECONDS, TTL_5M, TTL_1H))
 BUCKET: Final = (
     "CASE WHEN r.source != 0 THEN -1 WHEN r.gap IS NULL THEN 0 "
     + " ".join(f"WHEN r.gap <= {edge} THEN {i}" for i, edge in enumerate(BUCKET_EDGES, 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,14 +18,25 @@ from typing import Any
 from exporter import slots
 from exporter.ledger import Ledger
 from exporter.projections.facts import Selection
-from exporter.projections.figures import session_gaps
 from exporter.projections.periods import UTC_ZONE, Range
-from exporter.records import Appearance, Parsed, Request
+from exporter.records import Appearance, Parsed, Request, Source, gap_seconds
 
 ROOT = "/transcripts/projects"
 _COLUMNS = ("key, ts, model, session, project, source, input, output, cache_read, "
             "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, "
             "recorded_cost_usd, web_search, gap")
+
+
+def session_gaps(requests: Iterable[Request]) -> dict[str, float | None]:
+    """Each main request's gap since its session's previous main request, by key."""
+    last: dict[str, float] = {}
+    out: dict[str, float | None] = {}
+    main = sorted((r for r in requests if r.source is Source.MAIN), key=lambda r: (r.ts, r.key))
+    for req in main:
+        prev = last.get(req.session)
+        out[req.key] = None if prev is None else gap_seconds(req.ts, prev)
+        last[req.session] = req.ts
+    return out
 
 
 @contextmanager

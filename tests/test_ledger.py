@@ -222,7 +222,7 @@ def test_v1_ledger_is_migrated_in_place_losing_nothing(tmp_path: Path) -> None:
     assert ledger.counters("lines") == want["lines"]
     assert ledger.counters("rejected") == want["rejected_by_reason"]
     gaps = [g for (g,) in ledger.read("SELECT gap FROM requests WHERE source = 0")]
-    from exporter.projections.figures import gap_bucket
+    from exporter.projections.counting import gap_bucket
 
     buckets = {b: sum(gap_bucket(g) == b for g in gaps) for b in want["requests_by_gap"]}
     assert buckets == want["requests_by_gap"]

@@ -14,19 +14,15 @@ from typing import Any
 import pytest
 
 from exporter import slots
+from exporter.projections.counting import GAP_BUCKETS, gap_bucket
 from exporter.projections.facts import Facts, Prices
-from exporter.projections.figures import (
-    GAP_BUCKETS,
-    gap_bucket,
-    percentile,
-    session_gaps,
-    summary,
-)
+from exporter.projections.figures import percentile, summary
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from tests import report_ledgers
 from tests.conftest import REPORT_KEYS, request
+from tests.report_ledgers import session_gaps
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"

@@ -12,8 +12,9 @@ histograms cannot answer), and the busiest minute and 10-minute window by
 ``GROUP BY``. Python sees aggregate rows only, about as many after a year of
 history as after a month.
 
-The small helpers at the end (``gap_bucket``, ``session_gaps``, …) are the
-per-request rules the live metrics still use.
+The counting rules (gap buckets, cache lifetimes) are exporter.records' and
+exporter.projections.counting's; :func:`percentile` at the end is the
+nearest-rank rule the histograms' walks answer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from exporter import slots
+from exporter.projections.counting import GAP_BUCKETS
 from exporter.projections.facts import (
     ZERO,
     Attrs,
@@ -36,19 +38,12 @@ from exporter.projections.facts import (
 )
 from exporter.projections.periods import Range, iso
 from exporter.projections.savings import ContextCost, context_cost, reread_ratio
-from exporter.records import Request, Source, gap_seconds
+from exporter.records import Source
 
-GAP_BUCKETS: Final = ("first", "lt_5m", "5m_to_1h", "gt_1h")
-CACHE_5M_SECONDS: Final = 300.0
-CACHE_1H_SECONDS: Final = 3600.0
-ACTIVE_GAP_SECONDS: Final = 120.0  # a gap this short is "the model generating" (speed figure)
 SESSION_TABLE_ROWS: Final = 20
 CONTEXT_COST_MODELS: Final = 3  # models in the "cost per request at your context" table
 LINE_RESULTS: Final = ("usage", "duplicate", "other", "rejected")
-__all__ = [
-    "CACHE_1H_SECONDS", "CACHE_5M_SECONDS", "GAP_BUCKETS", "Summary", "gap_bucket",
-    "gap_seconds", "percentile", "session_gaps", "summary",
-]
+__all__ = ["GAP_BUCKETS", "Summary", "percentile", "summary"]
 
 # exporter.slots' buckets of main requests (0 first, 1 <= 120 s, 2 <= 300 s, 3 <= 1 h,
 # 4 > 1 h; inclusive above, like the histogram's le="300") -> GAP_BUCKETS index.
@@ -529,25 +524,3 @@ def percentile(sorted_values: Sequence[N], p: float) -> N | int:
     rank = math.ceil(p * n / 100)
     return sorted_values[min(max(rank, 1), n) - 1]
 
-
-def gap_bucket(gap: float | None) -> str:
-    """Return the cache-expiry bucket of a main request by the gap before it."""
-    if gap is None:
-        return "first"
-    if gap <= CACHE_5M_SECONDS:
-        return "lt_5m"
-    if gap <= CACHE_1H_SECONDS:
-        return "5m_to_1h"
-    return "gt_1h"
-
-
-def session_gaps(requests: Iterable[Request]) -> dict[str, float | None]:
-    """Map each main request's key to the gap since its session's previous main request."""
-    last: dict[str, float] = {}
-    out: dict[str, float | None] = {}
-    main = sorted((r for r in requests if r.source is Source.MAIN), key=lambda r: (r.ts, r.key))
-    for req in main:
-        prev = last.get(req.session)
-        out[req.key] = None if prev is None else gap_seconds(req.ts, prev)
-        last[req.session] = req.ts
-    return out
