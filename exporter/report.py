@@ -19,6 +19,7 @@ from exporter.projections.figures import Covered, SessionRow, Spread, Summary
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
+from exporter.records import ACTIVE_GAP_SECONDS
 
 if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
     from rich.console import Console
@@ -138,7 +139,7 @@ def _overview(f: Summary) -> Table:
         ("max parallel sessions in 10 min", f"{f.max_parallel_sessions_10m:,}"),
         (
             "active generation speed",
-            f"{f.generation_tokens_per_second:.0f} tokens/s (gaps ≤ 120 s)",
+            f"{f.generation_tokens_per_second:.0f} tokens/s (gaps ≤ {ACTIVE_GAP_SECONDS:.0f} s)",
         ),
     ]
     if t.web_search:

@@ -153,9 +153,8 @@ SCHEMA: Final = (
     PRIMARY KEY (measure, span, unit, roots, bin)) WITHOUT ROWID""",
 )
 
-_IN_RANGE: Final = (
-    "r.ts >= ? AND r.ts < ? AND CAST(r.ts / 300 AS INTEGER) BETWEEN ? AND ?"
-)
+SLOT_SQL: Final = f"CAST(r.ts / {SLOT_SECONDS} AS INTEGER)"  # a request's slot (as slot_of)
+_IN_RANGE: Final = f"r.ts >= ? AND r.ts < ? AND {SLOT_SQL} BETWEEN ? AND ?"
 _KEY_COLUMNS: Final = "project, model, source, service_tier, inference_geo, speed"
 _JOIN_KEY: Final = (
     "JOIN slot_sessions s ON s.session = r.session "
@@ -330,7 +329,7 @@ def _sum_slots(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"r.inference_geo, r.speed, {level} FROM requests r "
         f"JOIN slot_sessions s ON s.session = r.session WHERE {_IN_RANGE}", params)
     db.execute(
-        "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+        f"INSERT INTO slots SELECT {SLOT_SQL}, k.id, r.roots, "
         f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
         f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
@@ -517,14 +516,14 @@ def _add_rows(db: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
             f"r.inference_geo, r.speed, {level} FROM requests r "
             f"JOIN slot_sessions s ON s.session = r.session WHERE {where}", part)
         db.execute(
-            "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+            f"INSERT INTO slots SELECT {SLOT_SQL}, k.id, r.roots, "
             f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
             f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
             f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
             f"WHERE {where} GROUP BY 1, 2, 3, 4 ON CONFLICT (slot, key, roots, bucket) DO UPDATE "
             f"SET {_ADDED}", part)
         days.update(r[0] for r in db.execute(
-            f"SELECT DISTINCT CAST(r.ts / 300 AS INTEGER) / {SLOTS_PER_DAY} FROM requests r "
+            f"SELECT DISTINCT {SLOT_SQL} / {SLOTS_PER_DAY} FROM requests r "
             f"WHERE {where}", part))
         if version(db) >= VERSION:
             _add_hist(db, where, part)
@@ -612,7 +611,7 @@ def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = 
             f"r.inference_geo, r.speed, {level} FROM requests r NOT INDEXED "
             f"JOIN slot_sessions s ON s.session = r.session")
     db.execute(
-        "INSERT INTO slots SELECT CAST(r.ts / 300 AS INTEGER), k.id, r.roots, "
+        f"INSERT INTO slots SELECT {SLOT_SQL}, k.id, r.roots, "
         f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "
         f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r NOT INDEXED "

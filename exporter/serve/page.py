@@ -57,11 +57,12 @@ from exporter.projections.periods import (
     week_start,
 )
 from exporter.projections.pricing import Pricing
+from exporter.records import TTL_1H, TTL_5M
 from exporter.serve import svg
 
 WINDOW_DAYS: Final = 30
 TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"
-TTLS: Final = (("5m", 300.0), ("1h", 3600.0))  # active sessions, as the gauge's ttl label
+TTLS: Final = (("5m", TTL_5M), ("1h", TTL_1H))  # active sessions, as the gauge's ttl label
 StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
