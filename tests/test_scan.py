@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 from pathlib import Path
 from typing import Any
 
-from exporter.ingest.discover import projects_dirs
-from exporter.ingest.scan import Scanner
+from exporter.ingest.discover import find_transcripts, projects_dirs
+from exporter.ingest.scan import Pooled, Scanner, _Batch
 from exporter.ledger import Ledger
 from exporter.records import Request
 from tests.conftest import assistant, jsonl
@@ -147,3 +148,23 @@ def test_progress_reports_bytes(real_tree: Path, tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
     scanner(real_tree, tmp_path).scan(progress=lambda d, t: calls.append((d, t)))
     assert calls and calls[-1][0] == calls[-1][1] > 8_000_000
+
+
+def test_a_pool_lets_each_batch_go_once_handed_over(real_tree: Path) -> None:
+    """The parent holds the batch in hand, not every batch the pass has parsed so far."""
+
+    def alive() -> int:
+        return sum(isinstance(o, _Batch) for o in gc.get_objects())
+
+    files = sorted(find_transcripts(projects_dirs([real_tree]), lambda *_: None))
+    assert len(files) >= 5
+    pooled = Pooled(4e9, 1 << 24, 2, 0)
+    pooled.submit([[(path, None)] for path in files])
+    handed = 0
+    for batch in pooled.batches():
+        handed += 1
+        del batch
+    assert handed == len(files)
+    # Every batch handed over and dropped, the pool still in hand: none is left alive
+    # (parsed but not yet handed over, a batch waits in its future, as it must).
+    assert alive() == 0
