@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -35,16 +34,21 @@ class Run:
 
 
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> Run:
-    """Run a command to completion and measure it (children's rusage)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Run a command to completion and measure it: wall time, and its own rusage.
+
+    The rusage is the one ``wait4`` gives for this child (with the processes
+    it waited for, such as a pool's parsers): its peak RSS is this run's, not
+    the largest of every child so far (``RUSAGE_CHILDREN``).
+    """
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+    _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    # ru_maxrss of children is the largest child so far: runs go smallest-first or alone.
-    return Run(wall, cpu, after.ru_maxrss / 1024)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
 def exporter_cmd(*args: str) -> list[str]:
