@@ -633,7 +633,7 @@ def _classes_of_days(db: sqlite3.Connection, rules: Rules) -> list[CountRow] | N
     """
     if slots.version(db) != slots.VERSION:
         return None
-    thresholds = slots.stored_thresholds(db)
+    thresholds = sorted(slots.stored_thresholds(db))  # (stored sorted: the levels' order)
     models = [m for (m,) in db.execute("SELECT DISTINCT model FROM slot_keys")]
     for model in models:
         sizes, times, gap_cuts = rules.cuts(model)
