@@ -365,7 +365,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: 
     ledger = open_ledger(settings, pricing, dirs)
     try:
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
-        present = [d for d in dirs if d.is_dir()]
+        present = discover.present(dirs)
         scan = ScanResult(files=1) if ledger.readonly else ingest(
             ledger, settings, log, present, show_progress=req.output == "text", quiet=True,
             head_start=head_start)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.ingest.discover import transcript_dirs
+from exporter.ingest.discover import present, transcript_dirs
 from exporter.ingest.headstart import HeadStart, begin
 from exporter.ledger_schema import LEDGER_FILE
 from exporter.plan.spool import default_state_dir
@@ -54,9 +54,8 @@ def head_start(argv: Sequence[str], environ: Mapping[str, str], home: Path, *,
     if (state_dir / LEDGER_FILE).exists():
         return None  # a warm report: it reads what is new, which its ledger knows
     dirs = transcript_dirs([Path(v) for v in _values(words, "--data-dir")], environ, home)
-    # As the report walks them: the projects directories present (exporter.cli).
-    present = [d for d in dirs if d.is_dir()]
-    return start(present) if present else None
+    found = present(dirs)  # as the report walks them (exporter.cli)
+    return start(found) if found else None
 
 
 def _values(words: Sequence[str], flag: str) -> list[str]:

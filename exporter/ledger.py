@@ -960,12 +960,8 @@ class Ledger:
         self._write_hists(hists)
         batch.hists.extend(hists)
 
-    def _rebuild_rollups(self, rules: Rules, counts: list[CountRow] | None = None) -> None:
-        """Inside a transaction: count every row again under ``rules`` (new rules, or stale).
-
-        ``counts``: the counter rollups already counted from the same rows
-        (:func:`exporter.ledger_bulk.count_classes`).
-        """
+    def _rebuild_rollups(self, rules: Rules) -> None:
+        """Inside a transaction: count every row again under ``rules`` (new rules, or stale)."""
         db = self._db
         db.execute("DELETE FROM rollup_counts")
         db.execute("DELETE FROM rollup_hist")
@@ -980,7 +976,7 @@ class Ledger:
             last = rows[-1][0]
             for row in rows:
                 _observe(rules, row[1], _request(row[2:]), hists)
-        self._write_counts(ledger_bulk.count_classes(db, rules) if counts is None else counts)
+        self._write_counts(ledger_bulk.count_classes(db, rules))
         self._write_hists([(m, s, b, v) for (m, s, b), v in hists.items()])
         self._set_meta("rollups", rules.fingerprint)
 

@@ -600,16 +600,9 @@ def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = 
     thresholds = stored_thresholds(db)
     level = level_sql(thresholds)
     counted = keys() if keys is not None else None
-    if counted is not None and counted[0] == thresholds:
-        _insert_keys(db, counted[1])
-    else:
-        db.execute("INSERT OR IGNORE INTO slot_sessions (session) "
-                   "SELECT DISTINCT r.session FROM requests r NOT INDEXED")
-        db.execute(
-            f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
-            f"SELECT DISTINCT s.id, r.project, r.model, r.source, r.service_tier, "
-            f"r.inference_geo, r.speed, {level} FROM requests r NOT INDEXED "
-            f"JOIN slot_sessions s ON s.session = r.session")
+    if counted is None or counted[0] != thresholds:
+        counted = key_rows(db)
+    _insert_keys(db, counted[1])
     db.execute(
         f"INSERT INTO slots SELECT {SLOT_SQL}, k.id, r.roots, "
         f"{BUCKET}, k.sid, count(*), sum(r.input), sum(r.output), sum(r.cache_read), "

@@ -51,6 +51,11 @@ def transcript_dirs(data_dirs: Sequence[Path], env: Mapping[str, str], home: Pat
     return projects_dirs(list(data_dirs) or default_roots(env, home))
 
 
+def present(dirs: Iterable[Path]) -> list[Path]:
+    """Those of ``dirs`` that exist as directories (absent default roots are normal)."""
+    return [d for d in dirs if d.is_dir()]
+
+
 def projects_dirs(roots: Iterable[Path]) -> list[Path]:
     """The ``projects`` directory of each root (or the root itself if it is one)."""
     out = []

@@ -42,6 +42,7 @@ from exporter.ingest.scan import (
     Work,
     default_workers,
     plan_units,
+    pool_for,
 )
 
 if TYPE_CHECKING:
@@ -165,8 +166,9 @@ def begin(
     files = find_transcripts(tops, lambda *problem: problems.append(problem))
     unreadable: list[tuple[str, str]] = []
     work, total = plan_units(files, {}, batch_bytes, unreadable)
-    if workers < 2 or total < parallel_min_bytes or len(work) < 2:
+    pooled = pool_for(work, total, now=clock(), max_line_bytes=max_line_bytes, workers=workers,
+                      parser_nice=parser_nice, parallel_min_bytes=parallel_min_bytes)
+    if pooled is None:
         return None
-    pooled = Pooled(clock(), max_line_bytes, min(workers, len(work)), parser_nice)
     walk = Walk([os.path.abspath(d) for d in tops], files, problems, unreadable, work, total)
     return HeadStart(walk, _Options(workers, batch_bytes, max_line_bytes, parser_nice), pooled)

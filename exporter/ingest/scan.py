@@ -246,6 +246,14 @@ class Pooled:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def pool_for(work: Work, total: int, *, now: float, max_line_bytes: int, workers: int,
+             parser_nice: int, parallel_min_bytes: int) -> Pooled | None:
+    """A pool of parser processes for ``work``, or None where one costs more than it saves."""
+    if workers < 2 or total < parallel_min_bytes or len(work) < 2:
+        return None
+    return Pooled(now, max_line_bytes, min(workers, len(work)), parser_nice)
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection inside (reference counting frees as always).
@@ -504,10 +512,11 @@ class Scanner:
     def _run(self, work: Work, total: int, now: float) -> Iterator[_Batch]:
         """Yield each group's batch, from a process pool when it pays off."""
         limit = self.max_line_bytes
-        if self.workers < 2 or total < self.parallel_min_bytes or len(work) < 2:
+        pooled = pool_for(work, total, now=now, max_line_bytes=limit, workers=self.workers,
+                          parser_nice=self.parser_nice, parallel_min_bytes=self.parallel_min_bytes)
+        if pooled is None:
             yield from (read_files(g, now, limit) for g in work)
             return
-        pooled = Pooled(now, limit, min(self.workers, len(work)), self.parser_nice)
         pooled.submit(work)
         yield from pooled.batches()
 
