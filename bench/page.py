@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from bench.common import exporter_cmd, machine
 from exporter import slots
+from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 
 MONTH = 30 * 86_400

@@ -82,9 +82,8 @@ def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
 
 def replicate(ledger: Path, times: int) -> int:
     """Copy the ledger's requests ``times`` times, a month apart; rebuild the slots."""
-    import sqlite3
-
     from exporter import slots
+    from exporter.sqlite import sqlite3
 
     db = sqlite3.connect(ledger, isolation_level=None)
     try:

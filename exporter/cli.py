@@ -316,9 +316,8 @@ def ingest_plan_samples(settings: Settings, log: Any) -> None:
     A failure (a locked or full disk) is logged and the command goes on: the
     samples stay in the spool for the next run (docs/plan-limits.md).
     """
-    import sqlite3
-
     from exporter.plan.store import ingest_spool
+    from exporter.sqlite import sqlite3
 
     try:
         done = ingest_spool(settings.ledger_path, settings.state_dir)

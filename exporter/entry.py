@@ -110,8 +110,9 @@ def tune_sqlite(*, one_thread_each: bool = False) -> bool:
     documentation allows while no connection is open (none is, before a
     command runs; SQLite holding any memory says one is, and then nothing
     is changed), and the next connection initializes it again. The
-    functions are looked up through the ``_sqlite3`` module's own library,
-    so they act on the SQLite it uses (a copy of its own, or the system's).
+    functions are looked up through the driver's own extension module
+    (:data:`exporter.sqlite.LIBRARY`), so they act on the SQLite it uses (a
+    copy of its own, or the system's).
     Linux only: the calls pass a variadic argument, which ctypes passes as
     the C calling convention expects only there. Any failure leaves SQLite
     as it was.
@@ -119,10 +120,11 @@ def tune_sqlite(*, one_thread_each: bool = False) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import _sqlite3  # noqa: PLC0415
         import ctypes  # noqa: PLC0415 -- a command's, not statusline's
 
-        lib = ctypes.CDLL(_sqlite3.__file__)
+        from exporter.sqlite import LIBRARY  # noqa: PLC0415
+
+        lib = ctypes.CDLL(LIBRARY)
         lib.sqlite3_memory_used.restype = ctypes.c_int64
         # Memory in use means something is open: shutting down would pull it from under it.
         if lib.sqlite3_memory_used() != 0 or lib.sqlite3_shutdown() != 0:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
 import stat
 import threading
 import time
@@ -56,6 +55,7 @@ from exporter.records import (
     gap_seconds,
     merge,
 )
+from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:  # the lock module builds on this one
     from exporter.ledger_lock import Holder, WriterLock

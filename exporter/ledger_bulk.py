@@ -34,7 +34,6 @@ from __future__ import annotations
 import itertools
 import json
 import queue
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from exporter.records import (
     Source,
     gap_seconds,
 )
+from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:  # the ledger imports this module
     from exporter.ledger import CountRow, Rules

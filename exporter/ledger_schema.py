@@ -8,11 +8,11 @@ the same fresh ledger at the same moment finds the work done instead of failing.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
 
 from exporter import slots
 from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, gap_seconds
+from exporter.sqlite import sqlite3
 
 # The pages of a new ledger (SQLite's default is 4096; a file keeps the size it was made
 # with). A month's first pass writes a quarter as many pages, WAL frames and checkpoint

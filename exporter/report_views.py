@@ -14,7 +14,6 @@ import csv
 import io
 import math
 import re
-import sqlite3
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.views import ActiveBlock, Row, View
 from exporter.report import cost_cell, duration, header, pct, to_json, tokens, usd, when
+from exporter.sqlite import sqlite3
 
 TITLES: Final = {
     "daily": "Daily usage", "weekly": "Weekly usage (Monday to Sunday)",

@@ -50,11 +50,11 @@ ledger uses it, projections read its tables.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from exporter.records import ACTIVE_GAP_SECONDS, TTL_1H, TTL_5M
+from exporter.sqlite import sqlite3
 
 SLOT_SECONDS: Final = 300
 VERSION: Final = 4  # slot_meta 'version': 4 has slot_hist, the blocks, slot_day_peaks

@@ -8,7 +8,6 @@ not depend on which of the two answers.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from exporter.ledger import Ledger
 from exporter.projections.facts import Selection
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.records import Appearance, Parsed, Request, Source, gap_seconds
+from exporter.sqlite import sqlite3
 
 ROOT = "/transcripts/projects"
 _COLUMNS = ("key, ts, model, session, project, source, input, output, cache_read, "

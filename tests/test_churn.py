@@ -12,7 +12,6 @@ import os
 import random
 import resource
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from exporter.ingest.discover import find_transcripts
 from exporter.ingest.parse import parse_lines
 from exporter.ledger_lock import WriterLock
+from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import build_parser, main
+from exporter.sqlite import sqlite3
 from tests.conftest import assistant, jsonl
 
 

@@ -54,12 +54,12 @@ def test_console_script_statusline_imports_no_cli(tmp_path: Path) -> None:
 
 
 # At exit, what SQLite the command ran with: a new connection (through the library the
-# sqlite3 module uses) says whether allocations are counted and connections locked.
+# program's driver uses) says whether allocations are counted and connections locked.
 _SQLITE_STATE = """
 import atexit, ctypes, sys
 def state():
-    import _sqlite3
-    lib = ctypes.CDLL(_sqlite3.__file__)
+    from exporter.sqlite import LIBRARY
+    lib = ctypes.CDLL(LIBRARY)
     lib.sqlite3_memory_used.restype = ctypes.c_int64
     lib.sqlite3_db_mutex.restype = ctypes.c_void_p
     db = ctypes.c_void_p()
@@ -107,7 +107,7 @@ def test_serve_keeps_sqlite_connection_locks() -> None:
 @linux_only
 def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> None:
     """With a connection open, SQLite cannot be shut down: nothing changes, and it says so."""
-    script = ("import sqlite3\nfrom exporter.entry import tune_sqlite\n"
+    script = ("from exporter.sqlite import sqlite3\nfrom exporter.entry import tune_sqlite\n"
               "db = sqlite3.connect(':memory:')\ndb.execute('SELECT 1')\n"
               "print(tune_sqlite(one_thread_each=True))\n"
               "print(db.execute('SELECT 2').fetchone()[0])\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from exporter.ingest.parse import parse_lines
 from exporter.ledger import Ledger, LedgerError
 from exporter.records import Checkpoint
+from exporter.sqlite import sqlite3
 from tests.conftest import assistant, jsonl
 
 

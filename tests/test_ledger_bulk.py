@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from exporter.ledger_bulk import RAW_PASS
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
+from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.ledgers import appearances, ledger_of
 

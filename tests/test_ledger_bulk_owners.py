@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger
 from exporter.ledger_bulk import derive
+from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 
 _STATE = ("SELECT r.id, r.session, r.gap, a.file, a.prev FROM requests r "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from exporter.ledger_schema import (
     REQUESTS_INDEXES,
     index_name,
 )
+from exporter.sqlite import sqlite3
 from tests.test_ledger_bulk import _killed_pass, _ledger
 from tests.test_scan import REAL_TOTALS, totals
 

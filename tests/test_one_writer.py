@@ -136,7 +136,8 @@ def test_two_processes_creating_a_fresh_ledger_at_once_both_succeed(tmp_path: Pa
 
 
 CRASH = """
-import os, sqlite3, sys
+import os, sys
+from exporter.sqlite import sqlite3
 from pathlib import Path
 real = sqlite3.connect
 def crashing(*a, **k):
@@ -173,7 +174,8 @@ def test_a_creator_killed_at_any_step_leaves_a_usable_ledger(tmp_path: Path) -> 
 def test_a_v1_ledger_killed_before_its_application_id_is_adopted(tmp_path: Path) -> None:
     """v1 tables without the application id (a v1 creator killed there) are ours: migrated."""
     import shutil
-    import sqlite3
+
+    from exporter.sqlite import sqlite3
 
     path = tmp_path / LEDGER
     shutil.copy(Path(__file__).parent / "golden" / "ledger_v1.sqlite3", path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from exporter.projections.facts import Prices, Selection
 from exporter.projections.figures import Histograms, percentile
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
+from exporter.sqlite import sqlite3
 from tests.test_slots import COLUMNS, REQUESTS
 
 DAY = 86_400

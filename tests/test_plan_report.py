@@ -14,7 +14,6 @@ import functools
 import io
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from exporter.ledger import Ledger
 from exporter.plan import spool, store
 from exporter.projections.pricing import Pricing
 from exporter.report_views import INSTANCE_FIELDS
+from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 from tests.support.plan import FIVE_HOURS, Run, generate, store_requests
 

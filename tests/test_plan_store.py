@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from exporter.ledger import Ledger
 from exporter.plan import spool, store
 from exporter.plan.figures import limits_rows, plan_figures, window_history
 from exporter.plan.store import ingest_samples
+from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 
 T0 = 1_790_000_000.0

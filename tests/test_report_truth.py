@@ -7,7 +7,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from exporter.cli import main
+from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.support.wait import poll
 
@@ -65,7 +65,7 @@ def test_second_run_reads_nothing_and_deletion_changes_nothing(
 
 
 def _bytes_read(state: Path) -> int:
-    import sqlite3
+    from exporter.sqlite import sqlite3
 
     con = sqlite3.connect(state / "ledger.sqlite3")
     try:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-import sqlite3
 from collections import defaultdict
 from typing import Any
 
 from exporter import slots
+from exporter.sqlite import sqlite3
 
 REQUESTS = """CREATE TABLE requests (
     id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, ts REAL NOT NULL, model TEXT NOT NULL,

@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from exporter.config import default_state_dir
 from exporter.ledger import Ledger
 from exporter.plan import spool
 from exporter.plan.store import ingest_samples
+from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 
 NOW = 1_790_000_000.0
@@ -404,9 +404,9 @@ def test_in_process_main_is_what_the_cli_calls(tmp_path: Path) -> None:
 # ------------------------------------------------------------ import weight
 
 HEAVY = ("opentelemetry", "pydantic", "rich", "msgspec", "structlog", "prometheus_client",
-         "argparse", "sqlite3", "subprocess", "importlib.metadata", "typing", "pathlib",
-         "dataclasses", "re", "json", "enum", "collections", "exporter.config", "exporter.cli",
-         "exporter.ledger", "exporter.projections")
+         "argparse", "sqlite3", "pysqlite3", "subprocess", "importlib.metadata", "typing",
+         "pathlib", "dataclasses", "re", "json", "enum", "collections", "exporter.config",
+         "exporter.cli", "exporter.ledger", "exporter.projections")
 
 
 def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:

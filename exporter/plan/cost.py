@@ -14,13 +14,13 @@ command, which must not import the price table.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from exporter.plan import spool
 from exporter.projections.facts import Facts, Prices, Reader, Selection, usd
 from exporter.projections.periods import UTC_ZONE, Range
+from exporter.sqlite import sqlite3
 
 
 def reader(conn: sqlite3.Connection) -> Reader:

@@ -9,13 +9,13 @@ week): compute it once per scrape.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from exporter.plan import spool, store
 from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
+from exporter.sqlite import sqlite3
 
 DAY: Final = 86_400.0
 #: How far back the dollars-per-percent estimate looks, by window: recent enough

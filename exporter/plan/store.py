@@ -32,13 +32,13 @@ import contextlib
 import hashlib
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from exporter.plan import spool
+from exporter.sqlite import sqlite3
 
 ROTATE_BYTES: Final = 1 << 20
 RETIRED_GRACE_S: Final = 60.0  # a writer that opened the old name before the rename is done

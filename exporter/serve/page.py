@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -59,6 +58,7 @@ from exporter.projections.periods import (
 from exporter.projections.pricing import Pricing
 from exporter.records import TTL_1H, TTL_5M
 from exporter.serve import svg
+from exporter.sqlite import sqlite3
 
 WINDOW_DAYS: Final = 30
 TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"

@@ -16,7 +16,6 @@ Three duties, each on the thread that owns it:
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from exporter.plan import cost, metrics, spool, store
 from exporter.plan.figures import PlanFigures, plan_figures
 from exporter.projections.facts import Prices
 from exporter.projections.pricing import Pricing
+from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:
     from exporter.projections.metrics import Projection

@@ -12,7 +12,6 @@ import os
 import selectors
 import shutil
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 from tests.support.exposition import total
 from tests.support.wait import poll
