@@ -149,25 +149,25 @@ class Keys:
         """An empty filter."""
         self._map = bytearray(self._BITS >> 3)
 
-    def add(self, keys: Iterable[str]) -> None:
-        """Note keys as staged."""
-        m = self._map
-        for key in keys:
-            h = hash(key)
-            lo, hi = h & (self._BITS - 1), (h >> 32) & (self._BITS - 1)
-            m[lo >> 3] |= 1 << (lo & 7)
-            m[hi >> 3] |= 1 << (hi & 7)
+    def note(self, keys: Iterable[str]) -> list[str]:
+        """Those of ``keys`` that may have been staged (every one that was); the rest noted.
 
-    def known(self, keys: Iterable[str]) -> list[str]:
-        """Those of ``keys`` that may have been staged (every one that was)."""
+        One pass over a batch's keys: a key the filter may hold needs the exact
+        lookup, and its bits are set already; any other is new, and is noted
+        here as staged (a batch that then fails only leaves a few false ones).
+        """
         m = self._map
-        out = []
+        mask = self._BITS - 1
+        maybe = []
         for key in keys:
             h = hash(key)
-            lo, hi = h & (self._BITS - 1), (h >> 32) & (self._BITS - 1)
+            lo, hi = h & mask, (h >> 32) & mask
             if m[lo >> 3] >> (lo & 7) & 1 and m[hi >> 3] >> (hi & 7) & 1:
-                out.append(key)
-        return out
+                maybe.append(key)
+            else:
+                m[lo >> 3] |= 1 << (lo & 7)
+                m[hi >> 3] |= 1 << (hi & 7)
+        return maybe
 
 
 @dataclass(slots=True)
@@ -225,9 +225,8 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     # New rows take the next ids in batch order, as an insert without an id would; a key
     # the pass staged before is merged into its row (by id: the pass has no key index).
     first = db.execute("SELECT coalesce(max(id), 0) FROM requests").fetchone()[0] + 1
-    stored = _staged(db, state.keys.known(requests))
+    stored = _staged(db, state.keys.note(requests))
     ids, fresh, older = _assign(requests, stored, first)
-    state.keys.add(req.key for req in fresh)
     now = _merged(requests, stored, state)
     prevs: list[tuple[int, int, float | None]] = []
     latest: dict[str, float] = {}
