@@ -533,12 +533,8 @@ class Ledger:
                 # Once per root, not per file (a month's batch holds a hundred files).
                 bits = {root: self._root_bit(root, batch)
                         for root in dict.fromkeys(app.root for app in appearances)}
-                added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits, state)
-                if added:  # its new rows wait to settle (they took the ids after every other)
-                    self._db.execute(
-                        "INSERT INTO unsettled SELECT id, ? FROM requests WHERE id > "
-                        "(SELECT coalesce(max(request), 0) FROM unsettled)",
-                        (self._clock() + self.settle_seconds,))
+                added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits, state,
+                                                   due=self._clock() + self.settle_seconds)
                 self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
         except BaseException:
             state.broken = True  # its memory may not match what was rolled back

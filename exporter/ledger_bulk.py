@@ -205,13 +205,15 @@ _INSERT: Final = (
 
 
 def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearance],
-          bits: dict[str, int], state: Pass) -> tuple[int, int]:
+          bits: dict[str, int], state: Pass, *, due: float) -> tuple[int, int]:
     """Write one batch's rows, appearances, files and sessions; (new rows, changed rows).
 
     ``bits`` maps each appearance's root to its ``requests.roots`` bit. Each
     file's predecessors and the new rows' gaps are chained here from the rows
     as they stand after the batch; owners, rollups and slots are left to
     :func:`derive`, and so is whatever a later batch makes stale (``state``).
+    The rows it adds or merges into wait to settle until ``due`` (the end
+    would otherwise mark every row, on the thread its chain waits on).
     """
     requests = parsed.requests
     masks: dict[str, int] = {}
@@ -248,6 +250,10 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
         raise sqlite3.IntegrityError("new rows did not take the ids chained to them")
     db.executemany(f"INSERT INTO {STAGED} (h, id) VALUES (?, ?)",
                    sorted([(hash(req.key), rid) for rid, req in enumerate(fresh, first)]))
+    db.execute("INSERT INTO unsettled SELECT id, ? FROM requests WHERE id >= ?", (due, first))
+    if now:  # rows of earlier batches this one merges into: settled after their last change
+        db.execute(f"UPDATE unsettled SET due = ? WHERE request IN {_IN_JSON}",
+                   (due, json.dumps(sorted(now))))
     before = db.total_changes
     db.executemany(_MERGE, [
         (*req[:-1], None, req.context, common if one_root else masks.get(key, 0), rid)

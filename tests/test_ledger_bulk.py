@@ -398,6 +398,34 @@ def test_a_file_in_two_batches_of_a_raw_pass_is_chained_whole(tmp_path: Path) ->
     _same(got, want)
 
 
+def test_a_raw_pass_settles_each_row_after_its_last_change(tmp_path: Path) -> None:
+    """Rows wait to settle from the batch that last brought them, as incrementally."""
+    t0 = 1_790_000_000.0
+    now = [t0]
+
+    def req(key: str, output: int) -> Request:
+        return Request(key, t0, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, output, 100, 1, 0)
+
+    batches = ([req("a", 10), req("c", 10)], [req("a", 20), req("b", 10)])
+    dues = []
+    for name, raw in (("raw", True), ("inc", False)):
+        now[0] = t0
+        ledger = Ledger(tmp_path / f"{name}.db", settle_seconds=60.0, clock=lambda: now[0],
+                        rules=MetricsOptions().counting(Pricing.load()))
+        with ledger.bulk(3, raw=raw):
+            for batch in batches:
+                parsed = Parsed()
+                for r in batch:
+                    parsed.add(r)
+                ledger.apply(parsed, [], 0, appearances(batch))
+                now[0] += 10.0
+        dues.append(ledger.read("SELECT r.key, u.due FROM unsettled u JOIN requests r "
+                                "ON r.id = u.request ORDER BY 1"))
+        ledger.close()
+    assert dues[0] == [("a", t0 + 70.0), ("b", t0 + 70.0), ("c", t0 + 60.0)]
+    assert dues[0] == dues[1]
+
+
 def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
     """The pass's key filter never forgets a staged key (a miss would insert it twice)."""
     from exporter.ledger_bulk import Keys
