@@ -428,13 +428,14 @@ def derive(db: sqlite3.Connection, beside: Beside | None = None,
         stale.update(r[0] for r in db.execute(
             f"SELECT file FROM appearances WHERE request IN {_IN_JSON}",
             (json.dumps(sorted(state.moved)),)))
-        files = json.dumps(sorted(stale))
-        if stale:
-            db.execute(_PREVS.format(files=f" WHERE a.file IN {_IN_JSON}"), (files,))
-        # Rows with files in several batches, and every row of a file chained again.
-        db.execute(_GAPS.format(rows=f" WHERE a.request IN ({_IN_JSON[1:-1]} UNION SELECT "
-                                f"request FROM appearances WHERE file IN {_IN_JSON})"),
-                   (json.dumps(sorted(state.again)), files))
+        rows = set(state.again)  # rows with files in several batches (moved ones among them)
+        if stale:  # and the rows whose predecessor in a file chained again is another
+            rows.update(r[0] for r in db.execute(
+                _PREVS.format(files=f" WHERE a.file IN {_IN_JSON}") + " RETURNING request",
+                (json.dumps(sorted(stale)),)))
+        # Any other row kept its time, its source and every predecessor: its gap stands.
+        db.execute(_GAPS.format(rows=f" WHERE a.request IN {_IN_JSON}"),
+                   (json.dumps(sorted(rows)),))
     if meanwhile is not None:
         meanwhile()
     changed: list[tuple[int, str]] = beside.result(owners, db)
