@@ -90,7 +90,7 @@ _SQLITE_CONFIG_MULTITHREAD = 2  # <sqlite3.h>
 _SQLITE_CONFIG_MEMSTATUS = 9
 
 
-def tune_sqlite(*, one_thread_each: bool = False) -> bool:
+def tune_sqlite(*, one_thread_each: bool = False, library: str | None = None) -> bool:
     """Take two global locks out of SQLite's work for this process; whether that was done.
 
     SQLite counts every allocation in global statistics under a global
@@ -111,8 +111,9 @@ def tune_sqlite(*, one_thread_each: bool = False) -> bool:
     command runs; SQLite holding any memory says one is, and then nothing
     is changed), and the next connection initializes it again. The
     functions are looked up through the driver's own extension module
-    (:data:`exporter.sqlite.LIBRARY`), so they act on the SQLite it uses (a
-    copy of its own, or the system's).
+    (``library``, by default :data:`exporter.sqlite.LIBRARY`), so they act on
+    the SQLite it uses (a copy of its own, or the system's); a driver built
+    into the interpreter has none, and is left as it is.
     Linux only: the calls pass a variadic argument, which ctypes passes as
     the C calling convention expects only there. Any failure leaves SQLite
     as it was.
@@ -124,7 +125,10 @@ def tune_sqlite(*, one_thread_each: bool = False) -> bool:
 
         from exporter.sqlite import LIBRARY  # noqa: PLC0415
 
-        lib = ctypes.CDLL(LIBRARY)
+        library = LIBRARY if library is None else library
+        if not library:
+            return False
+        lib = ctypes.CDLL(library)
         lib.sqlite3_memory_used.restype = ctypes.c_int64
         # Memory in use means something is open: shutting down would pull it from under it.
         if lib.sqlite3_memory_used() != 0 or lib.sqlite3_shutdown() != 0:

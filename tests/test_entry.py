@@ -114,3 +114,10 @@ def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> N
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, check=True)
     assert proc.stdout.split() == ["False", "2"]
+
+
+def test_tune_sqlite_leaves_a_driver_without_a_library_file_alone() -> None:
+    """A driver built into the interpreter (no file to load) is left as it is."""
+    from exporter.entry import tune_sqlite
+
+    assert tune_sqlite(one_thread_each=True, library="") is False
