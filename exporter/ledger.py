@@ -534,7 +534,7 @@ class Ledger:
                 bits = {root: self._root_bit(root, batch)
                         for root in dict.fromkeys(app.root for app in appearances)}
                 added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits, state,
-                                                   due=self._clock() + self.settle_seconds)
+                                                   due=self._due())
                 self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
         except BaseException:
             state.broken = True  # its memory may not match what was rolled back
@@ -849,7 +849,7 @@ class Ledger:
                 for i, v in enumerate(sums, 2):
                     acc[i] += sign * v
 
-        due = self._clock() + self.settle_seconds
+        due = self._due()
         waiting: list[tuple[int, float]] = []
         for req in batch.new:
             rid = ids[req.key]
@@ -929,6 +929,10 @@ class Ledger:
         with self._transaction():
             self._settle_due(self.rules, batch, force=force)
         return batch.applied()
+
+    def _due(self) -> float:
+        """When a request changed now enters the histograms (``settle_seconds`` of quiet)."""
+        return self._clock() + self.settle_seconds
 
     def pending(self) -> int:
         """Requests counted but not yet in the histograms."""
