@@ -32,6 +32,7 @@ from exporter.ledger_schema import (
     LEGACY_FILE,
     MAX_ROOT_BITS,
     PAGE_SIZE,
+    PASS_INDEXES,
     READER_INDEXES,
     SCHEMA,
     V1_TABLES,
@@ -219,9 +220,10 @@ class Ledger:
         else:
             if self._meta(ledger_bulk.RAW_PASS):
                 self._derive()  # a raw pass was cut short: derive what it committed
-            if not all(has_index(db, index_name(st)) for st in READER_INDEXES):
+            dropped = (*PASS_INDEXES, *READER_INDEXES)
+            if not all(has_index(db, index_name(st)) for st in dropped):
                 with self._transaction():  # a bulk pass was cut short: build what it dropped
-                    for statement in READER_INDEXES:
+                    for statement in dropped:
                         self._db.execute(statement)
         # From now on the file changes: the clean-close stamp no longer describes it.
         with contextlib.suppress(FileNotFoundError):
@@ -360,8 +362,9 @@ class Ledger:
         When the new rows outnumber those held, the reader-only indexes are
         dropped first and built once after (sorting N rows beats N random
         inserts into five B-trees). A pass cut short leaves them to the next
-        open, which builds them. A raw pass does the same with the key's
-        unique index, which every raw pass's end (or the next open) builds.
+        open, which builds them. A raw pass also drops the indexes only the
+        incremental path reads (the key's unique index, the appearances' file
+        index), which its first write builds (exporter.ledger_bulk.rekey).
 
         ``raw`` (the caller needs no per-batch :class:`Applied` rows or rollup
         increments): if the ledger holds no request, each :meth:`apply` only
@@ -404,8 +407,9 @@ class Ledger:
     def _begin_bulk(self, *, raw: bool, drop: bool) -> None:
         """The start of :meth:`bulk`: the indexes it builds once after, dropped; a raw pass marked.
 
-        A raw pass drops the key's index too (exporter.ledger_bulk.unkey) and
-        keeps what it staged in a table of this connection's own instead.
+        A raw pass drops the key's index and the rows' time index too
+        (exporter.ledger_bulk.unkey) and keeps what it staged in a table of
+        this connection's own instead.
         """
         if raw or drop:
             with self._transaction():
@@ -430,7 +434,8 @@ class Ledger:
         The first derives gaps and owners (and, while the owners are read, what
         depends on neither); the flag stays set, so a kill after it derives
         again (which leaves those rows as they are). The second builds the
-        reader indexes, sums the slots, counts the rollups (from the slots'
+        reader indexes (not the key's: see :meth:`apply`), sums the slots,
+        counts the rollups (from the slots'
         day sums) and clears the flag; the reads there that need only the
         committed rows (the slot keys, the slots' day bins) run on a second
         connection while this one builds the indexes and writes the other
@@ -446,11 +451,10 @@ class Ledger:
             with self._transaction():
                 keys = beside.ask(slots.key_rows, fresh=True)
                 bins = beside.ask(slots.day_bins)
-                # The reader indexes, if the pass dropped them (see bulk), and the key's:
-                # built first, while the slot keys are read beside.
+                # The reader indexes, if the pass dropped them (see bulk): built first,
+                # while the slot keys are read beside.
                 for statement in READER_INDEXES:
                     db.execute(statement)
-                ledger_bulk.rekey(db)
                 slots.rebuild(db, lambda: beside.result(bins, db),
                               lambda: beside.result(keys, db))
                 if rules is not None:  # the rollup classes from the slots just summed
@@ -466,10 +470,14 @@ class Ledger:
         """What a raw pass's end writes that depends on neither gaps nor owners.
 
         Done while the owners are read beside (:func:`ledger_bulk.derive`):
-        the reader indexes of other columns. Built again after a kill, each is
-        the same again. (Every row waits to settle since its batch: each batch
-        of the pass marks its new rows, in the transaction that stores them.)
+        the rows' time index the pass dropped (``PASS_INDEXES``: the slots read
+        the rows' time span through it), and the reader indexes of other columns.
+        Built again after a kill, each is the same again. (Every row waits to
+        settle since its batch: each batch of the pass marks its new rows, in
+        the transaction that stores them.)
         """
+        for statement in PASS_INDEXES:
+            self._db.execute(statement)
         for statement in READER_INDEXES:
             if "session" not in statement and "gap" not in statement:
                 self._db.execute(statement)
@@ -496,11 +504,14 @@ class Ledger:
 
         Everything a row depends on (merge, roots, gap, owner) is computed
         first, then each row is written once: a row inserted and then updated
-        three times would cost four passes over seven indexes.
+        three times would cost four passes over seven indexes. The indexes
+        only this path reads (a row by its key, appearances by their file)
+        are built here if a raw pass left them unbuilt.
         """
         if self._pass is not None:
             return self._apply_raw(parsed, checkpoints, bytes_read, appearances)
         with self._transaction():
+            ledger_bulk.rekey(self._db)
             batch = self._merge(parsed)
             self._provenance(appearances, batch)
             self._chains(batch)

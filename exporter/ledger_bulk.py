@@ -7,9 +7,13 @@ batch touches again. Here a batch writes its new rows, merges into those an
 earlier batch of the pass stored (in SQL, by the rules of
 :func:`exporter.records.merge`), their appearances, files and sessions (with
 the checkpoints and line counters, in the caller's transaction). The key's
-unique index is dropped for the pass (:func:`unkey`) and built once at its
-end (:func:`rekey`): the rows a batch stages again are found through a
-table of hashes of this connection's own (:data:`STAGED`). A pass reads
+unique index is dropped for the pass (:func:`unkey`): the rows a batch
+stages again are found through a table of hashes of this connection's own
+(:data:`STAGED`). Only the incremental path reads it (and the appearances'
+file index, ``WRITE_INDEXES``, dropped too): its first write builds both
+(:func:`rekey`), so a command that only reads after its pass never sorts
+them. The rows' time index (``PASS_INDEXES``), which the staging never
+reads either, is built at the end, before anything reads it. A pass reads
 each file whole in one batch, so the batch also chains its files: each
 appearance's predecessor and each new row's gap, from the rows as they stand
 after it. When the pass ends, :func:`derive` computes the rest once from
@@ -20,8 +24,8 @@ slots from the rows. The result is the same as the incremental path's, since
 both are functions of the rows and appearances alone.
 
 Kill -9 safety: the ledger sets :data:`RAW_PASS` in its meta table in the
-transaction that begins the pass (and drops the key's index) and clears it
-in the one that derives (and builds the index). An
+transaction that begins the pass (and drops the indexes) and clears it
+in the one that derives. An
 open that finds it set derives first, everything (what the pass remembered
 of its stale chains died with it): the ledger held no request before the
 pass, so the tables are the whole truth and nothing is lost or counted twice.
@@ -43,10 +47,12 @@ from exporter import slots
 from exporter.ledger_schema import (
     KEY_AUTOINDEX,
     KEY_INDEX,
-    KEY_INDEX_NAME,
+    PASS_INDEXES,
     REQUESTS,
     REQUESTS_INDEXES,
+    WRITE_INDEXES,
     has_index,
+    index_name,
 )
 from exporter.records import (
     COUNT_SUMS,
@@ -109,24 +115,33 @@ STAGED_SCHEMA: Final = (
 
 
 def unkey(db: sqlite3.Connection) -> None:
-    """At the start of a raw pass (no request held): no index on the requests' key.
+    """At the start of a raw pass (no request held): the indexes its staging never reads, dropped.
 
     A ledger made before the key had an index of its own (the column's
     UNIQUE) gets its empty requests table made again in the current form,
-    with its other indexes. Then the key's index is dropped:
-    :func:`rekey` builds it when the pass ends (or the next open, after a kill).
+    with its other indexes. Then the key's index and ``WRITE_INDEXES`` are
+    dropped (:func:`rekey` builds them at the first incremental write), and
+    ``PASS_INDEXES`` (the end's first transaction builds them, the ledger's
+    ``_unowned``, as the next open's derive does after a kill).
     """
     if _has_autoindex(db):
         db.execute("DROP TABLE requests")
         for statement in (REQUESTS, *REQUESTS_INDEXES):
             db.execute(statement)
-    db.execute(f"DROP INDEX IF EXISTS {KEY_INDEX_NAME}")
+    for statement in (KEY_INDEX, *WRITE_INDEXES, *PASS_INDEXES):
+        db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
 
 
 def rekey(db: sqlite3.Connection) -> None:
-    """The key's unique index, where it is missing (the end of a raw pass)."""
+    """The indexes of the incremental path (the key's, ``WRITE_INDEXES``) where they are missing.
+
+    Called at the start of every incremental write (in its transaction): a
+    few schema lookups when they exist, a sort once after a raw pass.
+    """
     if not _has_autoindex(db):
         db.execute(KEY_INDEX)
+    for statement in WRITE_INDEXES:
+        db.execute(statement)
 
 
 def _has_autoindex(db: sqlite3.Connection) -> bool:

@@ -100,6 +100,16 @@ READER_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX
                                                          "requests_context",
                                                          "requests_output", "requests_gap",
                                                          "requests_session_gap")))
+# The index a raw pass (exporter.ledger_bulk) never reads while it stages, whose entries its
+# batches would add in random order (a row's time): each batch's commit rewrote most of its
+# pages. The pass drops it with the key's index and builds it once as it ends (sorted),
+# before anything reads it (docs/benchmarks.md).
+PASS_INDEXES: Final = tuple(st for st in SCHEMA if " requests_ts ON " in st)
+# Indexes only the incremental path reads (a row by its key, appearances by their file):
+# no report and no projection does. A raw pass drops them, and the first incremental write
+# builds them (exporter.ledger_bulk.rekey): a command that only reads, or finds nothing new,
+# never pays for them. (The key's own index is KEY_INDEX, or an older ledger's UNIQUE.)
+WRITE_INDEXES: Final = tuple(st for st in SCHEMA if " appearances_file ON " in st)
 
 def migrate_v1(db: sqlite3.Connection) -> None:
     """Bring v1 tables to v2 in place (inside the caller's transaction), losing nothing.

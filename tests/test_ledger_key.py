@@ -1,7 +1,8 @@
-"""The requests' key index: dropped for a raw pass, built once at its end, in either ledger form."""
+"""The indexes a raw pass drops: the time's built at its end, the key's by the first write."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,8 +13,10 @@ from exporter.ledger_bulk import STAGED, STAGED_SCHEMA, _staged
 from exporter.ledger_schema import (
     KEY_AUTOINDEX,
     KEY_INDEX_NAME,
+    PASS_INDEXES,
     REQUESTS,
     REQUESTS_INDEXES,
+    WRITE_INDEXES,
     index_name,
 )
 from exporter.sqlite import sqlite3
@@ -26,6 +29,22 @@ def _unique_key_indexes(ledger: Ledger) -> list[str]:
     names = [row[1] for row in ledger.read("PRAGMA index_list(requests)") if row[2]]
     return sorted(n for n in names
                   if [c[2] for c in ledger.read(f"PRAGMA index_info({n})")] == ["key"])
+
+
+def _indexes(ledger: Ledger, statements: tuple[str, ...]) -> list[str]:
+    """Which of the indexes of ``statements`` the ledger has."""
+    names = {row[0] for row in ledger.read("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    return sorted(names & {index_name(st) for st in statements})
+
+
+def _held_back(real_tree: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of the real tree without its largest transcript: (tree, that file, its place)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(real_tree, tree)
+    largest = max(tree.rglob("*.jsonl"), key=lambda p: p.stat().st_size)
+    aside = tmp_path / "aside.jsonl"
+    largest.rename(aside)
+    return tree, aside, largest
 
 
 def _old_form(path: Path) -> Ledger:
@@ -50,35 +69,52 @@ def _scan(ledger: Ledger, tree: Path, on_applied: Callable[[Applied], None] | No
     Scanner(ledger, projects_dirs([tree]), workers=1, on_applied=on_applied).scan()
 
 
-def test_a_raw_pass_has_no_key_index_until_its_end(real_tree: Path, tmp_path: Path) -> None:
-    """Between a raw pass's batches the key has no index; after it, exactly one unique one."""
+def test_a_raw_pass_leaves_the_write_indexes_to_the_first_incremental_write(
+        real_tree: Path, tmp_path: Path) -> None:
+    """A pass drops the indexes its staging skips; it builds the time's, a first write the rest."""
+    tree, aside, place = _held_back(real_tree, tmp_path)
     ledger = _ledger(tmp_path / "l.db")
-    during: list[list[str]] = []
-    Scanner(ledger, projects_dirs([real_tree]), workers=1, batch_bytes=1).scan(
-        progress=lambda _d, _t: during.append(_unique_key_indexes(ledger)))
-    assert during and all(names == [] for names in during)
+    assert len(_indexes(ledger, (*PASS_INDEXES, *WRITE_INDEXES))) == 2  # a new ledger has them
+    during: list[tuple[list[str], list[str]]] = []
+    Scanner(ledger, projects_dirs([tree]), workers=1, batch_bytes=1).scan(
+        progress=lambda _d, _t: during.append((_unique_key_indexes(ledger),
+                                               _indexes(ledger, (*PASS_INDEXES, *WRITE_INDEXES)))))
+    assert during and all(names == ([], []) for names in during)
+    assert len(_indexes(ledger, PASS_INDEXES)) == len(PASS_INDEXES) == 1
+    ledger.close()
+    ledger = _ledger(tmp_path / "l.db")  # an open builds neither, nor a pass with nothing new
+    _scan(ledger, tree)
+    assert (_unique_key_indexes(ledger), _indexes(ledger, WRITE_INDEXES)) == ([], [])
+    aside.rename(place)
+    _scan(ledger, tree)  # the held-back file: the incremental path's first write
     assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
+    assert len(_indexes(ledger, WRITE_INDEXES)) == len(WRITE_INDEXES) == 1
     assert totals(ledger.requests()) == REAL_TOTALS
 
 
-def test_a_raw_pass_killed_midway_gets_its_key_index_on_the_next_open(real_tree: Path,
-                                                                       tmp_path: Path) -> None:
-    """The open that derives a killed raw pass builds the key index; a later pass is exact."""
+def test_a_raw_pass_killed_midway_gets_its_indexes_back(real_tree: Path, tmp_path: Path) -> None:
+    """The open that derives a killed raw pass builds the time's index; a later pass, the key's."""
     _killed_pass(real_tree, tmp_path / "cut", kill_after=3)
     reopened = _ledger(tmp_path / "cut" / "l.db")
-    assert _unique_key_indexes(reopened) == [KEY_INDEX_NAME]
+    assert len(_indexes(reopened, PASS_INDEXES)) == len(PASS_INDEXES)
     _scan(reopened, real_tree)
+    assert _unique_key_indexes(reopened) == [KEY_INDEX_NAME]
+    assert len(_indexes(reopened, WRITE_INDEXES)) == len(WRITE_INDEXES)
     assert totals(reopened.requests()) == REAL_TOTALS
 
 
 def test_an_empty_ledger_of_the_old_form_is_made_anew_by_a_raw_pass(real_tree: Path,
                                                                     tmp_path: Path) -> None:
-    """Its empty table becomes the current one (key index of its own, every other index)."""
+    """Its empty table becomes the current one (every other index; a key index of its own)."""
+    tree, aside, place = _held_back(real_tree, tmp_path)
     ledger = _old_form(tmp_path / "l.db")
-    _scan(ledger, real_tree)
-    assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
+    _scan(ledger, tree)
+    assert _unique_key_indexes(ledger) == []  # the first incremental write builds it
     indexes = {row[1] for row in ledger.read("PRAGMA index_list(requests)")}
     assert {index_name(st) for st in REQUESTS_INDEXES} <= indexes
+    aside.rename(place)
+    _scan(ledger, tree)
+    assert _unique_key_indexes(ledger) == [KEY_INDEX_NAME]
     assert totals(ledger.requests()) == REAL_TOTALS
 
 
