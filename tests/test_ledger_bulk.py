@@ -313,7 +313,8 @@ def _moving_tree(root: Path) -> Path:
 
     ``b`` (a resume) copies some of ``a``'s requests a minute earlier: they move
     earlier in ``a``'s chain; ``c`` copies others as sidechains: they leave it;
-    both also bring requests of their own between ``a``'s.
+    both also bring requests of their own between ``a``'s. ``g`` moves ``f``'s
+    sidechain requests, which are in no chain; ``i`` makes one of ``h``'s a sidechain.
     """
     from tests.conftest import assistant, jsonl
 
@@ -338,6 +339,14 @@ def _moving_tree(root: Path) -> Path:
     # moves, but its predecessor there is later than in ``d`` (the gap shrinks).
     files["d"] = [line(200 + n, 150 + n * 3, "D") for n in range(10)]
     files["e"] = [line(300, 164, "E"), line(205, 165, "E")]
+    # ``g`` copies ``f``'s sidechain requests a minute earlier, as sidechains: they move, in
+    # no chain (``f``'s main chain stays as it was).
+    files["f"] = [line(400 + n, 200 + n * 3, "F", sidechain=n % 2 == 1) for n in range(10)]
+    files["g"] = [line(400 + n, 200 + n * 3 - 1, "G", sidechain=True) for n in (1, 5)]
+    # ``i`` copies one of ``h``'s requests at its time as a sidechain: it leaves ``h``'s chain
+    # without moving (nothing else of ``h`` moves).
+    files["h"] = [line(500 + n, 260 + n * 3, "H") for n in range(6)]
+    files["i"] = [line(502, 266, "I", sidechain=True)]
     for name, lines in files.items():
         (proj / f"{name}.jsonl").write_bytes(b"".join(lines))
     return root
@@ -349,7 +358,7 @@ def test_raw_pass_of_many_batches_rechains_what_later_batches_move(tmp_path: Pat
     raw = _ingest(tree, tmp_path / "raw", watched=False, batch_bytes=1)
     inc = _ingest(tree, tmp_path / "inc", watched=True, batch_bytes=1)
     got, want = _dump(raw), _dump(inc)
-    assert raw.read("SELECT count(*) FROM files") == [(5,)]
+    assert raw.read("SELECT count(*) FROM files") == [(9,)]
     assert any(r[16] is not None for r in got["requests"])
     # (The incremental path's counters keep the gap class a request was first counted
     # in: see test_incremental_chains_follow_appends_in_any_time_order.)
@@ -363,7 +372,7 @@ def test_raw_pass_of_many_batches_killed_before_its_end_is_derived_whole(
         tmp_path: Path) -> None:
     """Killed after every batch chained its files, before the end: the open derives it all."""
     tree = _moving_tree(tmp_path / "tree")
-    _killed_pass(tree, tmp_path / "cut", kill_after=5)
+    _killed_pass(tree, tmp_path / "cut", kill_after=9)  # one batch a file
     with sqlite3.connect(tmp_path / "cut" / "l.db") as db:  # a's chain, as its batch left it
         stale = db.execute("SELECT count(*) FROM appearances a JOIN requests r "
                            "ON r.id = a.request WHERE r.source != 0 AND a.prev IS NOT NULL")
