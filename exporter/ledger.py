@@ -407,9 +407,9 @@ class Ledger:
     def _begin_bulk(self, *, raw: bool, drop: bool) -> None:
         """The start of :meth:`bulk`: the indexes it builds once after, dropped; a raw pass marked.
 
-        A raw pass drops the key's index and the rows' time index too
-        (exporter.ledger_bulk.unkey) and keeps what it staged in a table of
-        this connection's own instead.
+        A raw pass also drops the indexes its staging never reads
+        (exporter.ledger_bulk.unkey), the key's among them, and keeps what it
+        staged in a table of this connection's own instead.
         """
         if raw or drop:
             with self._transaction():
@@ -435,12 +435,11 @@ class Ledger:
         depends on neither); the flag stays set, so a kill after it derives
         again (which leaves those rows as they are). The second builds the
         reader indexes (not the key's: see :meth:`apply`), sums the slots,
-        counts the rollups (from the slots'
-        day sums) and clears the flag; the reads there that need only the
-        committed rows (the slot keys, the slots' day bins) run on a second
-        connection while this one builds the indexes and writes the other
-        slot tables. ``state``: what the pass's batches chained (none after
-        a kill: everything is derived).
+        counts the rollups (from the slots' day sums) and clears the flag;
+        the reads there that need only the committed rows (the slot keys, the
+        slots' day bins) run on a second connection while this one builds the
+        indexes and writes the other slot tables. ``state``: what the pass's
+        batches chained (none after a kill: everything is derived).
         """
         db = self._db
         rules = self.rules

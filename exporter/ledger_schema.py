@@ -111,6 +111,7 @@ PASS_INDEXES: Final = tuple(st for st in SCHEMA if " requests_ts ON " in st)
 # never pays for them. (The key's own index is KEY_INDEX, or an older ledger's UNIQUE.)
 WRITE_INDEXES: Final = tuple(st for st in SCHEMA if " appearances_file ON " in st)
 
+
 def migrate_v1(db: sqlite3.Connection) -> None:
     """Bring v1 tables to v2 in place (inside the caller's transaction), losing nothing.
 
