@@ -220,6 +220,7 @@ class Ledger:
         else:
             if self._meta(ledger_bulk.RAW_PASS):
                 self._derive()  # a raw pass was cut short: derive what it committed
+            # (Not the incremental path's own indexes: they wait for its first write, rekey.)
             dropped = (*PASS_INDEXES, *READER_INDEXES)
             if not all(has_index(db, index_name(st)) for st in dropped):
                 with self._transaction():  # a bulk pass was cut short: build what it dropped
