@@ -220,11 +220,11 @@ class Ledger:
         else:
             if self._meta(ledger_bulk.RAW_PASS):
                 self._derive()  # a raw pass was cut short: derive what it committed
-            # (Not the incremental path's own indexes: they wait for its first write, rekey.)
-            dropped = (*PASS_INDEXES, *READER_INDEXES)
-            if not all(has_index(db, index_name(st)) for st in dropped):
+            # (A raw pass's other indexes: its derive, just above, builds the time's; the
+            # incremental path's own wait for its first write, ledger_bulk.rekey.)
+            if not all(has_index(db, index_name(st)) for st in READER_INDEXES):
                 with self._transaction():  # a bulk pass was cut short: build what it dropped
-                    for statement in dropped:
+                    for statement in READER_INDEXES:
                         self._db.execute(statement)
         # From now on the file changes: the clean-close stamp no longer describes it.
         with contextlib.suppress(FileNotFoundError):
