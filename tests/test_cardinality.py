@@ -268,6 +268,17 @@ def test_the_caps_fit_the_budget_and_every_instrument_has_a_limit() -> None:
     assert all(n == cardinality.FOREIGN_LIMIT for n in cardinality.reader_limits().values())
 
 
+def test_an_instrument_without_a_declared_limit_is_refused() -> None:
+    """Building the instruments without a family's limit fails instead of using the SDK's."""
+    limits = Caps("basename", 2).limits()
+    del limits["tokens"]
+    with pytest.raises(KeyError, match="tokens"):
+        instruments.build(NS, CollectorRegistry(), {}, limits=limits)
+    with pytest.raises(KeyError, match="no cardinality limit"):
+        instruments.build(NS, CollectorRegistry(), {}, limits=Caps("basename", 2).limits(),
+                          aggregations={"elsewhere": instruments.SeededHistogramAggregation()})
+
+
 def test_golden_expositions_carry_no_overflow_label_and_only_declared_families() -> None:
     """No golden exposition has ``otel_metric_overflow``; each of their families is declared."""
     declared = {f"{NS}_{n}" for n in Caps("basename", 2).families() if n not in COMPAT_FAMILIES}

@@ -197,10 +197,13 @@ def _views(namespace: str, limits: Mapping[str, int],
     """One View per instrument: its declared limit, and its aggregation where it has its own.
 
     One only: two Views matching one instrument would make two streams of it.
-    A name of the catalogue without a limit raises KeyError (declare it in
-    :mod:`exporter.projections.cardinality`).
+    A name of the catalogue, or of ``aggregations``, without a limit raises
+    KeyError (declare it in :mod:`exporter.projections.cardinality`).
     """
     ours = {**COUNTERS, **HISTOGRAMS, **GAUGES}
+    undeclared = sorted(set(aggregations) - set(limits))
+    if undeclared:
+        raise KeyError(f"no cardinality limit declared for {undeclared}")
     out: list[View] = []
     for name in ours:
         aggregation: Aggregation | None = None
