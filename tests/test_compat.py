@@ -30,7 +30,7 @@ from exporter.config import ConfigError, load_settings
 from exporter.ledger import HistRow, Ledger
 from exporter.projections.backfill import BackfillOptions, serve_samples, write_history
 from exporter.projections.compat import genai, native
-from exporter.projections.compat.families import Families, check, views
+from exporter.projections.compat.families import Families, aggregations, check
 from exporter.projections.counting import Exposure
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions, Projection
@@ -194,12 +194,12 @@ def test_native_labels_sources_unpriced_gaps_and_caps() -> None:
 
 
 def test_modes_are_checked_and_views_follow_them() -> None:
-    """Unknown modes are refused; only genai needs a View (its buckets, seedable)."""
+    """Unknown modes are refused; only genai needs its own aggregation (its buckets, seedable)."""
     assert check(["genai", "native", "genai"]) == ("native", "genai")
     with pytest.raises(ValueError, match="bogus"):
         check(["bogus"])
-    assert views(["native"]) == []
-    assert [v._instrument_name for v in views(["genai"])] == [genai.NAME]
+    assert aggregations(["native"]) == {}
+    assert list(aggregations(["genai"])) == [genai.NAME]
 
 
 def test_settings_and_flag() -> None:

@@ -13,27 +13,35 @@ plus one rule, that a measurement whose Context carries a :class:`Seed`
 adds those starting bucket counts and sum instead of one value. Views are the
 SDK's hook for choosing an aggregation, so every reader (Prometheus, OTLP)
 sees the starting state, and live records keep the SDK's own code path.
+
+Every instrument gets exactly one View, which also carries its cardinality
+limit from :mod:`exporter.projections.cardinality` (an instrument without a
+declared limit is an error here, never the SDK's default). A provider the
+environment switched off (``OTEL_SDK_DISABLED=true``, which the SDK reads by
+itself) would serve an empty exposition that looks healthy: :func:`build`
+refuses it with :class:`MetricsDisabledError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from opentelemetry.context import Context, create_key, get_value, set_value
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import Meter, MeterProvider
 from opentelemetry.sdk.metrics._internal.aggregation import (
     _ExplicitBucketHistogramAggregation,
 )
 from opentelemetry.sdk.metrics._internal.measurement import Measurement
 from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricReader
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.metrics.view import Aggregation, ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
+from exporter.projections import cardinality
 from exporter.projections.counting import HIST_BOUNDS
 
 BUCKETS: Final = HIST_BOUNDS
@@ -77,6 +85,11 @@ GAUGES: Final[dict[str, str]] = {
     "exporter_ledger_requests": "Requests in the ledger.",
     "exporter_build_info": "Build information; always 1.",
 }
+
+
+class MetricsDisabledError(ValueError):
+    """The OpenTelemetry SDK was switched off by the environment: no metric would be served."""
+
 
 @dataclass(frozen=True, slots=True)
 class Seed:
@@ -140,32 +153,32 @@ class Instruments:
 
 def build(
     namespace: str, registry: CollectorRegistry, gauges: dict[str, Observe], *,
-    readers: Sequence[MetricReader] = (), resource: Resource | None = None,
-    views: Sequence[View] = (),
+    limits: Mapping[str, int], readers: Sequence[MetricReader] = (),
+    resource: Resource | None = None, aggregations: Mapping[str, Aggregation] | None = None,
 ) -> Instruments:
     """Create every instrument of the catalogue, exposed through ``registry``.
 
     ``gauges`` maps each name of :data:`GAUGES` to the function observing it.
+    ``limits``: the SDK cardinality limit of every instrument (catalogue names
+    without namespace, other names as created: :meth:`cardinality.Caps.limits`).
     ``readers`` are further readers of the same instruments (OTLP push), and
     ``resource`` their resource (the Prometheus reader does not expose it).
-    ``views``: more Views (the compatibility families' buckets).
+    ``aggregations``: by instrument name, the aggregation of instruments created
+    later on the provider (the compatibility families' buckets).
     """
     reader = PrometheusMetricReader(
-        disable_target_info=True, scope_info_enabled=False, registry=registry
+        disable_target_info=True, scope_info_enabled=False, registry=registry,
+        cardinality_limits=cardinality.reader_limits(),
     )
-    catalogue = [
-        View(
-            instrument_name=f"{namespace}_{name}",
-            # Whole-number bounds print as le="300", as Go clients and the catalogue write them.
-            # min/max off: a seed has none, and Prometheus does not show them.
-            aggregation=SeededHistogramAggregation(boundaries=[int(b) for b in bounds],
-                                                   record_min_max=False),
-        )
-        for name, bounds in BUCKETS.items()
-    ]
     extra: dict[str, Any] = {} if resource is None else {"resource": resource}
-    provider = MeterProvider(metric_readers=[reader, *readers], views=[*catalogue, *views], **extra)
+    provider = MeterProvider(metric_readers=[reader, *readers],
+                             views=_views(namespace, limits, aggregations or {}), **extra)
     meter = provider.get_meter("claude_code_exporter")
+    if not isinstance(meter, Meter):
+        provider.shutdown()
+        raise MetricsDisabledError(
+            "OTEL_SDK_DISABLED=true in the environment switches the OpenTelemetry SDK off, and "
+            "with it every metric this exporter serves: unset it for this process")
     counters = {
         n: meter.create_counter(f"{namespace}_{n}", description=d) for n, d in COUNTERS.items()
     }
@@ -177,6 +190,35 @@ def build(
             f"{namespace}_{name}", callbacks=[_callback(gauges[name])], description=desc
         )
     return Instruments(counters, histograms, provider)
+
+
+def _views(namespace: str, limits: Mapping[str, int],
+           aggregations: Mapping[str, Aggregation]) -> list[View]:
+    """One View per instrument: its declared limit, and its aggregation where it has its own.
+
+    One only: two Views matching one instrument would make two streams of it.
+    A name of the catalogue, or of ``aggregations``, without a limit raises
+    KeyError (declare it in :mod:`exporter.projections.cardinality`).
+    """
+    ours = {**COUNTERS, **HISTOGRAMS, **GAUGES}
+    undeclared = sorted(set(aggregations) - set(limits))
+    if undeclared:
+        raise KeyError(f"no cardinality limit declared for {undeclared}")
+    out: list[View] = []
+    for name in ours:
+        aggregation: Aggregation | None = None
+        if name in BUCKETS:
+            # Whole-number bounds print as le="300", as Go clients and the catalogue write them.
+            # min/max off: a seed has none, and Prometheus does not show them.
+            aggregation = SeededHistogramAggregation(
+                boundaries=[int(b) for b in BUCKETS[name]], record_min_max=False)
+        out.append(View(instrument_name=f"{namespace}_{name}", aggregation=aggregation,
+                        aggregation_cardinality_limit=limits[name]))
+    for name, limit in limits.items():
+        if name not in ours:
+            out.append(View(instrument_name=name, aggregation=aggregations.get(name),
+                            aggregation_cardinality_limit=limit))
+    return out
 
 
 def _callback(observe: Observe) -> Callable[[CallbackOptions], Iterable[Observation]]:

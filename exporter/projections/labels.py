@@ -3,7 +3,10 @@
 Transcripts are input we do not control: a model id or a cwd could be long,
 odd, or (in a hostile file) different on every line. Values are shortened,
 and past a cap every new value becomes ``other``, so the number of series
-stays bounded whatever the files say.
+stays bounded whatever the files say. The caps are sized with every family's
+worst case in mind (:mod:`exporter.projections.cardinality`): a series exists
+per model × project × source (× type), so their product is what Prometheus
+holds in the worst case.
 
 A session started in a home directory has that directory as its cwd, and
 its base name is the user name: under the ``basename`` policy such a cwd
@@ -20,6 +23,10 @@ from collections.abc import Callable
 from typing import Final
 
 MAX_VALUE_LEN: Final = 120
+MAX_MODELS: Final = 16
+"""Named models; the next ones are ``other``. A year of Claude Code uses a handful."""
+MAX_PROJECTS: Final = 64
+"""Named projects; the next ones are ``other`` (the report keeps every project apart)."""
 OTHER: Final = "other"
 HOME: Final = "~"
 _HOME_DIR = re.compile(r"^(?:/home/[^/]+|/Users/[^/]+|/root|/var/root)$")
@@ -28,8 +35,8 @@ _HOME_DIR = re.compile(r"^(?:/home/[^/]+|/Users/[^/]+|/root|/var/root)$")
 class LabelPolicy:
     """Maps models and project paths to bounded label values."""
 
-    def __init__(self, project_policy: str = "basename", max_models: int = 64,
-                 max_projects: int = 256, home: str | None = None) -> None:
+    def __init__(self, project_policy: str = "basename", max_models: int = MAX_MODELS,
+                 max_projects: int = MAX_PROJECTS, home: str | None = None) -> None:
         """``project_policy`` is ``basename``, ``full``, ``hash`` or ``none``.
 
         ``home`` is this user's home directory (default: ``~`` expanded).

@@ -26,9 +26,8 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
-from exporter.ingest.parse import RejectReason
 from exporter.ledger import Applied, CountRow, HistRow, Ledger
-from exporter.projections import instruments
+from exporter.projections import cardinality, instruments
 from exporter.projections.compat import families
 from exporter.projections.counting import (
     HIST_BOUNDS,
@@ -43,12 +42,10 @@ from exporter.projections.counting import (
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.live import LiveSessions
 from exporter.projections.pricing import Pricing
-from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, HistSeries, LineResult, Source
+from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, HistSeries, Source
 
-LINE_RESULTS = (LineResult.USAGE, LineResult.DUPLICATE, LineResult.OTHER, LineResult.REJECTED)
-REJECT_REASONS = tuple(
-    v for k, v in vars(RejectReason).items() if k.isupper() and isinstance(v, str)
-)
+LINE_RESULTS = cardinality.LINE_RESULTS
+REJECT_REASONS = cardinality.REJECT_REASONS
 _ZERO: Sums = (0,) * len(COUNT_SUMS)
 _SOURCES = tuple(Source)
 
@@ -128,9 +125,11 @@ class Projection:
         self._classes: dict[CountClass, Sums] = {}
         self._rows = 0
         self.live = LiveSessions(clock)
+        self.caps = cardinality.Caps(options.project_label, len(options.kv_bytes_per_token))
         self.inst = instruments.build(options.namespace, registry, self._gauge_sources(),
-                                      readers=readers, resource=resource,
-                                      views=families.views(options.compat))
+                                      limits=self.caps.limits(), readers=readers,
+                                      resource=resource,
+                                      aggregations=families.aggregations(options.compat))
         self.compat = families.Families(options.compat, self.exposure, self.inst.provider)
 
     # ----------------------------------------------------------------- loading

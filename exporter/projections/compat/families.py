@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.view import View
+from opentelemetry.sdk.metrics.view import Aggregation
 
 from exporter.ledger import HistRow
 from exporter.projections import instruments
@@ -51,13 +51,16 @@ def check(modes: Iterable[str]) -> tuple[str, ...]:
     return tuple(m for m in MODES if m in wanted)
 
 
-def views(modes: Iterable[str]) -> list[View]:
-    """The Views the MeterProvider needs for ``modes`` (the GenAI bucket bounds, seedable)."""
+def aggregations(modes: Iterable[str]) -> dict[str, Aggregation]:
+    """By instrument name, the aggregations ``modes`` need (the GenAI bucket bounds, seedable).
+
+    :func:`instruments.build` puts them on the Views that also carry each
+    instrument's cardinality limit.
+    """
     if "genai" not in check(modes):
-        return []
-    return [View(instrument_name=genai.NAME,
-                 aggregation=instruments.SeededHistogramAggregation(
-                     boundaries=list(genai.BOUNDS), record_min_max=False))]
+        return {}
+    return {genai.NAME: instruments.SeededHistogramAggregation(
+        boundaries=list(genai.BOUNDS), record_min_max=False)}
 
 
 class Families:
@@ -65,7 +68,7 @@ class Families:
 
     def __init__(self, modes: Sequence[str], exposure: Exposure,
                  provider: MeterProvider) -> None:
-        """Create the instruments of ``modes`` on ``provider`` (built with :func:`views`).
+        """Create the instruments of ``modes`` on ``provider`` (built with :func:`aggregations`).
 
         ``exposure`` is the projection's: its label policy and prices apply.
         """
