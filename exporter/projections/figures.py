@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from exporter import slots
@@ -154,6 +154,7 @@ class Summary:
     rejected: Mapping[str, int]
     by_session: tuple[SessionRow, ...]
     context_costs: tuple[ContextCost, ...] = ()  # at the p50 and p90 prompt, top models
+    iterations: Mapping[str, int] = field(default_factory=dict)  # usage.iterations, by kind
 
     @property
     def cache_read_share(self) -> float:
@@ -187,6 +188,8 @@ class Summary:
             "cache_savings_usd": self.totals.saved_usd,
             "cache_reads_per_output_token": self.totals.reread_ratio,
             "context_cost": [c.to_json() for c in self.context_costs],
+            # Only where a transcript had any: ledgers of older builds report as before.
+            **({"iterations": dict(sorted(self.iterations.items()))} if self.iterations else {}),
         }
 
 
@@ -199,6 +202,7 @@ def summary(
     lines: Mapping[str, int],
     rejected: Mapping[str, int],
     session_rows: int = SESSION_TABLE_ROWS,
+    iterations: Mapping[str, int] | None = None,
 ) -> Summary:
     """Every figure of docs/figures.md for the selected requests."""
     # Price classes (session and project folded in SQL), and sessions summed apart:
@@ -250,12 +254,15 @@ def summary(
         generation_tokens_per_second=speed,
         kv_bytes={arch: Spread(context.p50 * int(b), context.p90 * int(b), context.max * int(b))
                   for arch, b in kv_bytes_per_token.items()},
-        upload_total=round(totals.context * upload_bytes_per_token),
+        # An advisor consultation runs on the provider's side: nothing of it is uploaded.
+        upload_total=round(sum(u.context for k, u in sources.items() if k != "advisor")
+                           * upload_bytes_per_token),
         upload=context.scaled(upload_bytes_per_token),
         lines=dict(lines),
         rejected=dict(rejected),
         by_session=tuple(_busiest_sessions(selection, sessions, session_rows)),
         context_costs=tuple(context_costs(prices, models, context, last)),
+        iterations=dict(iterations or {}),
     )
 
 
