@@ -18,7 +18,9 @@ import pytest
 from exporter.cli import main
 from exporter.ingest.parse import parse_lines
 from exporter.records import Request, Source
+from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
+from tests.test_report_truth import assert_matches
 
 NOW = 2e9  # the parser's clock: every test timestamp is in its past
 TS = "2026-11-02T10:00:00.000Z"
@@ -234,3 +236,17 @@ def test_advisor_of_a_progress_copy_merges_with_the_subagent_file() -> None:
     part = reqs["m9\x1fr9\x1eadvisor_message\x1fclaude-opus-5\x1f0"]
     assert (part.source, part.output) == (Source.ADVISOR, 18_716)
     assert kinds == {"advisor": 2}  # entries as read, per line
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_generated_tree_with_iterations_equals_the_truth(
+    seed: int, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A generated tree with advisor, fallback, compaction and unknown iterations: every figure."""
+    truth = generate(tmp_path / "tree", GenOptions(seed=seed, sessions=6, iterations=True))
+    assert truth["by_source"]["advisor"]["requests"] > 0
+    assert {"advisor", "fallback", "superseded", "unknown:critic_message"} <= set(
+        truth["iterations"])
+    got = report(tmp_path / "tree", tmp_path / "state", capsys)
+    assert_matches(got, truth)
+    assert got["iterations"] == truth["iterations"]  # nothing counted the truth has not

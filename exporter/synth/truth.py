@@ -89,7 +89,9 @@ def compute_truth(
     ctx = _spread(contexts)
     prompt_sum = sum(contexts)
     totals, by_model, by_source = _totals(entries)
-    usage = len(entries)
+    # An advisor consultation is no line's own request and uploads nothing (figures.md).
+    own = [e for e in entries if e.source != SOURCES.index("advisor")]
+    usage = len(own)
     gaps = _gap_figures(entries)
     return {
         "totals": totals,
@@ -113,7 +115,7 @@ def compute_truth(
             a: {q: v * int(b) for q, v in ctx.items()} for a, b in kv_bytes_per_token.items()
         },
         "upload_bytes": {
-            "total": round(prompt_sum * upload_bytes_per_token),
+            "total": round(sum(e.req.context for e in own) * upload_bytes_per_token),
             "p50": round(ctx["p50"] * upload_bytes_per_token),
             "p90": round(ctx["p90"] * upload_bytes_per_token),
         },
@@ -126,6 +128,7 @@ def compute_truth(
             "other": book.other_lines,
             "rejected": sum(book.rejected.values()),
         },
+        **({"iterations": dict(sorted(book.iterations.items()))} if book.iterations else {}),
     }
 
 
