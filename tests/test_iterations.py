@@ -61,9 +61,10 @@ def parsed_both(data: bytes) -> tuple[dict[str, Request], dict[str, int]]:
     return fast.requests, dict(fast.counts.iterations)
 
 
-def report(tree: Path, state: Path, capsys: pytest.CaptureFixture[str]) -> Any:
+def report(tree: Path, state: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Any:
     """``report --json`` in-process over ``tree``."""
-    assert main(["report", "--json", "--data-dir", str(tree), "--state-dir", str(state)]) == 0
+    assert main(["report", "--json", "--data-dir", str(tree), "--state-dir", str(state),
+                 *extra]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -103,9 +104,12 @@ def test_advisor_request_costs_both_parts(tmp_path: Path,
     assert (got["totals"]["requests"], got["totals"]["input_tokens"],
             got["totals"]["output_tokens"]) == (2, 91_631, 19_399)
     assert got["iterations"] == {"advisor": 1}
-    # A consultation is not a request the conversation sent: no gap, no upload.
+    # A consultation is not a request the conversation sent: no gap, no upload, and not in
+    # the distributions (the executor's prompt is 4 tokens, the advisor's 91,777).
     assert got["gap_seconds"]["count"] == 0
     assert got["upload_bytes"]["total"] == 4 * 4
+    assert got["context_tokens"] == {"p50": 4, "p90": 4, "max": 4}
+    assert got["output_tokens"] == {"p50": 683, "p90": 683, "max": 683}
 
 
 def test_streaming_splits_and_a_resumed_copy_count_the_advisor_once(
@@ -250,3 +254,8 @@ def test_generated_tree_with_iterations_equals_the_truth(
     got = report(tmp_path / "tree", tmp_path / "state", capsys)
     assert_matches(got, truth)
     assert got["iterations"] == truth["iterations"]  # nothing counted the truth has not
+    # A --source filter answers by the row walk, not the stored bins: the same distributions.
+    every = [f"--source={s}" for s in ("main", "subagent", "compaction", "advisor")]
+    walked = report(tmp_path / "tree", tmp_path / "state", capsys, *every)
+    for figure in ("totals", "context_tokens", "output_tokens", "kv_bytes", "upload_bytes"):
+        assert_matches(walked[figure], truth[figure])

@@ -216,20 +216,25 @@ def summary(
         label = f.attrs.source.label
         sources[label] = sources.get(label, ZERO) + f.usage
     totals = sum(models.values(), ZERO)
-    n = totals.requests
     buckets, speed = _gap_buckets(found)
     n_gaps = sum(b.requests for k, b in buckets.items() if k != "first")
-    hist = Histograms.of(selection)
+    # Distributions are about the requests the conversations sent: advisor consultations
+    # (billed on top of one) are left out, by a condition only where the selection has any.
+    advisors = sources.get(Source.ADVISOR.label)
+    own = (f"source != {int(Source.ADVISOR)}",) if advisors is not None else ()
+    n = totals.requests - (advisors.requests if advisors is not None else 0)
+    hist = Histograms.of(selection, own)
     if hist is not None:
         c50, c90, c_max = hist.ranks(slots.CONTEXT_HIST, (50, 90, 100))
         o50, o90, o_max = hist.ranks(slots.OUTPUT_HIST, (50, 90, 100))
         gap_p50, gap_p90 = hist.ranks(slots.GAP_HIST, (50, 90))
     else:
         ctx = selection.context
-        c50, c90 = _kth(selection, ctx, p=50, n=n), _kth(selection, ctx, p=90, n=n)
-        c_max = int(selection.largest(f"max({ctx})") or 0)
-        o50, o90 = _kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n)
-        o_max = int(selection.largest("max(output)") or 0)
+        c50, c90 = _kth(selection, ctx, *own, p=50, n=n), _kth(selection, ctx, *own, p=90, n=n)
+        c_max = int(selection.rows(f"max({ctx})", *own)[0][0] or 0)
+        o50 = _kth(selection, "output", *own, p=50, n=n)
+        o90 = _kth(selection, "output", *own, p=90, n=n)
+        o_max = int(selection.rows("max(output)", *own)[0][0] or 0)
         gap = ("gap", _MAIN, "gap IS NOT NULL")
         gap_p50 = _kth(selection, *gap, p=50, n=n_gaps)
         gap_p90 = _kth(selection, *gap, p=90, n=n_gaps)
@@ -331,24 +336,28 @@ class Histograms:
     """
 
     sel: Selection
+    own: tuple[str, ...] = ()  # the rows the context and output bins count (slots.OWN)
 
     @classmethod
-    def of(cls, selection: Selection) -> Histograms | None:
+    def of(cls, selection: Selection, own: tuple[str, ...] = ()) -> Histograms | None:
         """The selection's histograms, or None where the ledger cannot answer by them.
 
         Needs slots of this layout and no ``--project``/``--model``/``--source``
-        filter (the histograms are per roots bitmask only).
+        filter (the histograms are per roots bitmask only). ``own``: the
+        condition leaving advisor consultations out, where the selection has any.
         """
         if not selection.slots or selection.filtered:
             return None
         if slots.read_version(selection.read) != slots.VERSION:
             return None
-        return cls(selection)
+        return cls(selection, own)
 
     def _value(self, measure: int) -> tuple[str, tuple[str, ...]]:
         """The SQL of the measure's value and the conditions of the rows it counts."""
         if measure == slots.CONTEXT_HIST:
-            return self.sel.context, ()
+            return self.sel.context, self.own
+        if measure == slots.OUTPUT_HIST:
+            return "output", self.own
         return _HIST_ROWS[measure]
 
     def counts(self, measure: int) -> list[tuple[int, int]]:
