@@ -14,12 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from exporter.cli import main
 from exporter.ingest.parse import parse_lines
+from exporter.ledger import Ledger
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
+from tests.ledgers import appearances
+from tests.support.exposition import families, total
+from tests.test_metrics import T0, Clock, loaded, projection
 from tests.test_report_truth import assert_matches
 
 NOW = 2e9  # the parser's clock: every test timestamp is in its past
@@ -259,3 +264,35 @@ def test_generated_tree_with_iterations_equals_the_truth(
     walked = report(tmp_path / "tree", tmp_path / "state", capsys, *every)
     for figure in ("totals", "context_tokens", "output_tokens", "kv_bytes", "upload_bytes"):
         assert_matches(walked[figure], truth[figure])
+
+
+def test_metrics_show_the_consultation_and_count_iterations(tmp_path: Path) -> None:
+    """/metrics: the consultation as advisor, in no histogram; iteration kinds live and restarted."""
+    parsed = parse_lines(jsonl(
+        assistant(model="claude-sonnet-5", ts="2026-09-21T12:00:00.000Z", usage=ADVISOR_USAGE),
+        assistant("m2", "r2", ts="2026-09-21T12:00:05.000Z", usage=FALLBACK_USAGE,
+                  model="claude-opus-4-8")), now=NOW)
+    clock = Clock(T0 + 400_000)
+    proj, registry, ledger = loaded(tmp_path, [], clock)
+    proj.apply(ledger.apply(parsed, [], 0, appearances(parsed.requests.values())))
+    proj.apply(ledger.settle(force=True))
+    fams = families(generate_latest(registry).decode())
+    assert total(fams, "claude_code_requests", source="advisor", model="claude-opus-5") == 1
+    assert total(fams, "claude_code_tokens", source="advisor", type="output") == 18_716
+    assert abs(total(fams, "claude_code_cost_usd", source="advisor") - ADVISOR_USD) < 1e-6
+    counts = "claude_code_request_context_tokens_count"
+    assert total(fams, "claude_code_request_context_tokens", counts, source="advisor") == 0
+    assert total(fams, "claude_code_request_context_tokens", counts) == 2
+    assert total(fams, "claude_code_upload_bytes") == 4 * (4 + 3 + 54_112)
+    assert total(fams, "claude_code_exporter_iterations", kind="advisor") == 1
+    assert total(fams, "claude_code_exporter_iterations", kind="superseded") == 1
+    assert total(fams, "claude_code_exporter_lines", result="usage") == 2
+    ledger.close()
+    again = Ledger(tmp_path / "ledger.sqlite3", readonly=True)
+    restarted, registry2 = projection(clock)
+    restarted.load(again)
+    fams = families(generate_latest(registry2).decode())
+    assert total(fams, "claude_code_exporter_iterations", kind="fallback") == 1
+    assert total(fams, "claude_code_exporter_iterations", kind="unknown") == 0
+    assert total(fams, "claude_code_requests", source="advisor") == 1
+    again.close()
