@@ -267,7 +267,7 @@ def test_generated_tree_with_iterations_equals_the_truth(
 
 
 def test_metrics_show_the_consultation_and_count_iterations(tmp_path: Path) -> None:
-    """/metrics: the consultation as advisor, in no histogram; iteration kinds live and restarted."""
+    """/metrics: the consultation as advisor, in no histogram; iteration kinds, also restarted."""
     parsed = parse_lines(jsonl(
         assistant(model="claude-sonnet-5", ts="2026-09-21T12:00:00.000Z", usage=ADVISOR_USAGE),
         assistant("m2", "r2", ts="2026-09-21T12:00:05.000Z", usage=FALLBACK_USAGE,
