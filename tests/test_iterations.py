@@ -21,6 +21,7 @@ from exporter.ingest.parse import parse_lines
 from exporter.ledger import Ledger
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
+from tests import test_backfill as backfill
 from tests.conftest import assistant, jsonl
 from tests.ledgers import appearances
 from tests.support.exposition import families, total
@@ -296,3 +297,17 @@ def test_metrics_show_the_consultation_and_count_iterations(tmp_path: Path) -> N
     assert total(fams, "claude_code_exporter_iterations", kind="unknown") == 0
     assert total(fams, "claude_code_requests", source="advisor") == 1
     again.close()
+
+
+def test_backfill_ends_at_what_serve_shows_with_consultations(tmp_path: Path) -> None:
+    """Backfill of a tree with iterations: its last points are serve's start-up values."""
+    generate(tmp_path / "tree", GenOptions(seed=3, sessions=3, iterations=True))
+    ledger = backfill.ingest(tmp_path / "tree", tmp_path / "state")
+    try:
+        requests = ledger.requests()
+        assert any(r.source is Source.ADVISOR for r in requests)
+        _, points = backfill.parse(backfill.history(requests))
+        last = max(t for series in points.values() for t, _ in series)
+        assert backfill.at(points, last) == backfill.startup(ledger)
+    finally:
+        ledger.close()
