@@ -50,6 +50,17 @@ class Kind:
     FIXED = (ADVISOR, FALLBACK, SUPERSEDED, MISMATCH, BAD, UNKNOWN)
 
 
+class Sink:
+    """Where the parser's general rules leave the parts a line bills on top, and the counts."""
+
+    __slots__ = ("kinds", "parts")
+
+    def __init__(self, kinds: Counter[str]) -> None:
+        """Count entries into ``kinds`` (a batch's ``LineCounts.iterations``)."""
+        self.kinds = kinds
+        self.parts: list[Request] = []
+
+
 Tokens = tuple[int, int, int, int, int]
 """(input, output, cache_read, cache_write_5m, cache_write_1h)."""
 

@@ -37,7 +37,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from exporter.ingest.iterations import split
+from exporter.ingest.iterations import Sink, split
 from exporter.records import Parsed, Request, Source, merge
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024  # default limit; the largest real line seen is ~630 KB
@@ -219,7 +219,7 @@ def _parse_tolerant(
         lines.pop()  # the split after the final newline
     state: dict[str, _State] = {}
     rejected = out.counts.rejected
-    sink = _Sink(out.counts.iterations)
+    sink = Sink(out.counts.iterations)
     other = usage = 0
     for line in lines:
         carried = _judged(state, out.requests, rejected, functools.partial(
@@ -248,7 +248,7 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
     state: dict[str, _State] = {}
     known = out.requests
     rejected = out.counts.rejected
-    sink = _Sink(out.counts.iterations)
+    sink = Sink(out.counts.iterations)
     decode, fromiso = _FAST.decode, datetime.fromisoformat
     top, main, unset = MAX_TOKENS, Source.MAIN, msgspec.UNSET
     other = usage = 0
@@ -368,19 +368,9 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
     return state
 
 
-class _Sink:
-    """Where the general rules leave the parts a line's iterations add (and their counts)."""
-
-    __slots__ = ("kinds", "parts")
-
-    def __init__(self, kinds: Counter[str]) -> None:
-        self.kinds = kinds
-        self.parts: list[Request] = []
-
-
 def _judged(
     state: dict[str, _State], known: dict[str, Request], rejected: Counter[str],
-    judge: Callable[[], Request | None], sink: _Sink,
+    judge: Callable[[], Request | None], sink: Sink,
 ) -> bool | None:
     """Judge one line by the general rules, and fold or count what it gives.
 
@@ -403,7 +393,7 @@ def _judged(
 
 
 def _fold_parts(
-    state: dict[str, _State], known: dict[str, Request], sink: _Sink, entries: Any, line: Request,
+    state: dict[str, _State], known: dict[str, Request], sink: Sink, entries: Any, line: Request,
 ) -> None:
     """Fold the parts an inline-accepted line's iterations bill on top of ``line``."""
     for part in split(entries, line, sink.kinds):
@@ -441,7 +431,7 @@ def _fold(state: dict[str, _State], known: dict[str, Request], req: Request) -> 
 def _classify(
     line: bytes, compaction_file: bool,
     decode: Callable[[bytes], _Line], *, horizon: float, max_line_bytes: int,
-    sink: _Sink | None = None,
+    sink: Sink | None = None,
 ) -> Request | None:
     """The request one line carries, None for a valid line without one."""
     if len(line) > max_line_bytes:
@@ -466,7 +456,7 @@ def _classify(
 
 
 def _dispatch(
-    rec: _Line, compaction_file: bool, horizon: float, sink: _Sink | None = None,
+    rec: _Line, compaction_file: bool, horizon: float, sink: Sink | None = None,
 ) -> Request | None:
     """The request a decoded line carries (an assistant record, or one inside progress).
 
@@ -502,7 +492,7 @@ def _tolerant(line: bytes) -> _Line:
 
 def _from_record(
     rec: _Line | _Embedded, outer: _Line, horizon: float, *,
-    embedded: bool, compaction_file: bool, sink: _Sink | None = None,
+    embedded: bool, compaction_file: bool, sink: Sink | None = None,
 ) -> Request | None:
     """Build a request from an assistant record (possibly embedded in a progress line).
 
