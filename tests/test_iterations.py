@@ -311,3 +311,19 @@ def test_backfill_ends_at_what_serve_shows_with_consultations(tmp_path: Path) ->
         assert backfill.at(points, last) == backfill.startup(ledger)
     finally:
         ledger.close()
+
+
+@pytest.mark.parametrize("view", ["daily", "session", "project", "blocks"])
+def test_views_add_up_to_the_summary_with_consultations(
+    view: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each view's rows (consultations in them) add up to the summary; --source advisor too."""
+    generate(tmp_path / "tree", GenOptions(seed=4, sessions=3, iterations=True))
+    summary = report(tmp_path / "tree", tmp_path / "state", capsys)
+    assert main(["report", view, "--json", "--data-dir", str(tmp_path / "tree"),
+                 "--state-dir", str(tmp_path / "state")]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for figure in ("requests", "input_tokens", "output_tokens", "cost_usd"):
+        assert rows["totals"][figure] == summary["totals"][figure]
+    advisor = report(tmp_path / "tree", tmp_path / "state", capsys, "--source", "advisor")
+    assert advisor["totals"] == {**summary["by_source"]["advisor"]}
