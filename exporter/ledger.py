@@ -137,6 +137,7 @@ class Applied:
     # raw pass (see Ledger.bulk) has no per-row lists, only these counts.
     new_count: int = 0
     upgraded_count: int = 0
+    iterations: dict[str, int] = field(default_factory=dict)  # usage.iterations entries, by kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,7 +529,8 @@ class Ledger:
             slots.update(self._db, batch.new_ids, touched, [
                 *(_bin_row(known, batch.before[rid], -1) for rid, known in batch.changed.items()),
                 *(_bin_row(batch.rows[rid], batch.masks[rid], 1) for rid in batch.changed)])
-            self._finish_batch(batch, parsed, checkpoints, bytes_read, len(batch.new_ids))
+            self._finish_batch(batch, parsed, checkpoints, bytes_read, sum(  # lines: not parts
+                batch.rows[rid].source is not Source.ADVISOR for rid in batch.new_ids))
         return batch.applied()
 
     def _apply_raw(
@@ -544,9 +546,9 @@ class Ledger:
                 # Once per root, not per file (a month's batch holds a hundred files).
                 bits = {root: self._root_bit(root, batch)
                         for root in dict.fromkeys(app.root for app in appearances)}
-                added, changed = ledger_bulk.stage(self._db, parsed, appearances, bits, state,
-                                                   due=self._due())
-                self._finish_batch(batch, parsed, checkpoints, bytes_read, added)
+                added, changed, parts = ledger_bulk.stage(self._db, parsed, appearances, bits,
+                                                          state, due=self._due())
+                self._finish_batch(batch, parsed, checkpoints, bytes_read, added - parts)
         except BaseException:
             state.broken = True  # its memory may not match what was rolled back
             raise
@@ -566,12 +568,11 @@ class Ledger:
         )
         counts = parsed.counts
         batch.lines = {
-            LineResult.USAGE: added,
-            LineResult.DUPLICATE: counts.usage_lines - added,
+            LineResult.USAGE: added, LineResult.DUPLICATE: counts.usage_lines - added,
             LineResult.OTHER: counts.other,
             LineResult.REJECTED: sum(counts.rejected.values()),
         }
-        batch.rejected = dict(counts.rejected)
+        batch.rejected, batch.iterations = dict(counts.rejected), dict(counts.iterations)
         batch.bytes_read = bytes_read
         self._count_lines(batch)
 
@@ -1023,14 +1024,12 @@ class Ledger:
 
     def _count_lines(self, applied: _Batch) -> None:
         """Add one batch's line classification to the persistent counters."""
-        rows = [
-            *(("lines", result, n) for result, n in applied.lines.items()),
-            ("bytes_read", "", applied.bytes_read),
-            *(("rejected", reason, n) for reason, n in applied.rejected.items()),
-        ]
-        for name, label, n in rows:
-            if n:
-                self._count(name, label, n)
+        rows = [*(("lines", result, n) for result, n in applied.lines.items()),
+                ("bytes_read", "", applied.bytes_read),
+                *(("rejected", reason, n) for reason, n in applied.rejected.items()),
+                *(("iterations", kind, n) for kind, n in applied.iterations.items())]
+        for name, label, n in (row for row in rows if row[2]):
+            self._count(name, label, n)
 
     def _count(self, name: str, label: str, n: int) -> None:
         """Add to one persistent counter."""
@@ -1157,6 +1156,7 @@ class _Batch:
     upgraded: list[tuple[Request, Request]] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
+    iterations: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0
     counts: list[CountRow] = field(default_factory=list)
     hists: list[HistRow] = field(default_factory=list)
@@ -1184,7 +1184,7 @@ class _Batch:
         """The public result."""
         return Applied(self.new, self.upgraded, self.lines, self.rejected, self.bytes_read,
                        self.counts, self.hists, self.late, self.roots, len(self.new),
-                       len(self.upgraded))
+                       len(self.upgraded), self.iterations)
 
 
 def _observe(rules: Rules, mask: int, req: Request,

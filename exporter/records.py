@@ -21,10 +21,13 @@ class Source(IntEnum):
     MAIN = 0
     SUBAGENT = 1
     COMPACTION = 2
+    # A billed part of a request that its line's top-level usage leaves out (an advisor
+    # consultation in ``usage.iterations``): its own row, keyed under the request's key.
+    ADVISOR = 3
 
     @property
     def label(self) -> str:
-        """The metric label value: ``main``, ``subagent`` or ``compaction``."""
+        """The metric label value: ``main``, ``subagent``, ``compaction`` or ``advisor``."""
         return self.name.lower()
 
 
@@ -170,6 +173,9 @@ class LineCounts:
     usage_lines: int = 0
     other: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    # ``usage.iterations`` entries by what was made of them (exporter.ingest.iterations):
+    # not lines, so not in ``total``.
+    iterations: Counter[str] = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
@@ -181,6 +187,7 @@ class LineCounts:
         self.usage_lines += other.usage_lines
         self.other += other.other
         self.rejected.update(other.rejected)
+        self.iterations.update(other.iterations)
 
 
 @dataclass(slots=True)

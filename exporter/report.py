@@ -253,7 +253,26 @@ def _upload_and_lines(f: Summary) -> Table:
     table.add_row("rejected lines", f"{lines['rejected']:,}")
     for reason, n in sorted(f.rejected.items()):
         table.add_row(f"  rejected: {reason}", f"{n:,}")
+    _iteration_rows(table, f.iterations)
     return table
+
+
+MAX_UNKNOWN_ROWS = 8  # undocumented iteration types named one per row; the rest summed
+
+
+def _iteration_rows(table: Table, kinds: Mapping[str, int]) -> None:
+    """What the lines' ``usage.iterations`` held (docs/figures.md): nothing without any."""
+    if not kinds:
+        return
+    known = ("advisor", "fallback", "superseded", "mismatch", "bad")
+    said = " · ".join(f"{k} {kinds[k]:,}" for k in known if kinds.get(k))
+    table.add_row("usage iterations", said or "-")
+    unknown = sorted(((n, k) for k, n in kinds.items() if k not in known), reverse=True)
+    for n, kind in unknown[:MAX_UNKNOWN_ROWS]:
+        # Names are plain ones (exporter.ingest.iterations), or just "unknown".
+        table.add_row(f"  type {kind.partition(':')[2] or '?'}", f"{n:,} not priced")
+    if rest := sum(n for n, _ in unknown[MAX_UNKNOWN_ROWS:]):
+        table.add_row("  other types", f"{rest:,} not priced")
 
 
 def render_text(figures: Summary, console: Console) -> None:

@@ -202,7 +202,8 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
         result = figures.summary(
             sel, prices, kv_bytes_per_token=settings.kv_bytes_per_token,
             upload_bytes_per_token=settings.upload_bytes_per_token,
-            lines=counters("lines"), rejected=counters("rejected"))
+            lines=counters("lines"), rejected=counters("rejected"),
+            iterations=counters("iterations"))
         if req.output == "json":
             doc = result.to_json()
             doc["prices"] = prices.pricing.describe()

@@ -53,7 +53,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from exporter.records import ACTIVE_GAP_SECONDS, TTL_1H, TTL_5M
+from exporter.records import ACTIVE_GAP_SECONDS, TTL_1H, TTL_5M, Source
 from exporter.sqlite import sqlite3
 
 SLOT_SECONDS: Final = 300
@@ -67,6 +67,9 @@ LONG_CONTEXT_TOKENS: Final = 200_000  # the thresholds before any are given: eve
 DEFAULT_THRESHOLDS: Final = (LONG_CONTEXT_TOKENS,)
 MERGE_SLOTS: Final = 48  # refresh touched slots less than 4 hours apart in one statement
 CONTEXT: Final = "(r.input + r.cache_read + r.cache_write_5m + r.cache_write_1h)"
+# The rows the value bins count: an advisor consultation is no request a conversation sent
+# (docs/figures.md, Iterations), so it is in no context, output or gap distribution.
+OWN: Final = f"r.source != {int(Source.ADVISOR)}"
 # -1 not main; main: 0 first of its conversation, 1 gap <= 120 s, 2 <= 300 s, 3 <= 1 h, 4 > 1 h.
 # Each bucket's inclusive upper bound, in whole seconds: the counting rules' own.
 BUCKET_EDGES: Final = tuple(int(edge) for edge in (ACTIVE_GAP_SECONDS, TTL_5M, TTL_1H))
@@ -381,7 +384,8 @@ def _day_bins_sql(lo: int, hi: int, *, every: bool = False,
         f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
         f"{CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
         f"{'NOT INDEXED ' if every else ''}"
-        "WHERE r.ts >= ? AND r.ts < ? AND CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ?) ",
+        f"WHERE r.ts >= ? AND r.ts < ? AND CAST(r.ts / 86400 AS INTEGER) BETWEEN ? AND ? "
+        f"AND {OWN}) ",
         f"SELECT {CONTEXT_HIST}, 0, d, ro, {bin_sql('c')}, count(*) FROM v "
         f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, 0, d, ro, {bin_sql('o')}, count(*) "
         f"FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, 0, d, ro, {bin_sql('g')}, "
@@ -463,7 +467,7 @@ def shift_bins(db: sqlite3.Connection, rows: Sequence[BinRow]) -> None:
                 "WITH r (ts, roots, input, cache_read, cache_write_5m, cache_write_1h, output, "
                 f"gap, source, sign) AS (VALUES {values}), "
                 "v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, r.roots AS ro, "
-                f"{CONTEXT} AS c, r.output AS o, {gap} AS g, r.sign AS s FROM r) "
+                f"{CONTEXT} AS c, r.output AS o, {gap} AS g, r.sign AS s FROM r WHERE {OWN}) "
                 "INSERT INTO slot_hist SELECT * FROM ("
                 f"SELECT {CONTEXT_HIST}, {span}, {unit}, ro, {bin_sql('c')}, sum(s) FROM v "
                 f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, {span}, {unit}, ro, "
@@ -537,7 +541,7 @@ def _add_hist(db: sqlite3.Connection, where: str, params: Sequence[int]) -> None
         db.execute(
             f"WITH v AS MATERIALIZED (SELECT CAST(r.ts / 86400 AS INTEGER) AS d, "
             f"r.roots AS ro, {CONTEXT} AS c, r.output AS o, {gap} AS g FROM requests r "
-            f"WHERE {where}) INSERT INTO slot_hist SELECT * FROM ("
+            f"WHERE ({where}) AND {OWN}) INSERT INTO slot_hist SELECT * FROM ("
             f"SELECT {CONTEXT_HIST}, {span}, {unit}, ro, {bin_sql('c')}, count(*) FROM v "
             f"GROUP BY 3, 4, 5 UNION ALL SELECT {OUTPUT_HIST}, {span}, {unit}, ro, "
             f"{bin_sql('o')}, count(*) FROM v GROUP BY 3, 4, 5 UNION ALL SELECT {GAP_HIST}, "

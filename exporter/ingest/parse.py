@@ -37,6 +37,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from exporter.ingest.iterations import Sink, split
 from exporter.records import Parsed, Request, Source, merge
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024  # default limit; the largest real line seen is ~630 KB
@@ -113,6 +114,16 @@ class _FastServerToolUse(msgspec.Struct, gc=False):
     web_search_requests: int = 0
 
 
+class _FastIteration(msgspec.Struct, gc=False):
+    type: str | None = None
+    model: str | None = None
+    input_tokens: _Count = 0
+    output_tokens: _Count = 0
+    cache_read_input_tokens: _Count = 0
+    cache_creation_input_tokens: _Count = 0
+    cache_creation: _FastCacheCreation | None = None
+
+
 class _FastUsage(msgspec.Struct, gc=False):
     input_tokens: _Count = 0
     output_tokens: _Count = 0
@@ -123,6 +134,7 @@ class _FastUsage(msgspec.Struct, gc=False):
     service_tier: str | None = None
     inference_geo: str | None = None
     speed: str | None = None
+    iterations: list[_FastIteration] | None = None  # the parts (exporter.ingest.iterations)
 
 
 # The fast schema also types the strings the inline path reads (a number where a string
@@ -207,11 +219,12 @@ def _parse_tolerant(
         lines.pop()  # the split after the final newline
     state: dict[str, _State] = {}
     rejected = out.counts.rejected
+    sink = Sink(out.counts.iterations)
     other = usage = 0
     for line in lines:
         carried = _judged(state, out.requests, rejected, functools.partial(
             _classify, line, compaction_file, _TOLERANT.decode, horizon=horizon,
-            max_line_bytes=max_line_bytes))
+            max_line_bytes=max_line_bytes, sink=sink), sink)
         other += carried is False
         usage += carried is True
     out.counts.other += other
@@ -235,6 +248,7 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
     state: dict[str, _State] = {}
     known = out.requests
     rejected = out.counts.rejected
+    sink = Sink(out.counts.iterations)
     decode, fromiso = _FAST.decode, datetime.fromisoformat
     top, main, unset = MAX_TOKENS, Source.MAIN, msgspec.UNSET
     other = usage = 0
@@ -304,6 +318,10 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                                          compaction_file=compaction_file)
                     else:
                         source = main
+                    if u.iterations:  # the parts billed on top, each a request of its own
+                        _fold_parts(state, known, sink, u.iterations, Request(
+                            key, ts, "", rec.sessionId or "", rec.cwd or "", source, inp, outp,
+                            read, w5, w1h, u.service_tier or "", u.inference_geo or ""))
                     if (s := state.get(key)) is None:
                         if not known or (old := known.get(key)) is None:
                             # A new request: the line's values, as _from_record builds them.
@@ -341,8 +359,8 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     continue
         carried = _judged(state, known, rejected, functools.partial(
             _classify, bytes(line), compaction_file, decode, horizon=horizon,
-            max_line_bytes=max_line_bytes) if rec is None  # the fast schema refused it
-            else functools.partial(_dispatch, rec, compaction_file, horizon))
+            max_line_bytes=max_line_bytes, sink=sink) if rec is None  # the fast schema refused it
+            else functools.partial(_dispatch, rec, compaction_file, horizon, sink), sink)
         other += carried is False
         usage += carried is True
     out.counts.other += other
@@ -352,12 +370,13 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
 
 def _judged(
     state: dict[str, _State], known: dict[str, Request], rejected: Counter[str],
-    judge: Callable[[], Request | None],
+    judge: Callable[[], Request | None], sink: Sink,
 ) -> bool | None:
     """Judge one line by the general rules, and fold or count what it gives.
 
-    True: it carried a request (folded into ``state``); False: it carried
-    none; None: it was rejected (counted under its reason).
+    True: it carried a request (folded into ``state``, with the parts its
+    iterations bill on top); False: it carried none; None: it was rejected
+    (counted under its reason).
     """
     try:
         req = judge()
@@ -367,7 +386,18 @@ def _judged(
     if req is None:
         return False
     _fold(state, known, req)
+    for part in sink.parts:
+        _fold(state, known, part)
+    sink.parts.clear()
     return True
+
+
+def _fold_parts(
+    state: dict[str, _State], known: dict[str, Request], sink: Sink, entries: Any, line: Request,
+) -> None:
+    """Fold the parts an inline-accepted line's iterations bill on top of ``line``."""
+    for part in split(entries, line, sink.kinds):
+        _fold(state, known, part)
 
 
 def _seed(req: Request) -> _State:
@@ -401,6 +431,7 @@ def _fold(state: dict[str, _State], known: dict[str, Request], req: Request) -> 
 def _classify(
     line: bytes, compaction_file: bool,
     decode: Callable[[bytes], _Line], *, horizon: float, max_line_bytes: int,
+    sink: Sink | None = None,
 ) -> Request | None:
     """The request one line carries, None for a valid line without one."""
     if len(line) > max_line_bytes:
@@ -421,20 +452,25 @@ def _classify(
         raise _RejectError(RejectReason.INVALID_JSON) from None
     except RecursionError:  # nested deeper than the decoder's stack allows
         raise _RejectError(RejectReason.INVALID_JSON) from None
-    return _dispatch(rec, compaction_file, horizon)
+    return _dispatch(rec, compaction_file, horizon, sink)
 
 
-def _dispatch(rec: _Line, compaction_file: bool, horizon: float) -> Request | None:
-    """The request a decoded line carries (an assistant record, or one inside progress)."""
+def _dispatch(
+    rec: _Line, compaction_file: bool, horizon: float, sink: Sink | None = None,
+) -> Request | None:
+    """The request a decoded line carries (an assistant record, or one inside progress).
+
+    With a ``sink``, the parts its iterations bill on top are left there.
+    """
     kind = rec.type
     if kind == "assistant":
         return _from_record(rec, rec, horizon, embedded=False,
-                            compaction_file=compaction_file)
+                            compaction_file=compaction_file, sink=sink)
     if kind == "progress" and isinstance(rec.data, _Data):
         inner = rec.data.message
         if isinstance(inner, _Embedded) and inner.type == "assistant":
             return _from_record(inner, rec, horizon, embedded=True,
-                                compaction_file=compaction_file)
+                                compaction_file=compaction_file, sink=sink)
     return None
 
 
@@ -456,9 +492,13 @@ def _tolerant(line: bytes) -> _Line:
 
 def _from_record(
     rec: _Line | _Embedded, outer: _Line, horizon: float, *,
-    embedded: bool, compaction_file: bool,
+    embedded: bool, compaction_file: bool, sink: Sink | None = None,
 ) -> Request | None:
-    """Build a request from an assistant record (possibly embedded in a progress line)."""
+    """Build a request from an assistant record (possibly embedded in a progress line).
+
+    With a ``sink``, the parts its iterations bill on top are left there
+    (only once the line is accepted).
+    """
     msg = rec.message
     if not isinstance(msg, _Message):
         raise _RejectError(RejectReason.BAD_MESSAGE)
@@ -472,11 +512,13 @@ def _from_record(
         tier, geo, speed = usage.service_tier, usage.inference_geo, usage.speed
         tools = usage.server_tool_use
         searches = _searches(tools.web_search_requests if tools is not None else 0)
+        iterations: Any = usage.iterations
     else:
         tokens = _tokens(usage)
         tier, geo, speed = usage.get("service_tier"), usage.get("inference_geo"), usage.get("speed")
         tools = usage.get("server_tool_use")
         searches = _searches(tools.get("web_search_requests") if isinstance(tools, dict) else 0)
+        iterations = usage.get("iterations")
     if not isinstance(msg.id, str) or not msg.id:
         raise _RejectError(RejectReason.MISSING_ID)
     request_id = rec.requestId
@@ -487,7 +529,7 @@ def _from_record(
     source = _source(rec, outer, embedded=embedded, compaction_file=compaction_file)
     model, session, cwd = msg.model, outer.sessionId, outer.cwd
     # Positional construction, inline type checks: this runs for every usage line.
-    return Request(
+    req = Request(
         key,
         ts,
         model if type(model) is str else "",
@@ -501,6 +543,9 @@ def _from_record(
         _cost(outer.costUSD) if outer.costUSD is not None else 0.0,
         searches,
     )
+    if iterations and sink is not None:
+        sink.parts = split(iterations, req, sink.kinds)
+    return req
 
 
 def _searches(value: Any) -> int:

@@ -40,6 +40,7 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import CardinalityLimits
 
+from exporter.ingest.iterations import Kind
 from exporter.ingest.parse import RejectReason
 from exporter.projections.compat import genai, native
 from exporter.projections.counting import GAP_BUCKETS, PROMPT_TYPES, TOKEN_FIELDS
@@ -82,6 +83,8 @@ def sdk_limit(worst: int) -> int:
 
 MODEL: Final = Dimension("model", MAX_MODELS + 1)
 SOURCE: Final = Dimension("source", len(Source))
+#: The per-request histograms: a request's own sources, advisor consultations left out.
+OWN_SOURCE: Final = Dimension("source", len(Source) - 1)
 TOKEN_TYPE: Final = Dimension("type", len(TOKEN_FIELDS))
 COST_TYPE: Final = Dimension("type", len(TOKEN_FIELDS) + 1)  # and web_search
 SAVINGS_TYPE: Final = Dimension("type", 1)  # cache_read
@@ -92,6 +95,7 @@ TTL: Final = Dimension("ttl", 2)  # 5m, 1h
 PERIOD: Final = Dimension("period", 2)  # day, month
 RESULT: Final = Dimension("result", len(LINE_RESULTS))
 REASON: Final = Dimension("reason", len(REJECT_REASONS))
+ITERATION_KIND: Final = Dimension("kind", len(Kind.FIXED))  # undocumented types are `unknown`
 QUERY_SOURCE: Final = Dimension("query_source", len(Source))  # one value per source at most
 NATIVE_TYPE: Final = Dimension("type", len(set(native.TOKEN_TYPE.values())))
 GENAI_MODEL: Final = Dimension("gen_ai.request.model", MODEL.values)  # the model label's value
@@ -124,8 +128,10 @@ class Caps:
             "prompt_tokens_after_gap": (GAP, PROMPT_TYPE), "requests_after_gap": (GAP,),
             "upload_bytes": (), "kv_recomputed_bytes": arch,
             "exporter_lines": (RESULT,), "exporter_rejected_lines": (REASON,),
+            "exporter_iterations": (ITERATION_KIND,),
             "exporter_bytes_read": (), "exporter_late_updates": (),
-            "request_context_tokens": (MODEL, SOURCE), "request_output_tokens": (MODEL, SOURCE),
+            "request_context_tokens": (MODEL, OWN_SOURCE),
+            "request_output_tokens": (MODEL, OWN_SOURCE),
             "request_gap_seconds": (), "request_kv_cache_bytes": arch,
             "request_upload_bytes": (),
             "active_sessions": (TTL,), "warm_kv_cache_bytes": arch,

@@ -148,7 +148,14 @@ class Counting:
                 req.cache_write_1h, req.web_search)
 
     def observations(self, req: Request) -> list[Observation]:
-        """Every histogram value of a settled request, with its bucket."""
+        """Every histogram value of a settled request, with its bucket.
+
+        None for an advisor consultation: the histograms describe the requests
+        the conversations send (their context, output, KV and upload), and a
+        consultation is a part of one of them, run on the provider's side.
+        """
+        if req.source is Source.ADVISOR:
+            return []
         source = int(req.source)
         context = req.context
         out: list[tuple[HistSeries, float | int]] = [
@@ -263,6 +270,8 @@ class Exposure:
                             exact(n["web_search"] * per_search, USD_QUANTUM)))
         if n["web_search"]:
             out.append((("web_search_requests", typed[""]), n["web_search"]))
+        if cls.source == Source.ADVISOR:
+            return out  # run on the provider's side: nothing uploaded, KV not the conversation's
         context = n["input"] + n["cache_read"] + n["cache_write_5m"] + n["cache_write_1h"]
         out.append((("upload_bytes", ()), upload_bytes(context, self.upload)))
         computed = n["input"] + n["cache_write_5m"] + n["cache_write_1h"]

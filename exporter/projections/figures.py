@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from exporter import slots
@@ -154,6 +154,7 @@ class Summary:
     rejected: Mapping[str, int]
     by_session: tuple[SessionRow, ...]
     context_costs: tuple[ContextCost, ...] = ()  # at the p50 and p90 prompt, top models
+    iterations: Mapping[str, int] = field(default_factory=dict)  # usage.iterations, by kind
 
     @property
     def cache_read_share(self) -> float:
@@ -187,6 +188,8 @@ class Summary:
             "cache_savings_usd": self.totals.saved_usd,
             "cache_reads_per_output_token": self.totals.reread_ratio,
             "context_cost": [c.to_json() for c in self.context_costs],
+            # Only where a transcript had any: ledgers of older builds report as before.
+            **({"iterations": dict(sorted(self.iterations.items()))} if self.iterations else {}),
         }
 
 
@@ -199,6 +202,7 @@ def summary(
     lines: Mapping[str, int],
     rejected: Mapping[str, int],
     session_rows: int = SESSION_TABLE_ROWS,
+    iterations: Mapping[str, int] | None = None,
 ) -> Summary:
     """Every figure of docs/figures.md for the selected requests."""
     # Price classes (session and project folded in SQL), and sessions summed apart:
@@ -212,20 +216,25 @@ def summary(
         label = f.attrs.source.label
         sources[label] = sources.get(label, ZERO) + f.usage
     totals = sum(models.values(), ZERO)
-    n = totals.requests
     buckets, speed = _gap_buckets(found)
     n_gaps = sum(b.requests for k, b in buckets.items() if k != "first")
-    hist = Histograms.of(selection)
+    # Distributions are about the requests the conversations sent: advisor consultations
+    # (billed on top of one) are left out, by a condition only where the selection has any.
+    advisors = sources.get(Source.ADVISOR.label)
+    own = (f"source != {int(Source.ADVISOR)}",) if advisors is not None else ()
+    n = totals.requests - (advisors.requests if advisors is not None else 0)
+    hist = Histograms.of(selection, own)
     if hist is not None:
         c50, c90, c_max = hist.ranks(slots.CONTEXT_HIST, (50, 90, 100))
         o50, o90, o_max = hist.ranks(slots.OUTPUT_HIST, (50, 90, 100))
         gap_p50, gap_p90 = hist.ranks(slots.GAP_HIST, (50, 90))
     else:
         ctx = selection.context
-        c50, c90 = _kth(selection, ctx, p=50, n=n), _kth(selection, ctx, p=90, n=n)
-        c_max = int(selection.largest(f"max({ctx})") or 0)
-        o50, o90 = _kth(selection, "output", p=50, n=n), _kth(selection, "output", p=90, n=n)
-        o_max = int(selection.largest("max(output)") or 0)
+        c50, c90 = _kth(selection, ctx, *own, p=50, n=n), _kth(selection, ctx, *own, p=90, n=n)
+        c_max = int(selection.rows(f"max({ctx})", *own)[0][0] or 0)
+        o50 = _kth(selection, "output", *own, p=50, n=n)
+        o90 = _kth(selection, "output", *own, p=90, n=n)
+        o_max = int(selection.rows("max(output)", *own)[0][0] or 0)
         gap = ("gap", _MAIN, "gap IS NOT NULL")
         gap_p50 = _kth(selection, *gap, p=50, n=n_gaps)
         gap_p90 = _kth(selection, *gap, p=90, n=n_gaps)
@@ -250,12 +259,15 @@ def summary(
         generation_tokens_per_second=speed,
         kv_bytes={arch: Spread(context.p50 * int(b), context.p90 * int(b), context.max * int(b))
                   for arch, b in kv_bytes_per_token.items()},
-        upload_total=round(totals.context * upload_bytes_per_token),
+        # An advisor consultation runs on the provider's side: nothing of it is uploaded.
+        upload_total=round(sum(u.context for k, u in sources.items() if k != "advisor")
+                           * upload_bytes_per_token),
         upload=context.scaled(upload_bytes_per_token),
         lines=dict(lines),
         rejected=dict(rejected),
         by_session=tuple(_busiest_sessions(selection, sessions, session_rows)),
         context_costs=tuple(context_costs(prices, models, context, last)),
+        iterations=dict(iterations or {}),
     )
 
 
@@ -324,24 +336,28 @@ class Histograms:
     """
 
     sel: Selection
+    own: tuple[str, ...] = ()  # the rows the context and output bins count (slots.OWN)
 
     @classmethod
-    def of(cls, selection: Selection) -> Histograms | None:
+    def of(cls, selection: Selection, own: tuple[str, ...] = ()) -> Histograms | None:
         """The selection's histograms, or None where the ledger cannot answer by them.
 
         Needs slots of this layout and no ``--project``/``--model``/``--source``
-        filter (the histograms are per roots bitmask only).
+        filter (the histograms are per roots bitmask only). ``own``: the
+        condition leaving advisor consultations out, where the selection has any.
         """
         if not selection.slots or selection.filtered:
             return None
         if slots.read_version(selection.read) != slots.VERSION:
             return None
-        return cls(selection)
+        return cls(selection, own)
 
     def _value(self, measure: int) -> tuple[str, tuple[str, ...]]:
         """The SQL of the measure's value and the conditions of the rows it counts."""
         if measure == slots.CONTEXT_HIST:
-            return self.sel.context, ()
+            return self.sel.context, self.own
+        if measure == slots.OUTPUT_HIST:
+            return "output", self.own
         return _HIST_ROWS[measure]
 
     def counts(self, measure: int) -> list[tuple[int, int]]:

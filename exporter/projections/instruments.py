@@ -63,6 +63,7 @@ COUNTERS: Final[dict[str, str]] = {
     "kv_recomputed_bytes": "Estimated KV cache the provider computed (input + cache writes).",
     "exporter_lines": "Transcript lines read, by result.",
     "exporter_rejected_lines": "Malformed transcript lines, by reason.",
+    "exporter_iterations": "usage.iterations entries of transcript lines, by what they were.",
     "exporter_bytes_read": "Transcript bytes read.",
     "exporter_late_updates": "Request upgrades that arrived after the request was settled.",
 }

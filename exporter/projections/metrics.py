@@ -26,6 +26,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
+from exporter.ingest.iterations import Kind
 from exporter.ledger import Applied, CountRow, HistRow, Ledger
 from exporter.projections import cardinality, instruments
 from exporter.projections.compat import families
@@ -140,7 +141,8 @@ class Projection:
         self._start(rollups.counts, rollups.hists, lines=ledger.counters("lines"),
                     rejected=ledger.counters("rejected"),
                     bytes_read=ledger.counters("bytes_read").get("", 0),
-                    late=ledger.counters("late_updates").get("", 0))
+                    late=ledger.counters("late_updates").get("", 0),
+                    iterations=ledger.counters("iterations"))
         now = self._clock()
         # The live window only (bounded on both sides: a clock running behind the
         # transcripts must not turn start-up into a replay of "future" history).
@@ -149,7 +151,7 @@ class Projection:
 
     def _start(self, counts: Iterable[CountRow], hists: Iterable[HistRow], *,
                lines: Mapping[str, int], rejected: Mapping[str, int], bytes_read: int,
-               late: int) -> None:
+               late: int, iterations: Mapping[str, int]) -> None:
         """Add every in-scope rollup row once (rows come earliest class first)."""
         totals: dict[SampleKey, float] = dict.fromkeys(self.exposure.zero_samples(), 0)
         with self._lock:
@@ -167,7 +169,8 @@ class Projection:
                     self._rows += sums[0]
         self._add(totals)
         self._seed(hists)
-        self._count_exporter(lines, rejected, bytes_read, late, zeros=True)
+        self._count_exporter(lines, rejected, bytes_read, late, zeros=True,
+                             iterations=iterations)
 
     def apply(self, applied: Applied) -> None:
         """Count one committed batch: its rollup increments, lines, and live state."""
@@ -196,7 +199,8 @@ class Projection:
             self.live.note(req)
         for _old, new in applied.upgraded:
             self.live.note(new)
-        self._count_exporter(applied.lines, applied.rejected, applied.bytes_read, applied.late)
+        self._count_exporter(applied.lines, applied.rejected, applied.bytes_read, applied.late,
+                             iterations=applied.iterations)
 
     def shutdown(self) -> None:
         """Release the instruments."""
@@ -229,8 +233,9 @@ class Projection:
                                       context=instruments.seed_context(seed))
 
     def _count_exporter(self, lines: Mapping[str, int], rejected: Mapping[str, int],
-                        nbytes: int, late: int, *, zeros: bool = False) -> None:
-        """Exporter line, rejection, byte and late-update counters."""
+                        nbytes: int, late: int, *, zeros: bool = False,
+                        iterations: Mapping[str, int] | None = None) -> None:
+        """Exporter line, rejection, iteration, byte and late-update counters."""
         counters = self.inst.counters
         if zeros:  # every fixed-label series exists from the start
             lines = {**dict.fromkeys(LINE_RESULTS, 0), **lines}
@@ -241,6 +246,14 @@ class Projection:
             counters["exporter_rejected_lines"].add(n, {"reason": reason})
         counters["exporter_bytes_read"].add(nbytes, {})
         counters["exporter_late_updates"].add(late, {})
+        # usage.iterations entries by kind: a fixed label set (the names of undocumented
+        # types come from the transcripts: they are `report`'s, all `unknown` here).
+        kinds = dict.fromkeys(Kind.FIXED, 0) if zeros else {}
+        for kind, n in (iterations or {}).items():
+            fixed = kind if kind in Kind.FIXED else Kind.UNKNOWN
+            kinds[fixed] = kinds.get(fixed, 0) + n
+        for kind, n in kinds.items():
+            counters["exporter_iterations"].add(n, {"kind": kind})
 
     # ------------------------------------------------------------------ gauges
     def _gauge_sources(self) -> dict[str, instruments.Observe]:

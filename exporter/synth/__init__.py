@@ -55,6 +55,7 @@ class GenOptions:
     malformed: bool = True  # include malformed lines of every rejection reason
     kv_bytes_per_token: Mapping[str, int] = field(default_factory=_default_kv)
     upload_bytes_per_token: float = 4.0
+    iterations: bool = False  # advisor, fallback, compaction, unknown iterations (synth.iterations)
 
 
 def generate(root: Path, options: GenOptions = GenOptions()) -> dict[str, Any]:
@@ -77,7 +78,8 @@ def generate(root: Path, options: GenOptions = GenOptions()) -> dict[str, Any]:
         ids,
         Planner(rng, ids, start_ms, options.requests_per_session),
         Simulator(rng, ids),
-        TreeWriter(projects, book, rng, ids, NoisePool(rng, ids, start_ms)),
+        TreeWriter(projects, book, rng, ids, NoisePool(rng, ids, start_ms),
+                   iterations=options.iterations),
     )
     n = max(1, options.sessions)
     forced = assign_features(n)

@@ -19,9 +19,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
+from exporter.synth import iterations
 from exporter.synth.model import SimRequest
 
-SOURCES: Final = ("main", "subagent", "compaction")  # merge order: a later one wins
+SOURCES: Final = ("main", "subagent", "compaction", "advisor")  # merge order: a later one wins
 
 
 @dataclass(slots=True)
@@ -44,10 +45,20 @@ class Book:
     other_lines: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     held: dict[str, set[str]] = field(default_factory=dict)  # session -> keys its files hold
+    iterations: Counter[str] = field(default_factory=Counter)  # by kind, per line
+    parts: dict[str, SimRequest] = field(default_factory=dict)  # request key -> its consultation
 
     def usage(self, req: SimRequest, ts_ms: int, session: str, source: str) -> None:
         """Record one line carrying ``req`` (a streamed part, a progress or resume copy)."""
         self.usage_lines += 1
+        self.iterations.update(iterations.line_kinds(req))
+        if (extra := self.parts.get(req.key) or iterations.part(req)) is not None:
+            self.parts[req.key] = extra  # one object per consultation, as per request
+            self._copy(extra, ts_ms, session, "advisor")
+        self._copy(req, ts_ms, session, source)
+
+    def _copy(self, req: SimRequest, ts_ms: int, session: str, source: str) -> None:
+        """Fold one copy of ``req`` (a line's request or the part it bills on top)."""
         self.held.setdefault(session, set()).add(req.key)
         rank = SOURCES.index(source)
         entry = self.entries.get(req.key)

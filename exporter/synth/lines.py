@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from exporter.synth import iterations
 from exporter.synth.ids import iso
 from exporter.synth.model import SYNTHETIC, SimRequest
 
@@ -49,6 +50,8 @@ def usage(req: SimRequest, output: int) -> Record:
         out["inference_geo"] = req.geo
     if req.speed:
         out["speed"] = req.speed
+    if its := iterations.entries(req, output):
+        out["iterations"] = its
     return out
 
 

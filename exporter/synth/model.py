@@ -31,10 +31,14 @@ class SimRequest:
     geo: str = "not_available"
     speed: str = ""
     legacy_usage: bool = False  # written without the cache_creation breakdown
+    part_key: str = ""  # a part billed on top of a request (synth.iterations): its own key
+    iterations: bool = False  # its lines carry ``usage.iterations`` (synth.iterations)
 
     @property
     def key(self) -> str:
         """The dedupe key, spelled as the exporter's ``records.Request.key``."""
+        if self.part_key:
+            return self.part_key
         return f"{self.msg_id}\x1f{self.request_id}" if self.request_id else self.msg_id
 
     @property

@@ -84,12 +84,15 @@ def compute_truth(
     """The ``report --json`` figures for everything the book recorded."""
     book.conversations()
     entries = sorted(book.entries.values(), key=lambda e: (e.ts_ms, e.req.key))
-    contexts = sorted(e.req.context for e in entries)
-    outputs = sorted(e.req.output for e in entries)
+    # An advisor consultation is no request a conversation sent (figures.md): in the
+    # totals, not in the line results, the distributions or the upload.
+    own = [e for e in entries if e.source != SOURCES.index("advisor")]
+    contexts = sorted(e.req.context for e in own)
+    outputs = sorted(e.req.output for e in own)
     ctx = _spread(contexts)
-    prompt_sum = sum(contexts)
+    prompt_sum = sum(e.req.context for e in entries)
     totals, by_model, by_source = _totals(entries)
-    usage = len(entries)
+    usage = len(own)
     gaps = _gap_figures(entries)
     return {
         "totals": totals,
@@ -113,7 +116,7 @@ def compute_truth(
             a: {q: v * int(b) for q, v in ctx.items()} for a, b in kv_bytes_per_token.items()
         },
         "upload_bytes": {
-            "total": round(prompt_sum * upload_bytes_per_token),
+            "total": round(sum(contexts) * upload_bytes_per_token),
             "p50": round(ctx["p50"] * upload_bytes_per_token),
             "p90": round(ctx["p90"] * upload_bytes_per_token),
         },
@@ -126,6 +129,7 @@ def compute_truth(
             "other": book.other_lines,
             "rejected": sum(book.rejected.values()),
         },
+        **({"iterations": dict(sorted(book.iterations.items()))} if book.iterations else {}),
     }
 
 

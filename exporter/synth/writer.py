@@ -56,10 +56,15 @@ class TreeWriter:
     """Writes sessions under ``projects/`` and books every line it writes."""
 
     def __init__(
-        self, projects: Path, book: Book, rng: random.Random, ids: Ids, noise: NoisePool
+        self, projects: Path, book: Book, rng: random.Random, ids: Ids, noise: NoisePool,
+        *, iterations: bool = False,
     ) -> None:
-        """Write below ``projects``; count into ``book``; draw from ``rng``/``ids``/``noise``."""
+        """Write below ``projects``; count into ``book``; draw from ``rng``/``ids``/``noise``.
+
+        ``iterations``: the requests' lines carry ``usage.iterations`` (synth.iterations).
+        """
         self.projects, self.book, self.rng, self.ids, self.noise = projects, book, rng, ids, noise
+        self.iterations = iterations
         self.bytes_written = 0
         self._written: set[Path] = set()
         self._encode = msgspec.json.Encoder().encode
@@ -144,6 +149,7 @@ class TreeWriter:
     ) -> str:
         """The streamed lines of one call (and their progress copies); returns its tool id."""
         req, ids, noise, rng = call.req, self.ids, self.noise, self.rng
+        req.iterations = self.iterations  # before its first line: every copy then agrees
         last, tool_id = len(call.times) - 1, ""
         for j, (ms, kind) in enumerate(zip(call.times, call.kinds, strict=True)):
             if kind == "tool_use":

@@ -11,7 +11,7 @@ Their labels, as Claude Code writes them:
 - ``model``: the model id;
 - ``query_source``: ``main``, ``subagent`` or ``auxiliary`` (our sources
   ``main``, ``subagent`` and ``compaction``: a compaction is one of Claude
-  Code's auxiliary queries).
+  Code's auxiliary queries), and ``advisor`` for advisor consultations.
 
 Claude Code's other per-request attributes are not in transcripts, except
 ``speed`` (``fast`` on fast-mode requests, absent otherwise), which is left
@@ -51,6 +51,7 @@ TOKEN_TYPE: Final[Mapping[str, str]] = {
 
 QUERY_SOURCE: Final[Mapping[str, str]] = {
     "main": "main", "subagent": "subagent", "compaction": "auxiliary",
+    "advisor": "advisor",  # a consultation billed on top (docs/figures.md, Iterations)
 }
 """The catalogue's ``source`` value -> Claude Code's ``query_source`` value."""
 
