@@ -160,6 +160,11 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="where /metrics, /healthz and the page are served; beyond "
                             "loopback it logs a warning unless CLAUDE_CODE_EXPORTER_LISTEN_"
                             f"BEYOND_LOOPBACK=true (default: {_default('listen')})")
+    serve.add_argument("--allowed-hosts", metavar="NAMES",
+                       help="comma list of further Host names answered (a reverse proxy's, "
+                            ".domain for a domain, * for any); other names get 421, see "
+                            "docs/deploy.md (default: loopback names; beyond loopback also IP "
+                            "literals, single-label names and this machine's name)")
     serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                        help="the project label: the path's last part, the whole path, a hash, "
                             f"or none (default: {_default('project_label')})")

@@ -33,7 +33,7 @@ from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
-from exporter.serve.http import HttpOptions, HttpServer, make_app
+from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
 from exporter.serve.plan_link import PlanLink
 
 if TYPE_CHECKING:
@@ -125,8 +125,9 @@ class Daemon:
         # for container health checks and supervisors.
         pages = page.routes(page.source_of(self.settings, ledger, self.dirs, self.pricing,
                                            clock=self._clock), __version__)
+        refused = Refused(lambda host: self.log.warning("http_host_refused", host=host))
         app = make_app(self.registry, self.health, __version__, http.auth,
-                       metrics=http.metrics, routes=pages)
+                       metrics=http.metrics, routes=pages, hosts=http.hosts, refused=refused)
         try:
             self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
         except OSError as exc:  # a busy port, an address not on this machine
