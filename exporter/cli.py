@@ -360,7 +360,9 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: 
                now: float | None = None, *, head_start: HeadStart | None = None) -> int:
     """Ingest what is new, then print the summary or a view (``head_start``: see :func:`main`)."""
     now = time.time() if now is None else now
-    req = report_cli.check(args, now, environ)
+    req = report_cli.check(args, now, environ,
+                           warn=lambda detail: log.warning("timezone_not_understood",
+                                                           detail=detail))
     missing = report_cli.missing_data_dirs(settings)
     if missing:
         raise report_cli.UsageError(f"--data-dir {missing[0]} does not exist")
