@@ -160,6 +160,11 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="where /metrics, /healthz and the page are served; beyond "
                             "loopback it logs a warning unless CLAUDE_CODE_EXPORTER_LISTEN_"
                             f"BEYOND_LOOPBACK=true (default: {_default('listen')})")
+    serve.add_argument("--allowed-hosts", metavar="NAMES",
+                       help="comma list of further Host names answered (a reverse proxy's, "
+                            ".domain for a domain, * for any); other names get 421, see "
+                            "docs/deploy.md (default: loopback names; beyond loopback also IP "
+                            "literals, single-label names and this machine's name)")
     serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                        help="the project label: the path's last part, the whole path, a hash, "
                             f"or none (default: {_default('project_label')})")
@@ -355,7 +360,9 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: 
                now: float | None = None, *, head_start: HeadStart | None = None) -> int:
     """Ingest what is new, then print the summary or a view (``head_start``: see :func:`main`)."""
     now = time.time() if now is None else now
-    req = report_cli.check(args, now, environ)
+    req = report_cli.check(args, now, environ,
+                           warn=lambda detail: log.warning("timezone_not_understood",
+                                                           detail=detail))
     missing = report_cli.missing_data_dirs(settings)
     if missing:
         raise report_cli.UsageError(f"--data-dir {missing[0]} does not exist")

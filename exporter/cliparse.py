@@ -16,6 +16,22 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 _CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+#: A negative UTC offset such as ``-12:00``: argparse takes it for an option (it is no
+#: negative number to it), so ``--timezone -12:00`` would lack its value.
+_NEGATIVE_OFFSET = re.compile(r"-\d{1,2}:\d{2}")
+
+
+def glue_negative_values(args: Sequence[str]) -> list[str]:
+    """``--opt -12:00`` as ``--opt=-12:00``, so the offset is the option's value."""
+    out: list[str] = []
+    for word in args:
+        prev = out[-1] if out else ""
+        if (_NEGATIVE_OFFSET.fullmatch(word) and prev.startswith("--") and "=" not in prev
+                and prev != "--"):
+            out[-1] = f"{prev}={word}"
+        else:
+            out.append(word)
+    return out
 
 
 def nearest(word: str, candidates: Sequence[str]) -> str | None:
@@ -46,8 +62,8 @@ class Parser(argparse.ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:
         """Parse, and name the nearest option of the chosen subcommand for an unknown one."""
-        self._argv = list(sys.argv[1:] if args is None else args)
-        parsed, extras = self.parse_known_args(args, namespace)
+        self._argv = glue_negative_values(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(self._argv, namespace)
         if extras:
             target = self._commands.get(getattr(parsed, "command", "") or "", self)
             target.error(f"unrecognized arguments: {' '.join(extras)}{target.hint(extras)}")

@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         False, description="a listen address beyond loopback is intended (the container image, "
                            "inside its own network namespace): no warning for it at start",
     )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="further Host names the HTTP endpoint answers to (a reverse proxy's name; "
+                    ".example.com for a domain and its subdomains; * for any), beside loopback "
+                    "names and, on a bind beyond loopback, IP literals, single-label names and "
+                    "this machine's name (docs/deploy.md); env: comma list",
+    )
     namespace: str = Field("claude_code", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     project_label: Literal["basename", "full", "hash", "none"] = "basename"
     upload_bytes_per_token: float = Field(4.0, gt=0)
@@ -147,6 +154,35 @@ class Settings(BaseSettings):
             value = [p.strip() for p in value.split(",") if p.strip()]
         if isinstance(value, list | tuple):
             return list(dict.fromkeys(value))
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        """Accept a comma list from the environment."""
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, value: list[str]) -> list[str]:
+        """Each entry a host name, an IP address, ``.domain`` or ``*`` (no port, no scheme)."""
+        from exporter.serve.hosts import normalise_entry  # noqa: PLC0415 - serve's rule
+
+        bad = [entry for entry in value if normalise_entry(entry) is None]
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))}: expected host names or addresses "
+                             "without port or scheme, .domain, or *")
+        return value
+
+    @field_validator("basic_auth_user")
+    @classmethod
+    def _check_user(cls, value: str | None) -> str | None:
+        """A user name with ``:`` could never log in: basic auth splits at the first colon."""
+        if value is not None and ":" in value:
+            raise ValueError("a user name cannot contain ':' (basic auth splits the "
+                             "credentials at the first colon, so it could never log in)")
         return value
 
     @field_validator("otlp_headers", "otlp_resource_attributes", mode="before")

@@ -58,6 +58,7 @@ def http_options(settings: Settings) -> HttpOptions:
 
     A certificate or key that cannot be loaded is a ConfigError naming both settings.
     """
+    from exporter.serve.hosts import HostPolicy, machine_names  # noqa: PLC0415
     from exporter.serve.http import BasicAuth, HttpOptions, Limits, server_context  # noqa: PLC0415
 
     host, port = split_listen(settings.listen)
@@ -73,9 +74,10 @@ def http_options(settings: Settings) -> HttpOptions:
     limits = Limits(max_connections=settings.http_max_connections,
                     timeout_seconds=settings.http_timeout_seconds,
                     max_header_bytes=settings.http_max_header_bytes)
+    hosts = HostPolicy.of(host, settings.allowed_hosts, machine_names())
     return HttpOptions(host, port, tls=tls, auth=auth, limits=limits,
                        metrics=settings.prometheus_enabled,
-                       beyond_loopback=settings.listen_beyond_loopback)
+                       beyond_loopback=settings.listen_beyond_loopback, hosts=hosts)
 
 
 def daemon_parts(settings: Settings, dirs: Sequence[Path],

@@ -123,8 +123,12 @@ class Request:
     output: str  # "text", "json" or "csv"
 
 
-def check(args: argparse.Namespace, now: float, env: Any = os.environ) -> Request:
-    """Check the flags that need more than argparse; raise UsageError naming the flag."""
+def check(args: argparse.Namespace, now: float, env: Any = os.environ,
+          warn: Callable[[str], None] | None = None) -> Request:
+    """Check the flags that need more than argparse; raise UsageError naming the flag.
+
+    ``warn`` hears about a ``TZ`` that is not understood (the days are then UTC's).
+    """
     if args.view == SUMMARY:
         for flag, given in (("--csv", args.csv), ("--breakdown", args.breakdown),
                             ("--limit", args.limit is not None),
@@ -140,7 +144,7 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ) -> Reques
                 raise UsageError(f"{flag} does not apply to report limits (it lists every "
                                  "window instance in the range, by window and reset)")
     try:
-        zone = resolve_zone(args.timezone, env)
+        zone = resolve_zone(args.timezone, env, warn=warn)
         rng = Range.parse(args.since, args.until, zone, now)
     except PeriodError as exc:
         raise UsageError(str(exc)) from None

@@ -8,7 +8,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 #: Families that appear only once their event happened (no golden ledger has one).
-CONDITIONAL = {"claude_code_web_search_requests_total"}
+CONDITIONAL = {"claude_code_web_search_requests_total",
+               # only while OTLP pushes (tests/test_otlp_failures.py scrapes them)
+               "claude_code_exporter_otlp_pushes_total",
+               "claude_code_exporter_otlp_push_failures_total"}
 
 
 def golden_families() -> dict[str, str]:

@@ -25,7 +25,9 @@ from exporter.projections import instruments
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import otlp
+from exporter.serve.push import PushState
 from exporter.synth import GenOptions, generate
+from tests.support.logs import Log
 from tests.support.process import Serve
 from tests.support.prometheus import ThreadedServer
 from tests.support.wait import poll
@@ -126,13 +128,15 @@ def test_push_carries_the_catalogue_with_truth_values(
          "otlp_headers": {"authorization": "Bearer t0ken"},
          "otlp_resource_attributes": {"team": "platform"}}, {}))
     assert options is not None
-    reader = otlp.reader(options)
+    pushes = PushState(options.endpoint, Log())
+    reader = otlp.reader(options, pushes)
     registry = CollectorRegistry()
     proj = Projection(Pricing.load(), MetricsOptions(), registry, readers=[reader],
                       resource=otlp.resource(options, host="ws-1", user="alice"))
     try:
         proj.load(ledger)
         assert reader.force_flush(timeout_millis=20_000)
+        assert pushes.health()["ok"] and pushes.pushes == 1
     finally:
         proj.shutdown()
         ledger.close()

@@ -16,12 +16,14 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from itertools import pairwise
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from exporter import tzrule
 
 EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 DAY = 86_400
@@ -73,11 +75,17 @@ def date_day(d: date) -> int:
 
 
 def resolve_zone(
-    name: str | None, env: Mapping[str, str] = os.environ, localtime: Path = Path("/etc/localtime")
+    name: str | None, env: Mapping[str, str] = os.environ, localtime: Path = Path("/etc/localtime"),
+    warn: Callable[[str], None] | None = None,
 ) -> Zone:
-    """A zone from ``--timezone``: ``local`` (default), ``UTC``, an IANA name or ``+HH:MM``."""
+    """A zone from ``--timezone``: ``local`` (default), ``UTC``, an IANA name or ``+HH:MM``.
+
+    ``local`` is :func:`local_zone` (``warn`` hears about a ``TZ`` it cannot read).
+    An offset here is ISO 8601's, east positive: ``+02:00`` and ``UTC+2`` are two
+    hours ahead of UTC (a POSIX rule string, west positive, is ``TZ``'s spelling).
+    """
     if name is None or name.strip().lower() in ("", "local"):
-        return local_zone(env, localtime)
+        return local_zone(env, localtime, warn)
     text = name.strip()
     if text.lower() in _UTC_NAMES:
         return UTC_ZONE
@@ -103,14 +111,30 @@ def _fixed(match: re.Match[str], text: str) -> Zone:
     return Zone("UTC" if not delta else label, timezone(delta) if delta else UTC)
 
 
-def local_zone(env: Mapping[str, str], localtime: Path = Path("/etc/localtime")) -> Zone:
-    """The system's zone: ``$TZ``, else what ``/etc/localtime`` is, else UTC."""
-    tz_env = env.get("TZ", "").strip().lstrip(":")
-    if tz_env:
-        try:
-            return resolve_zone(tz_env, {}, localtime)
-        except PeriodError:
-            pass  # a POSIX rule string such as "CET-1CEST": fall back to the system file
+def local_zone(env: Mapping[str, str], localtime: Path = Path("/etc/localtime"),
+               warn: Callable[[str], None] | None = None) -> Zone:
+    """The system's zone, read as the C library (and so the status line) reads it.
+
+    ``$TZ`` when set: a zone name (``Europe/Berlin``, ``:Europe/Berlin``), a zone
+    file's path, or a POSIX rule (``CET-1CEST,M3.5.0,M10.5.0/3``, read by
+    :mod:`exporter.tzrule`); a ``TZ`` that is none of these is UTC, as glibc
+    takes it, and ``warn`` hears so. Without ``TZ``: what ``/etc/localtime`` is,
+    else UTC.
+    """
+    raw = env.get("TZ", "")
+    text = raw.strip().removeprefix(":")
+    if text:
+        zone = _tz_zone(text)
+        if zone is None:
+            if warn is not None:
+                warn(f"TZ={raw!r} is neither a time zone name nor a POSIX TZ rule: days are "
+                     "UTC days, as the C library reads it (set e.g. TZ=Europe/Berlin)")
+            return UTC_ZONE
+        if warn is not None and isinstance(zone.tz, RuleZone) and zone.tz.rule.default_dates:
+            warn(f"TZ={raw!r} has daylight time without its dates: taken as "
+                 f"{tzrule.DEFAULT_RULES} at 02:00; the C library may change hours apart "
+                 "on those days (give the dates, e.g. CET-1CEST,M3.5.0,M10.5.0/3)")
+        return zone
     try:
         target = os.readlink(localtime)
     except OSError:
@@ -121,11 +145,71 @@ def local_zone(env: Mapping[str, str], localtime: Path = Path("/etc/localtime"))
             return UTC_ZONE if key.lower() in _UTC_NAMES else Zone(key, ZoneInfo(key))
         except (ZoneInfoNotFoundError, ValueError, OSError):
             pass
-    try:
-        with localtime.open("rb") as fh:
-            return Zone("local", ZoneInfo.from_file(fh, key="local"))
-    except (OSError, ValueError):
+    return _zone_file(localtime, "local") or UTC_ZONE
+
+
+def _tz_zone(text: str) -> Zone | None:
+    """``TZ`` as glibc tries it: a zone file (by name or path), then a POSIX rule."""
+    if text.lower() in _UTC_NAMES:
         return UTC_ZONE
+    if text.startswith("/"):
+        found = _zone_file(Path(text), text)
+        if found is not None:
+            return found
+    else:
+        try:
+            return Zone(text, ZoneInfo(text))
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    rule = tzrule.parse(text)
+    return Zone(text, RuleZone(rule)) if rule is not None else None
+
+
+def _zone_file(path: Path, name: str) -> Zone | None:
+    """The zone of a TZif file, or None when it cannot be read as one."""
+    try:
+        with path.open("rb") as fh:
+            return Zone(name, ZoneInfo.from_file(fh, key=name))
+    except (OSError, ValueError):
+        return None
+
+
+class RuleZone(tzinfo):
+    """A POSIX TZ rule (:class:`exporter.tzrule.Rule`) as a ``tzinfo``, folds included."""
+
+    def __init__(self, rule: tzrule.Rule) -> None:
+        """The zone that ``rule`` describes."""
+        self.rule = rule
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        """The offset of a wall time: of its first occurrence (fold 0) or second (fold 1)."""
+        if dt is None:
+            return timedelta(seconds=self.rule.std_offset)
+        wall = (dt.toordinal() - EPOCH_ORDINAL) * DAY + dt.hour * 3600 + dt.minute * 60 \
+            + dt.second
+        offsets = sorted({self.rule.std_offset, self.rule.dst_offset}, reverse=True)
+        valid = [o for o in offsets if self.rule.offset(wall - o) == o]
+        if not valid:  # skipped by a change: the offset before it
+            return timedelta(seconds=self.rule.offset(wall - offsets[0]))
+        return timedelta(seconds=valid[-1] if dt.fold and len(valid) > 1 else valid[0])
+
+    def dst(self, dt: datetime | None) -> timedelta:
+        """How far the offset is from standard time."""
+        return self.utcoffset(dt) - timedelta(seconds=self.rule.std_offset)
+
+    def tzname(self, dt: datetime | None) -> str:
+        """The standard or daylight name."""
+        return self.rule.dst_name if self.dst(dt) else self.rule.std_name
+
+    def fromutc(self, dt: datetime) -> datetime:
+        """The wall time of a UTC time (``dt`` carries this zone), fold set on a repeat."""
+        ts = (dt.toordinal() - EPOCH_ORDINAL) * DAY + dt.hour * 3600 + dt.minute * 60 \
+            + dt.second
+        offset = self.rule.offset(ts)
+        local = dt + timedelta(seconds=offset)
+        if self.utcoffset(local) != timedelta(seconds=offset):
+            local = local.replace(fold=1)
+        return local
 
 
 def parse_moment(text: str, zone: Zone, now: float, *, until: bool = False) -> float:

@@ -33,8 +33,9 @@ from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
-from exporter.serve.http import HttpOptions, HttpServer, make_app
+from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
 from exporter.serve.plan_link import PlanLink
+from exporter.serve.push import LibraryLog, PushState
 
 if TYPE_CHECKING:
     from exporter.serve.otlp import OtlpOptions
@@ -94,6 +95,8 @@ class Daemon:
         self.http: HttpServer | None = None
         self.plan: PlanLink | None = None  # built in start(), beside the projection
         self._signal: str | None = None  # the signal that ended the follow loop, if one did
+        self.push: PushState | None = None  # the OTLP push's outcomes, when it pushes
+        self._library_log: LibraryLog | None = None
 
     def start(self) -> None:
         """Catch up, load the metrics, and open the endpoint."""
@@ -106,11 +109,16 @@ class Daemon:
         first = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock).scan()
         self._files = first.files
         ledger.settle(force=True)  # what is on disk at start-up is final
-        push, resource = _push(parts.otlp)
+        push, resource, self.push = _push(parts.otlp, self.log)
         self.projection = Projection(
             self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
             files_watched=lambda: self._files, readers=push, resource=resource,
         )
+        if self.push is not None:  # its counters, read by both readers
+            self._library_log = LibraryLog(self.log)  # the library's lines, structured
+            self._library_log.install()
+            self.push.observe(self.projection.inst.provider.get_meter("claude_code_exporter.otlp"),
+                              parts.metrics.namespace)
         self.projection.load(ledger, view=ledger.scope(self.dirs))
         self.scanner = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock,
                                           workers=1, on_applied=self.projection.apply)
@@ -125,8 +133,9 @@ class Daemon:
         # for container health checks and supervisors.
         pages = page.routes(page.source_of(self.settings, ledger, self.dirs, self.pricing,
                                            clock=self._clock), __version__)
+        refused = Refused(lambda host: self.log.warning("http_host_refused", host=host))
         app = make_app(self.registry, self.health, __version__, http.auth,
-                       metrics=http.metrics, routes=pages)
+                       metrics=http.metrics, routes=pages, hosts=http.hosts, refused=refused)
         try:
             self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
         except OSError as exc:  # a busy port, an address not on this machine
@@ -152,9 +161,13 @@ class Daemon:
         if self.http is not None:
             self.http.close()
             self.http = None
+        if self.push is not None:
+            self.push.begin_stop()  # a hung push is let go; the last one is kept short
         if self.projection is not None:
             self.projection.apply(self.ledger.settle(force=True))
             self.projection.shutdown()  # a last OTLP push, if configured
+        if self._library_log is not None:
+            self._library_log.remove()
         if self.plan is not None:
             self.plan.close()
         self.ledger.close()
@@ -165,10 +178,13 @@ class Daemon:
         state = self.follower.state
         watcher_ok = self.settings.poll or state.watcher_alive or not self._watchable()
         ok = state.last_pass_ok and watcher_ok
-        return ok, {"ledger_ok": state.last_pass_ok, "watcher_alive": state.watcher_alive,
-                    "poll": self.settings.poll, "passes": state.passes,
-                    "error": state.last_error,
-                    "pending": self._pending}
+        detail = {"ledger_ok": state.last_pass_ok, "watcher_alive": state.watcher_alive,
+                  "poll": self.settings.poll, "passes": state.passes,
+                  "error": state.last_error,
+                  "pending": self._pending}
+        if self.push is not None:  # reported, not failing the check: see docs/teams.md
+            detail["otlp"] = self.push.health()
+        return ok, detail
 
     def install_signals(self) -> None:
         """SIGTERM and SIGINT end the follow loop (main thread only).
@@ -214,11 +230,12 @@ class Daemon:
         return any(d.is_dir() for d in self.dirs)
 
 
-def _push(options: OtlpOptions | None) -> tuple[list[Any], Any]:
-    """The OTLP reader and resource when the push is configured (docs/teams.md)."""
+def _push(options: OtlpOptions | None, log: Any) -> tuple[list[Any], Any, PushState | None]:
+    """The OTLP reader, resource and push state when the push is configured (docs/teams.md)."""
     if options is None:
-        return [], None
+        return [], None, None
     # Imported only when configured: the OTLP exporter is not needed to scrape.
     from exporter.serve import otlp  # noqa: PLC0415
 
-    return [otlp.reader(options)], otlp.resource(options)
+    state = PushState(options.endpoint, log)
+    return [otlp.reader(options, state)], otlp.resource(options), state

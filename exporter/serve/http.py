@@ -35,6 +35,8 @@ from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from exporter.serve.hosts import HostPolicy
+
 Health = Callable[[], tuple[bool, dict[str, Any]]]
 StartResponse = Callable[..., Any]
 _LANDING = """<!doctype html><html><head><title>claude-code-exporter</title></head>
@@ -68,19 +70,18 @@ class BasicAuth:
 def make_app(
     registry: CollectorRegistry, health: Health, version: str, auth: BasicAuth | None = None,
     *, metrics: bool = True, routes: Mapping[str, Callable[..., Iterable[bytes]]] | None = None,
+    hosts: HostPolicy | None = None, refused: Refused | None = None,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     """The WSGI application with all routes (``metrics=False``: no /metrics).
 
     ``routes`` adds handlers by path (the page, exporter.serve.page), behind the same auth.
+    ``hosts`` answers only the Host values it allows (421 otherwise, counted in ``refused``);
+    every route is read-only: a method other than GET or HEAD is 405.
     """
     metrics_app = make_wsgi_app(registry)
     landing = _LANDING.format(version=version).encode()
 
-    def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
-        if auth is not None and not auth.allows(environ.get("HTTP_AUTHORIZATION", "")):
-            start("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="claude-code-exporter"'),
-                                       ("Content-Type", "text/plain")])
-            return [b"authentication required\n"]
+    def route(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if routes and path in routes:
             return routes[path](environ, start)
@@ -88,6 +89,8 @@ def make_app(
             return metrics_app(environ, start)  # type: ignore[no-any-return]
         if path == "/healthz":
             ok, detail = health()
+            if refused is not None:
+                detail = {**detail, "http_refused_hosts": refused.count}
             body = json.dumps({"ok": ok, **detail}, sort_keys=True).encode()
             start("200 OK" if ok else "503 Service Unavailable",
                   [("Content-Type", "application/json")])
@@ -98,7 +101,72 @@ def make_app(
         start("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found\n"]
 
+    def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        host = environ.get("HTTP_HOST")
+        if hosts is not None and not hosts.allows(host):
+            if refused is not None:
+                refused.add(str(host))
+            start("421 Misdirected Request", [("Content-Type", "text/plain")])
+            return [b"this server does not answer to that host name (allowed_hosts)\n"]
+        if auth is not None and not auth.allows(environ.get("HTTP_AUTHORIZATION", "")):
+            start("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="claude-code-exporter"'),
+                                       ("Content-Type", "text/plain")])
+            return [b"authentication required\n"]
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD"):
+            start("405 Method Not Allowed", [("Allow", "GET, HEAD"),
+                                             ("Content-Type", "text/plain")])
+            return [b"method not allowed\n"]
+        if method == "HEAD":
+            return _head(route, environ, start)
+        return route(environ, start)
+
     return app
+
+
+def _head(route: Callable[..., Iterable[bytes]], environ: dict[str, Any],
+          start: StartResponse) -> Iterable[bytes]:
+    """A HEAD request: the GET's status and headers (with its length), and no body."""
+    said: list[Any] = []
+    body = route({**environ, "REQUEST_METHOD": "GET"},  # prometheus-client answers GET only
+                 lambda status, headers, *rest: said.extend((status, headers)))
+    try:
+        length = sum(len(chunk) for chunk in body)
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    status, headers = said
+    headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+    start(status, [*headers, ("Content-Length", str(length))])
+    return []
+
+
+class Refused:
+    """Requests refused for their Host header: a count, and each new name logged once.
+
+    At most ``MAX_NAMES`` names are remembered (and logged), so a client that
+    sends a new name per request costs a bounded amount of memory and log.
+    """
+
+    MAX_NAMES: Final = 32
+
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        """``log`` hears each new refused name (the daemon logs a warning)."""
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._log = log
+        self.count = 0
+
+    def add(self, host: str) -> None:
+        """Count one refused request; log its Host the first time it is seen."""
+        with self._lock:
+            self.count += 1
+            new = host not in self._names and len(self._names) < self.MAX_NAMES
+            if new:
+                self._names.add(host)
+        if new and self._log is not None:
+            self._log(host[:256])
 
 
 def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
@@ -134,6 +202,7 @@ class HttpOptions:
     limits: Limits = field(default_factory=Limits)
     metrics: bool = True  # False: OTLP push only, /healthz and the page stay
     beyond_loopback: bool = False  # a non-loopback host is intended (the container image)
+    hosts: HostPolicy | None = None  # the Host values answered (None: any)
 
     def warnings(self, loopback: bool) -> list[tuple[str, dict[str, Any]]]:
         """(event, fields) to log at start when private figures may leave this machine.
@@ -305,6 +374,9 @@ class _QuietHandler(WSGIRequestHandler):
             self.requestline = self.request_version = self.command = ""
             self.send_error(414)
             self._linger()
+            return
+        if len(self.raw_requestline.split()) == 2:  # HTTP/0.9: no status line to refuse it
+            self.close_connection = True  # with, and no headers to wait for: hang up
             return
         self.rfile = _HeaderBudget(  # type: ignore[assignment]
             raw, limits.max_header_bytes - len(self.raw_requestline), limits.max_headers)

@@ -39,6 +39,7 @@ from opentelemetry.sdk.resources import Resource
 
 from exporter import __version__
 from exporter.config import Settings
+from exporter.serve.push import GuardedExporter, PushState, WatchedSession
 
 SERVICE_NAME: Final = "claude-code-exporter"
 CUMULATIVE: Final[dict[type, AggregationTemporality]] = {
@@ -114,14 +115,17 @@ def resource(options: OtlpOptions, *, host: str | None = None,
     return Resource.create(attrs)
 
 
-def reader(options: OtlpOptions) -> PeriodicExportingMetricReader:
+def reader(options: OtlpOptions, state: PushState) -> PeriodicExportingMetricReader:
     """A periodic OTLP/HTTP reader for ``options.endpoint`` (cumulative, gzip).
 
     Built when ``serve`` starts its projection: the reader's thread starts with it,
-    after the catch-up pass (which may fork parser processes).
+    after the catch-up pass (which may fork parser processes). Each push is
+    bounded, counted and logged through ``state`` (exporter.serve.push).
     """
     cert = options.certificate_file
-    exporter = OTLPMetricExporter(
+    session = WatchedSession()
+    exporter = OTLPMetricExporter(  # type: ignore[call-overload]  # the duck-typed session
+        session=session,  # offers what the transport uses of a requests.Session
         endpoint=options.endpoint,
         headers=_headers(options.headers),
         timeout=options.timeout_seconds,
@@ -130,7 +134,7 @@ def reader(options: OtlpOptions) -> PeriodicExportingMetricReader:
         preferred_temporality=dict(CUMULATIVE),
     )
     return PeriodicExportingMetricReader(
-        exporter,
+        GuardedExporter(exporter, session, state, options.timeout_seconds),
         export_interval_millis=options.interval_seconds * 1000,
         export_timeout_millis=options.timeout_seconds * 1000,
     )
