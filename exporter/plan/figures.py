@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.plan import spool, store
+from exporter.plan import plausible, spool, store
 from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
 from exporter.sqlite import sqlite3
 
@@ -87,9 +87,12 @@ def _windows(
     lookback: Mapping[str, float],
 ) -> dict[str, WindowFigures]:
     """Per window name: the newest instance, the exhausted count, the estimate."""
-    newest = conn.execute(
-        "SELECT window, max(resets_at) FROM plan_windows GROUP BY window"
+    # Capped as ingest caps them (a ledger from before the cap may hold any number).
+    found = conn.execute(
+        "SELECT window, max(resets_at), min(first_seen) FROM plan_windows GROUP BY window"
     ).fetchall()
+    shown = set(plausible.capped([row[0] for row in sorted(found, key=lambda r: (r[2], r[0]))]))
+    newest = [(name, resets_at) for name, resets_at, _first in found if name in shown]
     exhausted = dict(conn.execute(
         "SELECT window, count(*) FROM plan_windows WHERE max_pct >= 100 GROUP BY window"
     ).fetchall())
@@ -151,7 +154,9 @@ def plan_history(read: Read) -> PlanHistory:
         for name, (pct, resets) in sorted(json.loads(text).items()) if text else ():
             if resets is not None:
                 windows.append((float(seen), name, float(pct), float(resets)))
-    return PlanHistory(tuple(times), tuple(windows))
+    # The window names capped as ingest caps them, first seen first.
+    shown = set(plausible.capped(list(dict.fromkeys(w[1] for w in windows))))
+    return PlanHistory(tuple(times), tuple(w for w in windows if w[1] in shown))
 
 
 def window_history(
