@@ -571,7 +571,7 @@ def _main(argv: Sequence[str] | None, environ: Environ | None,
         args.command, functools.partial(cmd_report, head_start=head_start))
     try:
         return command(args, settings, log, env)
-    except Exception as exc:  # noqa: BLE001 -- every failure gets its own code and message
+    except Exception as exc:  # every failure gets its code and message (_failed)
         return _failed(args.command, exc, log)
 
 

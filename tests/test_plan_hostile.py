@@ -42,7 +42,7 @@ SURROGATE_PAYLOADS = (b'{"session_id":"\\ud800"}', b'{"version":"\\udfff","sessi
 def rejected(serve: Serve, reason: str) -> float:
     """``claude_code_exporter_plan_spool_rejected_lines_total{reason}`` of one scrape."""
     fam = serve.scrape()["claude_code_exporter_plan_spool_rejected_lines"]
-    return sum(s.value for s in fam.samples if s.labels.get("reason") == reason)
+    return float(sum(s.value for s in fam.samples if s.labels.get("reason") == reason))
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -70,8 +70,7 @@ def start(data: Path, state: Path) -> Serve:
 def test_a_lone_surrogate_payload_is_a_counted_rejection_and_serve_stays_up(
     tmp_path: Path,
 ) -> None:
-    """Surrogate payloads through a real status line: serve stays up and counts them; report
-    and backfill then exit 0."""
+    """Surrogate payloads via a real status line: serve stays up, counts them; report works."""
     data, state = transcripts(tmp_path), tmp_path / "state"
     for stdin in SURROGATE_PAYLOADS:
         assert line_of(run(stdin, state=state))  # prints its line, exits 0
@@ -97,7 +96,7 @@ def test_a_lone_surrogate_payload_is_a_counted_rejection_and_serve_stays_up(
 def test_a_spool_written_by_an_older_version_with_a_surrogate_is_skipped_by_every_command(
     tmp_path: Path,
 ) -> None:
-    """A spool that already holds a surrogate sample: report, backfill and serve skip and count it."""
+    """A spool already holding a surrogate sample: report, backfill, serve skip and count it."""
     data, state = transcripts(tmp_path), tmp_path / "state"
     state.mkdir(mode=0o700)
     bad = {"v": 1, "t": NOW, "session": "\ud800", "windows": {"five_hour": [30.0, NOW + HOUR]}}
@@ -166,8 +165,7 @@ def ingest(state: Path, docs: list[tuple[float, dict[str, Any]]]) -> PlanFigures
 def test_implausible_samples_are_rejected_by_reason_and_never_reach_the_gauges(
     tmp_path: Path,
 ) -> None:
-    """A reset in the year 5107 and a 999.9 % figure are counted rejections; the gauges follow
-    the plausible samples."""
+    """A reset in the year 5107 or a 999.9 % figure is a counted rejection, not the gauge."""
     year_5107 = 99_000_000_000
     docs = [
         (NOW, payload(NOW, {"five_hour": (31.0, int(NOW) + 2 * HOUR)})),
@@ -249,6 +247,25 @@ def test_a_ledger_flooded_before_the_cap_shows_the_cap(tmp_path: Path) -> None:
     assert sorted(fig.windows) == sorted(["five_hour", *(f"w{i}" for i in range(8))])
 
 
+def test_a_ledger_poisoned_before_the_rules_does_not_pin_the_gauge(tmp_path: Path) -> None:
+    """Rows an older version stored (a reset in 5107, a 999.9 % level) are passed over."""
+    good = int(NOW) + 2 * HOUR
+    ledger = Ledger(tmp_path / "ledger.db")
+    try:
+        ingest_samples(ledger._db, tmp_path)  # the plan tables
+        with ledger._db:
+            ledger._db.executemany("INSERT INTO plan_windows VALUES (?,?,?,?,?,?)", [
+                ("five_hour", good, 999.9, NOW, NOW + 3, good),
+                ("five_hour", 99_000_000_000, 32.0, NOW + 1, NOW + 1, 99_000_000_000)])
+            ledger._db.executemany("INSERT INTO plan_levels VALUES (?,?,?,?)", [
+                ("five_hour", good, 31.0, NOW), ("five_hour", good, 999.9, NOW + 2),
+                ("five_hour", 99_000_000_000, 32.0, NOW + 1)])
+        five = plan_figures(ledger._db, NOW + 60).windows["five_hour"]
+    finally:
+        ledger.close()
+    assert (five.used_ratio, five.resets_at, five.exhausted) == (0.31, good, 0)
+
+
 # ------------------------------------------------------------------- item 16: not a file
 
 
@@ -269,8 +286,7 @@ def make(kind: str, path: Path) -> None:
 @pytest.mark.parametrize("kind", ["fifo", "directory", "dev_zero", "huge"])
 def test_a_non_regular_file_never_hangs_the_status_line(tmp_path: Path, name: str,
                                                          kind: str) -> None:
-    """A FIFO, a directory, /dev/zero or a huge file in the state dir: exit 0, normal line,
-    in time."""
+    """A FIFO, directory, /dev/zero or huge file in the state dir: exit 0, its line, in time."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     make(kind, state / name)

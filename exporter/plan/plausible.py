@@ -8,7 +8,7 @@ not pin a gauge for years or show "1000% used" on the page, nor break the
 ledger's UTF-8 text (docs/plan-limits.md, "Which samples are kept"):
 
 - ``bad_text``: a session id, model id or version that is not valid Unicode
-  (a lone surrogate such as ``"\\ud800"`` is valid JSON but cannot be stored as
+  (a lone surrogate, U+D800 escaped in JSON, is valid JSON but cannot be stored as
   UTF-8). The sample is rejected, not repaired: those fields are identities, a
   replaced code point would invent one Claude Code never sent, and a payload
   carrying one is damaged or forged, so its figures are not trusted either;
@@ -31,6 +31,7 @@ Standard library only, nothing slow to import.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from itertools import pairwise
 from typing import Any, Final
 
 #: The highest plausible official percentage (105 % has been seen after a limit was hit).
@@ -61,7 +62,7 @@ _TEXT_FIELDS: Final = ("session", "model", "version")
 def stated_length(name: str) -> float | None:
     """The length a window's name states (``five_hour``: 5 h, ``30_day``: 30 d), or None."""
     words = name.split("_")
-    for count_word, unit_word in zip(words, words[1:], strict=False):
+    for count_word, unit_word in pairwise(words):
         count = int(count_word) if count_word.isdigit() else _COUNTS.get(count_word)
         unit = _UNITS.get(unit_word.removesuffix("s"))
         if count and unit:
