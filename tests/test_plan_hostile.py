@@ -316,6 +316,17 @@ def test_a_fifo_spool_never_hangs_the_ingest(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_a_spool_linked_to_dev_zero_is_skipped_by_the_ingest(tmp_path: Path) -> None:
+    """A spool that never ends (a link to /dev/zero) is not read: no endless backlog."""
+    make("dev_zero", tmp_path / spool.SPOOL_NAME)
+    ledger = Ledger(tmp_path / "ledger.db")
+    try:
+        got = ingest_samples(ledger._db, tmp_path)
+    finally:
+        ledger.close()
+    assert (got.more, got.bytes_read, got.rejected) == (False, 0, {})
+
+
 def test_today_cost_is_read_from_a_regular_file_only(tmp_path: Path) -> None:
     """read_today of a FIFO or a directory is None at once; of a real file, the figure."""
     make("fifo", tmp_path / spool.TODAY_NAME)
