@@ -1,6 +1,6 @@
 """Command line: parses flags, builds the settings, wires the stages together.
 
-Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger. A mistyped
+Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger, 70 internal error. A mistyped
 option or choice is answered with the nearest valid one (:mod:`exporter.cliparse`);
 `report` itself lives in :mod:`exporter.report_cli`.
 """
@@ -41,6 +41,7 @@ Environ = Mapping[str, str]
 
 EXIT_CONFIG = 2
 EXIT_LEDGER = 3
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug, never a configuration error (restarted by systemd)
 
 
 SERVE_EPILOG = """\
@@ -49,7 +50,8 @@ examples:
   claude-code-exporter serve --demo                   generated sample sessions, live
   claude-code-exporter serve --budget-day-usd 50      daily budget for the alert rules
 
-exit codes: 0 stopped by SIGTERM/SIGINT · 2 bad usage or configuration · 3 unusable ledger"""
+exit codes: 0 stopped by SIGTERM/SIGINT · 2 bad usage or configuration · 3 unusable ledger · \
+70 internal error (a bug; restarted by the units)"""
 
 BACKFILL_EPILOG = """\
 examples:
@@ -57,7 +59,8 @@ examples:
   claude-code-exporter backfill -o history.om        the text, for promtool on another machine
   claude-code-exporter backfill -o h.om --since 30d  only the last 30 days (values stay cumulative)
 
-exit codes: 0 ok · 2 bad usage or configuration (or no promtool for --blocks) · 3 unusable ledger"""
+exit codes: 0 ok · 2 bad usage or configuration (or no promtool for --blocks) · 3 unusable ledger \
+· 70 internal error (a bug)"""
 
 
 def _default(name: str) -> str:
@@ -391,8 +394,12 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: 
 
 def _pricing(settings: Settings) -> Pricing:
     """The prices of this run (``--update-prices`` fetches the newest, if it can)."""
-    return load_pricing(settings.pricing, update=settings.update_prices,
-                        warn=lambda line: print(f"claude-code-exporter: {line}", file=sys.stderr))
+    try:
+        return load_pricing(settings.pricing, update=settings.update_prices,
+                            warn=lambda line: print(f"claude-code-exporter: {line}",
+                                                    file=sys.stderr))
+    except ValueError as exc:  # overrides that do not fit the (updated) price data
+        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ) -> int:
@@ -571,12 +578,18 @@ def _main(argv: Sequence[str] | None, environ: Environ | None,
         args.command, functools.partial(cmd_report, head_start=head_start))
     try:
         return command(args, settings, log, env)
-    except (report_cli.UsageError, LedgerError, ConfigError, ValueError) as exc:
+    except Exception as exc:  # every failure gets its code and message (_failed)
         return _failed(args.command, exc, log)
 
 
 def _failed(command: str, exc: Exception, log: Any) -> int:
-    """Say why a command could not run; return its exit code."""
+    """Say why a command could not run; return its exit code.
+
+    Only what is known to be configuration is exit 2, which the systemd units
+    do not restart (``RestartPreventExitStatus``): anything else, a ValueError
+    from ingestion included, is :data:`EXIT_INTERNAL`, logged with its
+    traceback, and restarted.
+    """
     if isinstance(exc, report_cli.UsageError):
         message = f"claude-code-exporter {command}: error: {exc}"
     elif isinstance(exc, LedgerError):
@@ -585,8 +598,12 @@ def _failed(command: str, exc: Exception, log: Any) -> int:
         return EXIT_LEDGER
     elif isinstance(exc, ConfigError):  # found at start-up: a busy port, a bad certificate
         message = f"claude-code-exporter: {exc}"
-    else:  # ValueError: e.g. a bad pricing override, found when it is loaded
-        message = f"claude-code-exporter: invalid configuration: {exc}"
+    else:
+        log.error("command_failed", command=command, error=type(exc).__name__,
+                  detail=str(exc), exc_info=exc)
+        print(f"claude-code-exporter {command}: internal error: {type(exc).__name__}: {exc} "
+              "(a bug: please report it with the log above)", file=sys.stderr)
+        return EXIT_INTERNAL
     print(message, file=sys.stderr)
     return EXIT_CONFIG
 

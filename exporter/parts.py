@@ -86,7 +86,10 @@ def daemon_parts(settings: Settings, dirs: Sequence[Path],
     from exporter.projections.pricing import load_pricing  # noqa: PLC0415
     from exporter.serve.daemon import DaemonParts  # noqa: PLC0415
 
-    pricing: Pricing = load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
+    try:
+        pricing: Pricing = load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
+    except ValueError as exc:  # overrides that do not fit the (updated) price data
+        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
     otlp = None
     if settings.otlp_endpoint:  # the OTLP exporter's imports only when it pushes
         from exporter.serve.otlp import OtlpOptions  # noqa: PLC0415

@@ -44,7 +44,7 @@ examples:
   claude-code-exporter report blocks --json      5-hour blocks; the open one projected
   claude-code-exporter report limits             plan windows: used, resets, $ per 1 %
 
-exit codes: 0 ok · 2 bad usage or configuration · 3 unusable ledger"""
+exit codes: 0 ok · 2 bad usage or configuration · 3 unusable ledger · 70 internal error (a bug)"""
 
 
 class UsageError(Exception):

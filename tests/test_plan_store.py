@@ -176,7 +176,8 @@ def test_torn_and_foreign_lines_are_counted_not_fatal(ledger: Ledger, tmp_path: 
     again = ingest_samples(ledger._db)
     assert (again.new, again.rejected) == (0, {"not_json": 1})
     figures = plan_figures(ledger._db, T0)
-    assert figures.rejected == {"too_long": 1, "not_json": 2, "bad_record": 2}
+    assert figures.rejected == {**dict.fromkeys(store.REJECT_REASONS, 0), "too_long": 1,
+                                "not_json": 2, "bad_record": 2}
 
 
 def test_rotation_keeps_every_sample_once(ledger: Ledger, tmp_path: Path) -> None:
@@ -228,7 +229,7 @@ def test_spool_dir_defaults_to_the_ledger_directory(tmp_path: Path) -> None:
 
 def test_figures_follow_windows_resets_and_context(ledger: Ledger, tmp_path: Path) -> None:
     """Used ratio is the window's highest figure, 0 after its reset; exhausted windows count."""
-    r1, r2 = 1_790_018_000, 1_790_040_000
+    r1, r2 = 1_790_018_000, 1_790_018_600  # resets within 5 h of their samples
     records = [
         sample(1, t=T0 + 10, five=40.0, resets=r1),
         sample(2, t=T0 + 20, five=100.0, resets=r1 + 1),  # jitter: the same instance

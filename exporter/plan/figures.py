@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.plan import spool, store
+from exporter.plan import plausible, spool, store
 from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
 from exporter.sqlite import sqlite3
 
@@ -87,19 +87,22 @@ def _windows(
     lookback: Mapping[str, float],
 ) -> dict[str, WindowFigures]:
     """Per window name: the newest instance, the exhausted count, the estimate."""
-    newest = conn.execute(
-        "SELECT window, max(resets_at) FROM plan_windows GROUP BY window"
+    # Capped as ingest caps them (a ledger from before the cap may hold any number).
+    found = conn.execute(
+        "SELECT window, min(first_seen) AS first FROM plan_windows GROUP BY window "
+        "ORDER BY first, window"
     ).fetchall()
+    shown = set(plausible.capped([name for name, _first in found]))
     exhausted = dict(conn.execute(
-        "SELECT window, count(*) FROM plan_windows WHERE max_pct >= 100 GROUP BY window"
+        "SELECT window, count(*) FROM plan_windows WHERE max_pct >= 100 AND max_pct <= ? "
+        "GROUP BY window", (plausible.MAX_PERCENT,)
     ).fetchall())
     out: dict[str, WindowFigures] = {}
-    for name, resets_at in sorted(newest):
-        max_pct, reported = conn.execute(
-            "SELECT max_pct, reported_resets_at FROM plan_windows "
-            "WHERE window = ? AND resets_at = ?",
-            (name, resets_at),
-        ).fetchone()
+    for name in sorted(shown):
+        newest = _newest(conn, name)
+        if newest is None:
+            continue
+        max_pct, reported = newest
         used = 0.0 if reported <= now else max_pct / 100.0
         estimate = None
         if cost_between is not None:
@@ -109,14 +112,40 @@ def _windows(
     return out
 
 
+def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int] | None:
+    """(highest plausible %, reported reset) of a window's newest plausible instance.
+
+    Ingest rejects implausible samples; a ledger filled before it did may still
+    hold a reset in the year 5107 or a 999.9 % level, which must not be the
+    gauge's: such an instance is passed over, such a level left out.
+    """
+    row = conn.execute(
+        "SELECT resets_at, max_pct, reported_resets_at FROM plan_windows WHERE window = ? "
+        "AND reported_resets_at <= last_seen + ? ORDER BY resets_at DESC LIMIT 1",
+        (name, plausible.reset_bound(name)),
+    ).fetchone()
+    if row is None:
+        return None
+    resets_at, max_pct, reported = row
+    if max_pct > plausible.MAX_PERCENT:
+        (max_pct,) = conn.execute(
+            "SELECT max(pct) FROM plan_levels WHERE window = ? AND resets_at = ? AND pct <= ?",
+            (name, resets_at, plausible.MAX_PERCENT),
+        ).fetchone()
+        if max_pct is None:
+            return None
+    return float(max_pct), int(reported)
+
+
 def _instances(
     conn: sqlite3.Connection, name: str, since: float
 ) -> list[list[tuple[float, float]]]:
     """The (pct, first seen) levels of each instance of a window resetting after ``since``."""
     groups: dict[int, list[tuple[float, float]]] = {}
     rows = conn.execute(
-        "SELECT resets_at, pct, first_seen FROM plan_levels WHERE window = ? AND resets_at > ?",
-        (name, since),
+        "SELECT resets_at, pct, first_seen FROM plan_levels WHERE window = ? AND resets_at > ? "
+        "AND pct <= ?",
+        (name, since, plausible.MAX_PERCENT),
     )
     for resets_at, pct, seen in rows:
         groups.setdefault(resets_at, []).append((pct, seen))
@@ -151,7 +180,9 @@ def plan_history(read: Read) -> PlanHistory:
         for name, (pct, resets) in sorted(json.loads(text).items()) if text else ():
             if resets is not None:
                 windows.append((float(seen), name, float(pct), float(resets)))
-    return PlanHistory(tuple(times), tuple(windows))
+    # The window names capped as ingest caps them, first seen first.
+    shown = set(plausible.capped(list(dict.fromkeys(w[1] for w in windows))))
+    return PlanHistory(tuple(times), tuple(w for w in windows if w[1] in shown))
 
 
 def window_history(

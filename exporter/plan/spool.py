@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import time
 
 from exporter.plan import jsonlite
@@ -272,7 +273,9 @@ def append(state_dir: str, records: list[dict[str, Any]]) -> None:
     """
     data = b"".join(encode(r) for r in records)
     path = os.path.join(state_dir, SPOOL_NAME)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    # O_NONBLOCK: a FIFO in the spool's place fails at once (ENXIO) instead of
+    # blocking the status line until a reader comes; a regular file ignores it.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path, flags, 0o600)
     except FileNotFoundError:
@@ -280,7 +283,10 @@ def append(state_dir: str, records: list[dict[str, Any]]) -> None:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         fd = os.open(path, flags, 0o600)
     try:
-        if os.fstat(fd).st_size + len(data) > MAX_SPOOL_BYTES:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO with a reader, a link to /dev/null or a tty
+            raise OSError(f"{path} is not a regular file")
+        if st.st_size + len(data) > MAX_SPOOL_BYTES:
             raise SpoolFullError(28, f"{path} reached {MAX_SPOOL_BYTES} bytes")
         written = os.write(fd, data)
     finally:
@@ -296,8 +302,7 @@ def read_today(state_dir: str, now: float) -> float | None:
     time zone: the exporter and the status line must agree on midnight).
     """
     try:
-        with open(os.path.join(state_dir, TODAY_NAME), "rb") as fh:
-            doc = jsonlite.loads(fh.read(4096).decode())
+        doc = jsonlite.loads(read_regular(os.path.join(state_dir, TODAY_NAME), 4096).decode())
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("v") != FORMAT:
@@ -309,13 +314,30 @@ def read_today(state_dir: str, now: float) -> float | None:
     return usd
 
 
+def read_regular(path: str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a regular file; OSError for anything else, at once.
+
+    Opened without blocking: a FIFO in the file's place would otherwise hang
+    the status line until a writer came; a directory or a device (a link to
+    /dev/zero) is refused after ``fstat``, and one bounded read ends it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def write_today(state_dir: str, since: float, usd: float, now: float) -> None:
     """Publish today's cost for the status line: write a temporary file, then rename it."""
     doc = {"v": FORMAT, "since": since, "usd": round(usd, 6), "written": round(now, 3)}
     path = os.path.join(state_dir, TODAY_NAME)
     tmp = f"{path}.{os.getpid()}.tmp"
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NONBLOCK,
+                 0o600)
     try:
         os.write(fd, jsonlite.dumps(doc).encode())
     finally:

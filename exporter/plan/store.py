@@ -32,12 +32,13 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.plan import spool
+from exporter.plan import plausible, spool
 from exporter.sqlite import sqlite3
 
 ROTATE_BYTES: Final = 1 << 20
@@ -47,7 +48,8 @@ MAX_READ: Final = 64 << 20  # per call; ``Ingested.more`` says there is more
 FP_LEN: Final = 64  # first bytes identifying a spool file (its first record has a µs time)
 RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbing jitter
 
-REJECT_REASONS: Final = ("too_long", "not_json", "bad_record")
+#: Why a spool line was rejected (``window_cap``: cut, see exporter.plan.plausible).
+REJECT_REASONS: Final = ("too_long", "not_json", "bad_record", *plausible.REASONS)
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS plan_samples (
@@ -200,6 +202,7 @@ class _Ingest:
         self.now = now
         self.out = Ingested()
         self.budget = MAX_READ
+        self._admitted: set[str] | None = None  # other window names stored (plausible)
 
     def run(self) -> Ingested:
         """Rotate or delete finished files, read what is new, forget vanished files."""
@@ -226,7 +229,7 @@ class _Ingest:
     def _find(self, path: str) -> _File | None:
         """The file at ``path`` with its committed offset, or None if absent."""
         try:
-            with open(path, "rb") as fh:
+            with _open_regular(path) as fh:
                 st = os.fstat(fh.fileno())
                 head = fh.read(FP_LEN)
         except OSError:
@@ -257,7 +260,7 @@ class _Ingest:
         """Ingest the complete lines after the committed offset; commit the new offset."""
         offset = found.offset
         try:
-            with open(found.path, "rb") as fh:
+            with _open_regular(found.path) as fh:
                 if os.fstat(fh.fileno()).st_ino != found.ino:
                     return  # replaced since _find: the next pass reads it
                 fh.seek(offset)
@@ -314,7 +317,33 @@ class _Ingest:
             self._count("statusline_failures", reason, 1)
             self.out.failures[reason] = self.out.failures.get(reason, 0) + 1
         else:
+            self._judged(rec)
+
+    def _judged(self, rec: dict[str, Any]) -> None:
+        """Store a well-formed sample unless it cannot be true; cap its window names."""
+        reason = plausible.rejection(rec)
+        if reason is not None:
+            self._reject(reason)
+            return
+        if "windows" in rec:
+            if self._admitted is None:
+                self._admitted = {name for (name,) in self.conn.execute(
+                    "SELECT DISTINCT window FROM plan_windows") if name not in
+                    plausible.KNOWN_WINDOWS}
+            rec["windows"], dropped = plausible.admit_windows(rec["windows"], self._admitted)
+            if dropped:
+                self._reject("window_cap")  # counted; the sample's other figures are kept
+            if not rec["windows"]:
+                del rec["windows"]
+        # A sample that still cannot be stored (a value SQLite's binding refuses) is
+        # rejected alone, never the batch. Its free text is bound by _sample's first
+        # statement, so a refusal there writes nothing; the later ones bind only
+        # checked numbers and ASCII window names (no savepoint per sample: two more
+        # statements on every sample, for a case the checks above exclude).
+        try:
             self._sample(rec)
+        except (ValueError, TypeError, OverflowError):
+            self._reject("bad_record")
 
     def _reject(self, reason: str) -> None:
         """Count a spool line that is not a record."""
@@ -392,6 +421,22 @@ def sample_key(rec: dict[str, Any]) -> str:
 def window_instance(resets_at: float) -> int:
     """The key of a window instance: its reset time to the nearest minute."""
     return round(resets_at / RESETS_QUANTUM) * RESETS_QUANTUM
+
+
+def _open_regular(path: str) -> Any:
+    """``path`` opened for reading without blocking; OSError unless it is a regular file.
+
+    A FIFO put in the spool's place would block a plain ``open`` until some
+    writer came; a device (a link to /dev/zero) never ends.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def _rename(src: str, dst: str) -> bool:

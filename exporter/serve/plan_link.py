@@ -57,6 +57,7 @@ class PlanLink:
         self._log = log
         self._spool = state_dir / spool.SPOOL_NAME
         self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) ingested
+        self._failed: tuple[int, int, int] | None = None  # the spool state last logged failing
         # Separate connections: the ledger's own is busy with its batches, and the
         # scrape threads must never share the writer's. WAL lets both read while it writes.
         self._write = sqlite3.connect(ledger_path, isolation_level=None, check_same_thread=False,
@@ -109,6 +110,11 @@ class PlanLink:
         except (OSError, sqlite3.Error) as exc:  # retried on the next tick; never stops serving
             if self._log is not None:
                 self._log.warning("plan_samples_not_ingested", detail=str(exc))
+        except Exception as exc:  # a bug in the plan ingest: the transcripts' metrics go on
+            if self._log is not None and mark != self._failed:  # once per spool state
+                self._log.error("plan_samples_ingest_failed", error=type(exc).__name__,
+                                detail=str(exc), exc_info=True)
+            self._failed = mark
 
     def after_pass(self) -> None:
         """A pass added requests: today's cost moved (published at most every ``today_every``)."""
