@@ -20,6 +20,7 @@ from exporter.projections.periods import Zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
 from exporter.records import ACTIVE_GAP_SECONDS
+from exporter.shown import markup, text
 
 if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
     from rich.console import Console
@@ -178,7 +179,7 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
     for name, t in groups.items():
         middle = (t.input, t.cache_read, t.cache_write) if wide else ()
         table.add_row(
-            name,
+            text(name),
             f"{t.requests:,}",
             *map(tokens, (*middle, t.output)),
             cost_cell(t),
@@ -201,7 +202,7 @@ def _sessions(rows: Iterable[SessionRow]) -> Table:
     )
     for row in rows:
         table.add_row(
-            row.session[:8],
+            text(row.session[:8]),
             f"{row.requests:,}",
             f"{row.span_hours:.1f} h",
             duration(row.gap_p50),
@@ -218,7 +219,7 @@ def _context_costs(costs: Iterable[ContextCost]) -> Table:
     for c in costs:
         tier = " (long context)" if c.long else ""
         ratio = c.recomputed_pico / c.cached_pico if c.cached_pico else 0.0
-        table.add_row(f"{short_name(c.model)} · {c.quantile}{tier}", tokens(c.context),
+        table.add_row(text(f"{short_name(c.model)} · {c.quantile}{tier}"), tokens(c.context),
                       usd(c.cached_pico / 1e12), usd(c.recomputed_pico / 1e12),
                       f"{ratio:.0f}×" if ratio else "—")
     return table
@@ -252,7 +253,7 @@ def _upload_and_lines(f: Summary) -> Table:
                                            if k != "rejected"))
     table.add_row("rejected lines", f"{lines['rejected']:,}")
     for reason, n in sorted(f.rejected.items()):
-        table.add_row(f"  rejected: {reason}", f"{n:,}")
+        table.add_row(text(f"  rejected: {reason}"), f"{n:,}")
     return table
 
 
@@ -283,12 +284,12 @@ def render_prices(figures: Summary, pricing: Pricing, console: Console) -> None:
     source = f"{info['package']} {info['version']}".strip() or "no price database"
     dated = f", prices to {info['data_date']}" if info["data_date"] else ""
     # soft_wrap: each is one line of text however narrow the terminal (grep, copy).
-    console.print(f"Prices: {source}{dated} ({info['origin']}; overrides: {info['overrides']})",
-                  soft_wrap=True)
+    console.print(text(f"Prices: {source}{dated} ({info['origin']}; overrides: "
+                       f"{info['overrides']})"), soft_wrap=True)
     for model, usage in sorted(figures.by_model.items()):
         if usage.unpriced:
-            console.print(f"  unpriced: {tokens(usage.unpriced)} tokens — "
-                          f"{pricing.unpriced_help(model)}", soft_wrap=True)
+            console.print(text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
+                               f"{pricing.unpriced_help(model)}"), soft_wrap=True)
 
 
 def header(title: str, covered: Covered) -> str:
@@ -303,7 +304,7 @@ def header(title: str, covered: Covered) -> str:
     else:
         last = covered.last if covered.last is not None else covered.first
         span = f"{when(covered.first, zone)} → {when(last, zone)}"
-    line = f"[bold]{title}[/bold] · {zone.name} · {span}"
+    line = f"[bold]{markup(title)}[/bold] · {markup(zone.name)} · {span}"
     asked = [f"{name} {when(ts, zone)}" for name, ts in (("since", rng.since),
                                                         ("until", rng.until)) if ts is not None]
     return line + (f"\n  range asked: {', '.join(asked)}" if asked else "")

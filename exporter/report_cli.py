@@ -34,6 +34,7 @@ from exporter.projections.facts import (
 )
 from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
 from exporter.records import Source
+from exporter.shown import visible
 
 SUMMARY: Final = "summary"
 LIMITS: Final = "limits"  # the status line's plan windows (docs/plan-limits.md)
@@ -183,8 +184,8 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
         projects = (resolve_projects(known_values(base, "project"), args.project)
                     if args.project else ())
         models = resolve_models(known_values(base, "model"), args.model) if args.model else ()
-    except FilterError as exc:
-        raise UsageError(str(exc)) from None
+    except FilterError as exc:  # it names the ledger's projects and models: transcript data
+        raise UsageError(visible(str(exc))) from None
     sources = tuple(s for s in Source if s.label in args.source)
     return dataclasses.replace(base, projects=projects, models=models, sources=sources)
 

@@ -24,6 +24,7 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from exporter.plan.cost import ledger_cost
 from exporter.plan.figures import Instance, PlanFigures, instances, limits_rows, plan_figures
@@ -32,6 +33,7 @@ from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.views import ActiveBlock, Row, View
 from exporter.report import cost_cell, duration, header, pct, to_json, tokens, usd, when
+from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
 
 TITLES: Final = {
@@ -143,7 +145,7 @@ def table(view: View, level: int) -> Table:
         out.add_column(col.title, justify="left" if i == 0 or last else "right",
                        no_wrap=not last, overflow="fold")
     for row in view.rows:
-        out.add_row(*(c.cell(view, row) for c in cols))
+        out.add_row(*(text(c.cell(view, row)) for c in cols))
         for model, usage in row.breakdown:
             out.add_row(*_other(cols, f"  └ {short_model(model)}", usage), style="dim")
     out.add_section()
@@ -151,11 +153,11 @@ def table(view: View, level: int) -> Table:
     return out
 
 
-def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[str]:
+def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[Text]:
     """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
     cells = [c.usage(usage) if c.usage else "" for c in cols]
     cells[0] = label
-    return cells
+    return [text(c) for c in cells]
 
 
 def render_view(view: View, console: Console) -> None:
@@ -276,12 +278,13 @@ def csv_header(view: View) -> list[str]:
 def _csv(records: list[dict[str, Any]], header: list[str]) -> str:
     """Records as CSV under ``header``: the header line even with no record.
 
-    Booleans are written as in the JSON, ``true``/``false`` (not Python's ``True``).
+    Booleans are written as in the JSON, ``true``/``false`` (not Python's ``True``);
+    strings from transcripts are shown, never run (:func:`exporter.shown.csv_cell`).
     """
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: (("true" if v else "false") if isinstance(v, bool) else v)
+    writer.writerows({k: (("true" if v else "false") if isinstance(v, bool) else csv_cell(v))
                       for k, v in r.items()} for r in records)
     return buffer.getvalue()
 
@@ -356,7 +359,7 @@ def render_limits(view: Limits, console: Console) -> None:
                  f"1 % ≈ {usd(value)}, the window ≈ {usd(100 * value)} at list price "
                  f"({est.pairs:,} sample pairs, {est.windows} "
                  f"window{'' if est.windows == 1 else 's'})")
-        console.print(f"{name}: {100 * win.used_ratio:.0f} % used, {resets} · {worth}")
+        console.print(text(f"{name}: {100 * win.used_ratio:.0f} % used, {resets} · {worth}"))
     if not view.instances:
         console.print("No window in this range.")
         return
@@ -392,7 +395,7 @@ def limits_table(view: Limits, level: int) -> Table:
         out.add_column(title, justify="left" if title in ("window", "status") or i == 0
                        else "right", no_wrap=True)
     for inst in view.instances:
-        out.add_row(*(cell(inst, view) for _, cell in cols))
+        out.add_row(*(text(cell(inst, view)) for _, cell in cols))
     return out
 
 

@@ -58,6 +58,7 @@ from exporter.projections.periods import (
 from exporter.projections.pricing import Pricing
 from exporter.records import TTL_1H, TTL_5M
 from exporter.serve import svg
+from exporter.shown import visible
 from exporter.sqlite import sqlite3
 
 WINDOW_DAYS: Final = 30
@@ -297,10 +298,15 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], name: str) -> str
 
 
 def _top(rows: Sequence[tuple[str, float]], n: int = TOP_ROWS) -> list[tuple[str, float]]:
-    """The first ``n`` rows and one ``other`` row for the rest."""
+    """The first ``n`` rows and one ``other`` row for the rest; names shown, never run.
+
+    The names are transcript data (model ids, project labels): escaped as HTML
+    where they are written, and their control characters made visible here.
+    """
+    shown = [(visible(name), value) for name, value in rows[:n]]
     if len(rows) <= n:
-        return list(rows)
-    return [*rows[: n - 1], ("other", sum(v for _, v in rows[n - 1:]))]
+        return shown
+    return [*shown[: n - 1], ("other", sum(v for _, v in rows[n - 1:]))]
 
 
 def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
