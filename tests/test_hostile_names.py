@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from exporter import shown
+from exporter.logs import make_logger
 from tests.conftest import ROOT, assistant, jsonl
 
 BOLD = "[/bold]"
@@ -131,3 +132,12 @@ def test_csv_cell_neutralises_formulas_but_not_numbers() -> None:
     assert shown.csv_cell(-0.5) == -0.5 and shown.csv_cell(-3) == -3
     assert shown.csv_cell(None) is None and shown.csv_cell("") == ""
     assert shown.csv_cell("2026-10-01") == "2026-10-01"
+
+
+def test_console_log_lines_show_a_hostile_path_visibly() -> None:
+    """A console log line naming a transcript path with an escape sequence shows it escaped."""
+    out = io.StringIO()
+    make_logger("info", "console", out).warning("transcript_unreadable",
+                                                path="/p/a\x1b[2J\x1b]0;t\x07b", detail="x")
+    assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
+    assert "path=/p/a\\x1b[2J\\x1b]0;t\\x07b" in out.getvalue()
