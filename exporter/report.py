@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from exporter.projections import caps
 from exporter.projections.facts import Usage
 from exporter.projections.figures import Covered, SessionRow, Spread, Summary
 from exporter.projections.periods import Zone
@@ -172,11 +173,15 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
     """Requests, tokens, cost, the cache's saving and unpriced tokens per model or per source.
 
     A narrow console gets no input/read/write/saved columns, so model ids stay on one line.
+    Past :data:`caps.SUMMARY_MODELS` groups, the costliest are shown and one row
+    sums the rest.
     """
     extra = ("input", "read", "write") if wide else ()
     saved = ("cache saved",) if wide else ()
     table = new_table(title, first, "requests", *extra, "output", "cost", *saved, "unpriced")
-    for name, t in groups.items():
+    capped = caps.costliest(groups, caps.SUMMARY_MODELS)
+    rest = ((caps.other_label(capped.more), capped.rest),) if capped.more else ()
+    for name, t in (*capped.shown, *rest):
         middle = (t.input, t.cache_read, t.cache_write) if wide else ()
         table.add_row(
             text(name),
@@ -279,17 +284,25 @@ def render_text(figures: Summary, console: Console) -> None:
 
 
 def render_prices(figures: Summary, pricing: Pricing, console: Console) -> None:
-    """Where the prices come from, and how to price each model that has none."""
+    """Where the prices come from, and how to price each model that has none.
+
+    Past :data:`caps.UNPRICED_LINES` unpriced models, the most used get a line
+    and one more line counts the rest (``report --json`` lists every model).
+    """
     info = pricing.describe()
     source = f"{info['package']} {info['version']}".strip() or "no price database"
     dated = f", prices to {info['data_date']}" if info["data_date"] else ""
     # soft_wrap: each is one line of text however narrow the terminal (grep, copy).
     console.print(text(f"Prices: {source}{dated} ({info['origin']}; overrides: "
                        f"{info['overrides']})"), soft_wrap=True)
-    for model, usage in sorted(figures.by_model.items()):
-        if usage.unpriced:
-            console.print(text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
-                               f"{pricing.unpriced_help(model)}"), soft_wrap=True)
+    unpriced = {m: u for m, u in sorted(figures.by_model.items()) if u.unpriced}
+    capped = caps.costliest(unpriced, caps.UNPRICED_LINES)
+    for model, usage in capped.shown:
+        console.print(text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
+                           f"{pricing.unpriced_help(model)}"), soft_wrap=True)
+    if capped.more:
+        console.print(f"  unpriced: {tokens(capped.rest.unpriced)} tokens of {capped.more:,} more "
+                      "models (report --json lists every model)", soft_wrap=True)
 
 
 def header(title: str, covered: Covered) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Final
 from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
-from exporter.projections import figures, views
+from exporter.projections import caps, figures, views
 from exporter.projections.facts import (
     CONTEXT_SQL,
     FilterError,
@@ -217,7 +217,10 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
         from exporter import report_views  # noqa: PLC0415 - rich, for tables only
 
         return report_views.run_limits(req.output, req.range, settings.ledger_path, prices, now)
-    options = views.Options(order=args.order, limit=args.limit, breakdown=args.breakdown,
+    limit = args.limit
+    if limit is None and req.output == "text":  # a table for people has a cap; JSON, CSV all
+        limit = caps.view_rows(req.view)
+    options = views.Options(order=args.order, limit=limit, breakdown=args.breakdown,
                             block_rule=args.block_rule, now=now)
     view = views.build(req.view, sel, prices, options)
     from exporter import report_views  # noqa: PLC0415 - rich, for tables only

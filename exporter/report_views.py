@@ -28,6 +28,7 @@ from rich.text import Text
 
 from exporter.plan.cost import ledger_cost
 from exporter.plan.figures import Instance, PlanFigures, instances, limits_rows, plan_figures
+from exporter.projections import caps
 from exporter.projections.facts import Prices, Usage
 from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
@@ -90,7 +91,15 @@ USAGE: Final = (
     _figure("re-read", lambda u: f"{u.reread_ratio:,.0f}×" if u.output else "—", 3),
     _figure("unpriced", lambda u: tokens(u.unpriced) if u.unpriced else "—", 3),
 )
-MODELS: Final = Column("models", lambda v, r: ", ".join(map(short_model, r.models)) or "—")
+def _models(view: View, row: Row) -> str:
+    """The row's models by name; past caps.MODEL_NAMES, the costliest and how many more."""
+    if not row.top_models:
+        return ", ".join(map(short_model, row.models)) or "—"
+    more = len(row.models) - len(row.top_models)
+    return ", ".join(map(short_model, row.top_models)) + f", +{more:,} more"
+
+
+MODELS: Final = Column("models", _models)
 
 
 def _block_status(view: View, row: Row) -> str:
@@ -137,7 +146,11 @@ def fitting(view: View, console: Console) -> Table:
 
 
 def table(view: View, level: int) -> Table:
-    """The view's table: rows (and their per-model rows), then the total."""
+    """The view's table: rows (and their per-model rows), the rows left out, then the total.
+
+    Rows past --limit (or :func:`caps.view_rows`) are summed in one row, and so
+    are a row's models past :data:`caps.BREAKDOWN_MODELS`: every column adds up.
+    """
     cols = columns(view, level)
     out = Table(box=box.SIMPLE_HEAD)
     for i, col in enumerate(cols):
@@ -146,8 +159,14 @@ def table(view: View, level: int) -> Table:
                        no_wrap=not last, overflow="fold")
     for row in view.rows:
         out.add_row(*(text(c.cell(view, row)) for c in cols))
-        for model, usage in row.breakdown:
+        capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
+        for model, usage in capped.shown:
             out.add_row(*_other(cols, f"  └ {short_model(model)}", usage), style="dim")
+        if capped.more:
+            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
+                        style="dim")
+    if len(view.rows) < view.count:
+        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
     out.add_section()
     out.add_row(*_other(cols, "total", view.total), style="bold")
     return out
@@ -168,8 +187,8 @@ def render_view(view: View, console: Console) -> None:
         return
     console.print(fitting(view, console))
     if len(view.rows) < view.count:
-        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit); "
-                      "the total covers all of them")
+        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit; --json and "
+                      "--csv list them all); the other row and the total cover all of them")
     if view.active is not None:
         console.print(active_line(view.active))
 

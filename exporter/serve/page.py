@@ -30,7 +30,7 @@ from typing import Any, Final, cast
 from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
-from exporter.projections import figures
+from exporter.projections import caps, figures
 from exporter.projections.facts import (
     CONTEXT_SQL,
     ZERO,
@@ -93,18 +93,33 @@ class PageData:
     prices: Mapping[str, str] = field(default_factory=dict)  # Pricing.describe(), as report's
 
     def to_json(self) -> dict[str, Any]:
-        """``report --json``'s object for the page's range, plus the page's own figures."""
-        return {**self.summary.to_json(), "prices": dict(self.prices), "page": {
+        """``report --json``'s object for the page's range, plus the page's own figures.
+
+        Models and projects are capped at :data:`caps.API_ROWS` each, the costliest
+        first; ``by_model_other`` and ``page.by_project_other`` (present only when
+        some were left out) sum the rest, so every list still adds up to the totals.
+        """
+        models = caps.costliest(self.summary.by_model, caps.API_ROWS)
+        doc = dataclasses.replace(self.summary, by_model=dict(models.shown)).to_json()
+        if models.more:
+            doc["by_model_other"] = {"models": models.more, **models.rest.totals()}
+        projects = self.by_project[:caps.API_ROWS]
+        page: dict[str, Any] = {
             "generated": iso(self.now, self.zone),
             "cost_usd": {k: round(v, 6) for k, v in self.periods.items()},
             "budget_usd": dict(self.budgets),
             "daily_cost_usd": [{"day": d, "cost_usd": round(c, 6)} for d, c in self.daily],
             "by_project_cost_usd": [{"project": p, "cost_usd": round(c, 6)}
-                                    for p, c in self.by_project],
+                                    for p, c in projects],
             "active_sessions": dict(self.active),
             "plan_windows": [{"window": w.name, "used_ratio": w.used_ratio,
                               "resets_at": iso(w.resets_at, self.zone)} for w in self.plan],
-        }}
+        }
+        if len(self.by_project) > len(projects):
+            rest = self.by_project[len(projects):]
+            page["by_project_other"] = {"projects": len(rest),
+                                        "cost_usd": round(sum(c for _, c in rest), 6)}
+        return {**doc, "prices": dict(self.prices), "page": page}
 
 
 class LedgerSource:
@@ -306,7 +321,8 @@ def _top(rows: Sequence[tuple[str, float]], n: int = TOP_ROWS) -> list[tuple[str
     shown = [(visible(name), value) for name, value in rows[:n]]
     if len(rows) <= n:
         return shown
-    return [*shown[: n - 1], ("other", sum(v for _, v in rows[n - 1:]))]
+    return [*shown[: n - 1], (caps.other_label(len(rows) - n + 1),
+                              sum(v for _, v in rows[n - 1:]))]
 
 
 def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
