@@ -21,7 +21,7 @@ from exporter.projections.periods import Zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
 from exporter.records import ACTIVE_GAP_SECONDS
-from exporter.shown import markup, text
+from exporter.shown import clip, markup, text
 
 if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
     from rich.console import Console
@@ -181,10 +181,10 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
     table = new_table(title, first, "requests", *extra, "output", "cost", *saved, "unpriced")
     capped = caps.costliest(groups, caps.SUMMARY_MODELS)
     rest = ((caps.other_label(capped.more), capped.rest),) if capped.more else ()
-    for name, t in (*capped.shown, *rest):
+    for label, t in (*capped.shown, *rest):
         middle = (t.input, t.cache_read, t.cache_write) if wide else ()
         table.add_row(
-            text(name),
+            text(clip(label)),
             f"{t.requests:,}",
             *map(tokens, (*middle, t.output)),
             cost_cell(t),
@@ -224,7 +224,8 @@ def _context_costs(costs: Iterable[ContextCost]) -> Table:
     for c in costs:
         tier = " (long context)" if c.long else ""
         ratio = c.recomputed_pico / c.cached_pico if c.cached_pico else 0.0
-        table.add_row(text(f"{short_name(c.model)} · {c.quantile}{tier}"), tokens(c.context),
+        label = text(f"{clip(short_name(c.model))} · {c.quantile}{tier}")
+        table.add_row(label, tokens(c.context),
                       usd(c.cached_pico / 1e12), usd(c.recomputed_pico / 1e12),
                       f"{ratio:.0f}×" if ratio else "—")
     return table

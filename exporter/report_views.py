@@ -34,7 +34,7 @@ from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.views import ActiveBlock, Row, View
 from exporter.report import cost_cell, duration, header, pct, to_json, tokens, usd, when
-from exporter.shown import csv_cell, text
+from exporter.shown import clip, csv_cell, text
 from exporter.sqlite import sqlite3
 
 TITLES: Final = {
@@ -59,13 +59,16 @@ class Column:
 
 
 def short_model(model: str) -> str:
-    """A model id without the ``claude-`` prefix and date: ``opus-4-6``, ``sonnet-4-5``."""
-    return _DATE_SUFFIX.sub("", model.removeprefix("claude-"))
+    """A model id without the ``claude-`` prefix and date: ``opus-4-6``, ``sonnet-4-5``.
+
+    Shown, never run, and cut to :data:`exporter.shown.NAME_CHARS` characters.
+    """
+    return clip(_DATE_SUFFIX.sub("", model.removeprefix("claude-")))
 
 
 def _basename(path: str) -> str:
-    """The last part of a project path."""
-    return path.rstrip("/").rsplit("/", 1)[-1] or path
+    """The last part of a project path, shown and cut like a model id."""
+    return clip(path.rstrip("/").rsplit("/", 1)[-1] or path)
 
 
 def _zone(view: View) -> Zone:

@@ -11,6 +11,8 @@ string through one of the helpers here, at the point it becomes output:
   cannot be encoded, so would stop the output), and the invisible characters that
   reorder or break text (bidirectional overrides and isolates, line and
   paragraph separators). A literal backslash is left as it is.
+- :func:`clip` is the visible string cut to :data:`NAME_CHARS` characters (``…``
+  marks the cut), for a name in a table: a megabyte model id is a table cell, not a page.
 - :func:`text` is a rich ``Text`` of the visible string, so a table cell is
   never parsed as markup or emoji codes.
 - :func:`markup` is the visible string escaped for a rich markup string.
@@ -35,6 +37,8 @@ if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` ne
 # marks, line and paragraph separators (U+2028/2029 break a line in some terminals).
 _HIDDEN: Final = re.compile(
     "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+#: The longest name a table shows whole (real model ids and project folders are far shorter).
+NAME_CHARS: Final = 60
 #: How a spreadsheet recognises a formula: its first character (ASCII and full width).
 FORMULA_START: Final = frozenset("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
 
@@ -48,6 +52,12 @@ def _escaped(match: re.Match[str]) -> str:
 def visible(value: str) -> str:
     """``value`` with every control or invisible reordering character written as its escape."""
     return _HIDDEN.sub(_escaped, value)
+
+
+def clip(value: str, limit: int = NAME_CHARS) -> str:
+    """The visible string, cut to ``limit`` characters with ``…`` where it was cut."""
+    shown = visible(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def text(value: str) -> Text:

@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from exporter import shown
+from exporter.ingest.discover import projects_dirs
+from exporter.ledger import Ledger
 from exporter.logs import make_logger
+from exporter.projections.facts import Prices
+from exporter.projections.periods import UTC_ZONE
+from exporter.projections.pricing import Pricing
+from exporter.serve import page
 from tests.conftest import ROOT, assistant, jsonl
 
 BOLD = "[/bold]"
@@ -141,3 +150,45 @@ def test_console_log_lines_show_a_hostile_path_visibly() -> None:
                                                 path="/p/a\x1b[2J\x1b]0;t\x07b", detail="x")
     assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
     assert "path=/p/a\\x1b[2J\\x1b]0;t\\x07b" in out.getvalue()
+
+
+@pytest.mark.parametrize("view", ("summary", "daily", "project", "session"))
+def test_a_100k_model_id_or_folder_is_one_cut_cell_not_pages(tmp_path: Path, view: str) -> None:
+    """A 100,000-character model id and project folder: cut with ``…``; every figure whole."""
+    where = tmp_path / "projects" / "-home-u-p"
+    where.mkdir(parents=True)
+    long = "y" * 100_000
+    (where / "s1.jsonl").write_bytes(jsonl(
+        *(assistant(f"m{i}", f"r{i}", model="claude-" + long, cwd="/home/u/" + long)
+          for i in range(3)),
+        assistant("m9", "r9")))
+    extra = ("--breakdown",) if view != "summary" else ()
+    proc = report(tmp_path / "projects", tmp_path / "state", view, *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) < 20_000 and "y…" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if "y…" in line and " 3 " in line]
+    assert rows, proc.stdout  # the long name's row, its request count whole beside it
+
+
+def test_the_page_escapes_names_and_its_json_keeps_them_exactly(tmp_path: Path) -> None:
+    """HTML: names escaped, controls visible, long names cut; JSON: the exact string, escaped."""
+    where = tmp_path / "projects" / "-home-u-p"
+    where.mkdir(parents=True)
+    hostile = "<script>alert(1)</script>\x1b[2J" + BOLD
+    ts = datetime.fromtimestamp(time.time() - 3600, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    (where / "s1.jsonl").write_bytes(jsonl(
+        assistant("m1", "r1", ts=ts, model=hostile, cwd="/home/u/" + hostile),
+        assistant("m2", "r2", ts=ts, model="claude-" + "z" * 5000)))
+    assert report(tmp_path / "projects", tmp_path / "state", "--json").returncode == 0
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    try:
+        source = page.LedgerSource(ledger, projects_dirs([tmp_path / "projects"]),
+                                   Prices.of(Pricing.load()), UTC_ZONE, budgets={})
+        handlers = page.routes(source, "t")
+        html = b"".join(handlers["/"]({}, lambda *a: None)).decode()
+        body = b"".join(handlers["/api/summary.json"]({}, lambda *a: None))
+    finally:
+        ledger.close()
+    assert "<script" not in html and "\x1b" not in html and "z" * 100 not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\x1b[2J[/bold]" in html
+    assert b"\x1b" not in body and hostile in json.loads(body)["by_model"]

@@ -58,7 +58,7 @@ from exporter.projections.periods import (
 from exporter.projections.pricing import Pricing
 from exporter.records import TTL_1H, TTL_5M
 from exporter.serve import svg
-from exporter.shown import visible
+from exporter.shown import clip
 from exporter.sqlite import sqlite3
 
 WINDOW_DAYS: Final = 30
@@ -316,9 +316,10 @@ def _top(rows: Sequence[tuple[str, float]], n: int = TOP_ROWS) -> list[tuple[str
     """The first ``n`` rows and one ``other`` row for the rest; names shown, never run.
 
     The names are transcript data (model ids, project labels): escaped as HTML
-    where they are written, and their control characters made visible here.
+    where they are written, their control characters made visible and their
+    length cut here (the chart's tooltips show the whole name).
     """
-    shown = [(visible(name), value) for name, value in rows[:n]]
+    shown = [(clip(name), value) for name, value in rows[:n]]
     if len(rows) <= n:
         return shown
     return [*shown[: n - 1], (caps.other_label(len(rows) - n + 1),
