@@ -10,11 +10,14 @@ JSON fetched over the network, show the costliest rows and one row
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from exporter.projections.facts import ZERO, Usage
+from exporter.projections.figures import Summary
+from exporter.shown import clip
 
 SUMMARY_MODELS: Final = 20  # report (text): rows of the "By model" table
 UNPRICED_LINES: Final = 10  # report (text): "unpriced:" lines under the tables
@@ -55,3 +58,32 @@ def costliest(groups: Mapping[str, Usage], n: int) -> Capped:
     ranked = sorted(groups.items(), key=lambda kv: (-kv[1].cost_pico, -kv[1].unpriced,
                                                      -kv[1].requests, kv[0]))
     return Capped(tuple(ranked[:n]), sum((u for _, u in ranked[n:]), ZERO), len(ranked) - n)
+
+
+def summary_json(summary: Summary, n: int = API_ROWS) -> dict[str, Any]:
+    """``summary.to_json()`` with the ``n`` costliest models; ``by_model_other`` sums the rest.
+
+    ``by_model_other`` (``{"models": K, T…}``) is there only when models were left out.
+    """
+    models = costliest(summary.by_model, n)
+    doc = dataclasses.replace(summary, by_model=dict(models.shown)).to_json()
+    if models.more:
+        doc["by_model_other"] = {"models": models.more, **models.rest.totals()}
+    return doc
+
+
+def other_cost(rest: Sequence[tuple[str, float]], what: str) -> dict[str, Any]:
+    """The rows left out of a list of (name, USD): ``{what: K, "cost_usd": their sum}``."""
+    return {what: len(rest), "cost_usd": round(sum(c for _, c in rest), 6)}
+
+
+def chart_rows(rows: Sequence[tuple[str, float]], n: int) -> list[tuple[str, float]]:
+    """A chart's bars: the first ``n`` rows, or ``n - 1`` and one ``other (K more)`` bar.
+
+    The names are transcript data: cut and their control characters shown here
+    (:func:`exporter.shown.clip`), escaped as HTML where they are written.
+    """
+    shown = [(clip(name), value) for name, value in rows[:n]]
+    if len(rows) <= n:
+        return shown
+    return [*shown[: n - 1], (other_label(len(rows) - n + 1), sum(v for _, v in rows[n - 1:]))]

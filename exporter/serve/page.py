@@ -58,7 +58,6 @@ from exporter.projections.periods import (
 from exporter.projections.pricing import Pricing
 from exporter.records import TTL_1H, TTL_5M
 from exporter.serve import svg
-from exporter.shown import clip
 from exporter.sqlite import sqlite3
 
 WINDOW_DAYS: Final = 30
@@ -93,17 +92,8 @@ class PageData:
     prices: Mapping[str, str] = field(default_factory=dict)  # Pricing.describe(), as report's
 
     def to_json(self) -> dict[str, Any]:
-        """``report --json``'s object for the page's range, plus the page's own figures.
-
-        Models and projects are capped at :data:`caps.API_ROWS` each, the costliest
-        first; ``by_model_other`` and ``page.by_project_other`` (present only when
-        some were left out) sum the rest, so every list still adds up to the totals.
-        """
-        models = caps.costliest(self.summary.by_model, caps.API_ROWS)
-        doc = dataclasses.replace(self.summary, by_model=dict(models.shown)).to_json()
-        if models.more:
-            doc["by_model_other"] = {"models": models.more, **models.rest.totals()}
-        projects = self.by_project[:caps.API_ROWS]
+        """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""
+        projects, rest = self.by_project[:caps.API_ROWS], self.by_project[caps.API_ROWS:]
         page: dict[str, Any] = {
             "generated": iso(self.now, self.zone),
             "cost_usd": {k: round(v, 6) for k, v in self.periods.items()},
@@ -115,11 +105,9 @@ class PageData:
             "plan_windows": [{"window": w.name, "used_ratio": w.used_ratio,
                               "resets_at": iso(w.resets_at, self.zone)} for w in self.plan],
         }
-        if len(self.by_project) > len(projects):
-            rest = self.by_project[len(projects):]
-            page["by_project_other"] = {"projects": len(rest),
-                                        "cost_usd": round(sum(c for _, c in rest), 6)}
-        return {**doc, "prices": dict(self.prices), "page": page}
+        if rest:
+            page["by_project_other"] = caps.other_cost(rest, "projects")
+        return {**caps.summary_json(self.summary), "prices": dict(self.prices), "page": page}
 
 
 class LedgerSource:
@@ -312,20 +300,6 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], name: str) -> str
     return f'<table data-table="{name}"><tr>{cols}</tr>{body}</table>'
 
 
-def _top(rows: Sequence[tuple[str, float]], n: int = TOP_ROWS) -> list[tuple[str, float]]:
-    """The first ``n`` rows and one ``other`` row for the rest; names shown, never run.
-
-    The names are transcript data (model ids, project labels): escaped as HTML
-    where they are written, their control characters made visible and their
-    length cut here (the chart's tooltips show the whole name).
-    """
-    shown = [(clip(name), value) for name, value in rows[:n]]
-    if len(rows) <= n:
-        return shown
-    return [*shown[: n - 1], (caps.other_label(len(rows) - n + 1),
-                              sum(v for _, v in rows[n - 1:]))]
-
-
 def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
     """Running sums of the daily costs."""
     out, run = [], 0.0
@@ -349,8 +323,8 @@ def render(data: PageData, version: str) -> str:
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
               ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]
-    models = _top(sorted(((m, u.cost_usd) for m, u in s.by_model.items()),
-                         key=lambda kv: (-kv[1], kv[0])))
+    models = caps.chart_rows(sorted(((m, u.cost_usd) for m, u in s.by_model.items()),
+                                    key=lambda kv: (-kv[1], kv[0])), TOP_ROWS)
     gaps = [(label, s.buckets.get(key, figures.GapBucket())) for key, label in (
         ("first", "first request"), ("lt_5m", "under 5 min"), ("5m_to_1h", "5 min to 1 h"),
         ("gt_1h", "over 1 h"))]
@@ -374,8 +348,8 @@ def render(data: PageData, version: str) -> str:
                    f' · cost <b data-figure="cost-30d">{money(t.cost_usd)}</b></p>'),
         _section("Cost by model", svg.hbars("by-model", "Cost by model (USD)", models, fmt=money)),
         _section("Cost by project",
-                 svg.hbars("by-project", "Cost by project (USD)", _top(data.by_project),
-                           fmt=money)),
+                 svg.hbars("by-project", "Cost by project (USD)",
+                           caps.chart_rows(data.by_project, TOP_ROWS), fmt=money)),
         _section("Prompt cache after an idle gap",
                  _table(("main requests after", "requests", "prompt rewritten to cache"),
                         [(label, f"{b.requests:,}", f"{b.write_share:.1%}") for label, b in gaps],
