@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from exporter.shown import visible
+
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}  # the logging module's numbers
 
 
@@ -98,6 +100,16 @@ def _structlog(threshold: int, fmt: str, stream: TextIO | None) -> Any:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            *(() if use_json else (_visible,)),  # JSON escapes control characters itself
             renderer,
         ],
     )
+
+
+def _visible(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Console lines: a value from outside (a transcript's path) never sends terminal codes.
+
+    A traceback keeps its line breaks: it is ours, and unreadable on one line.
+    """
+    return {k: visible(v) if isinstance(v, str) and k != "exception" else v
+            for k, v in event.items()}

@@ -14,12 +14,14 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from exporter.projections import caps
 from exporter.projections.facts import Usage
 from exporter.projections.figures import Covered, SessionRow, Spread, Summary
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
 from exporter.records import ACTIVE_GAP_SECONDS
+from exporter.shown import clip, markup, text
 
 if TYPE_CHECKING:  # rich is imported where tables are drawn: `report --json` never needs it
     from rich.console import Console
@@ -171,14 +173,18 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
     """Requests, tokens, cost, the cache's saving and unpriced tokens per model or per source.
 
     A narrow console gets no input/read/write/saved columns, so model ids stay on one line.
+    Past :data:`caps.SUMMARY_MODELS` groups, the costliest are shown and one row
+    sums the rest.
     """
     extra = ("input", "read", "write") if wide else ()
     saved = ("cache saved",) if wide else ()
     table = new_table(title, first, "requests", *extra, "output", "cost", *saved, "unpriced")
-    for name, t in groups.items():
+    capped = caps.costliest(groups, caps.SUMMARY_MODELS)
+    rest = ((caps.other_label(capped.more), capped.rest),) if capped.more else ()
+    for label, t in (*capped.shown, *rest):
         middle = (t.input, t.cache_read, t.cache_write) if wide else ()
         table.add_row(
-            name,
+            text(clip(label)),
             f"{t.requests:,}",
             *map(tokens, (*middle, t.output)),
             cost_cell(t),
@@ -201,7 +207,7 @@ def _sessions(rows: Iterable[SessionRow]) -> Table:
     )
     for row in rows:
         table.add_row(
-            row.session[:8],
+            text(row.session[:8]),
             f"{row.requests:,}",
             f"{row.span_hours:.1f} h",
             duration(row.gap_p50),
@@ -218,7 +224,8 @@ def _context_costs(costs: Iterable[ContextCost]) -> Table:
     for c in costs:
         tier = " (long context)" if c.long else ""
         ratio = c.recomputed_pico / c.cached_pico if c.cached_pico else 0.0
-        table.add_row(f"{short_name(c.model)} · {c.quantile}{tier}", tokens(c.context),
+        label = text(f"{clip(short_name(c.model))} · {c.quantile}{tier}")
+        table.add_row(label, tokens(c.context),
                       usd(c.cached_pico / 1e12), usd(c.recomputed_pico / 1e12),
                       f"{ratio:.0f}×" if ratio else "—")
     return table
@@ -252,7 +259,7 @@ def _upload_and_lines(f: Summary) -> Table:
                                            if k != "rejected"))
     table.add_row("rejected lines", f"{lines['rejected']:,}")
     for reason, n in sorted(f.rejected.items()):
-        table.add_row(f"  rejected: {reason}", f"{n:,}")
+        table.add_row(text(f"  rejected: {reason}"), f"{n:,}")
     _iteration_rows(table, f.iterations)
     return table
 
@@ -270,7 +277,7 @@ def _iteration_rows(table: Table, kinds: Mapping[str, int]) -> None:
     unknown = sorted(((n, k) for k, n in kinds.items() if k not in known), reverse=True)
     for n, kind in unknown[:MAX_UNKNOWN_ROWS]:
         # Names are plain ones (exporter.ingest.iterations), or just "unknown".
-        table.add_row(f"  type {kind.partition(':')[2] or '?'}", f"{n:,} not priced")
+        table.add_row(text(f"  type {kind.partition(':')[2] or '?'}"), f"{n:,} not priced")
     if rest := sum(n for n, _ in unknown[MAX_UNKNOWN_ROWS:]):
         table.add_row("  other types", f"{rest:,} not priced")
 
@@ -297,17 +304,25 @@ def render_text(figures: Summary, console: Console) -> None:
 
 
 def render_prices(figures: Summary, pricing: Pricing, console: Console) -> None:
-    """Where the prices come from, and how to price each model that has none."""
+    """Where the prices come from, and how to price each model that has none.
+
+    Past :data:`caps.UNPRICED_LINES` unpriced models, the most used get a line
+    and one more line counts the rest (``report --json`` lists every model).
+    """
     info = pricing.describe()
     source = f"{info['package']} {info['version']}".strip() or "no price database"
     dated = f", prices to {info['data_date']}" if info["data_date"] else ""
     # soft_wrap: each is one line of text however narrow the terminal (grep, copy).
-    console.print(f"Prices: {source}{dated} ({info['origin']}; overrides: {info['overrides']})",
-                  soft_wrap=True)
-    for model, usage in sorted(figures.by_model.items()):
-        if usage.unpriced:
-            console.print(f"  unpriced: {tokens(usage.unpriced)} tokens — "
-                          f"{pricing.unpriced_help(model)}", soft_wrap=True)
+    console.print(text(f"Prices: {source}{dated} ({info['origin']}; overrides: "
+                       f"{info['overrides']})"), soft_wrap=True)
+    unpriced = {m: u for m, u in sorted(figures.by_model.items()) if u.unpriced}
+    capped = caps.costliest(unpriced, caps.UNPRICED_LINES)
+    for model, usage in capped.shown:
+        console.print(text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
+                           f"{pricing.unpriced_help(model)}"), soft_wrap=True)
+    if capped.more:
+        console.print(f"  unpriced: {tokens(capped.rest.unpriced)} tokens of {capped.more:,} more "
+                      "models (report --json lists every model)", soft_wrap=True)
 
 
 def header(title: str, covered: Covered) -> str:
@@ -322,7 +337,7 @@ def header(title: str, covered: Covered) -> str:
     else:
         last = covered.last if covered.last is not None else covered.first
         span = f"{when(covered.first, zone)} → {when(last, zone)}"
-    line = f"[bold]{title}[/bold] · {zone.name} · {span}"
+    line = f"[bold]{markup(title)}[/bold] · {markup(zone.name)} · {span}"
     asked = [f"{name} {when(ts, zone)}" for name, ts in (("since", rng.since),
                                                         ("until", rng.until)) if ts is not None]
     return line + (f"\n  range asked: {', '.join(asked)}" if asked else "")

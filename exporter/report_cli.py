@@ -22,7 +22,7 @@ from typing import Any, Final
 from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
-from exporter.projections import figures, views
+from exporter.projections import caps, figures, views
 from exporter.projections.facts import (
     CONTEXT_SQL,
     FilterError,
@@ -34,6 +34,7 @@ from exporter.projections.facts import (
 )
 from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
 from exporter.records import Source
+from exporter.shown import visible
 
 SUMMARY: Final = "summary"
 LIMITS: Final = "limits"  # the status line's plan windows (docs/plan-limits.md)
@@ -187,8 +188,8 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
         projects = (resolve_projects(known_values(base, "project"), args.project)
                     if args.project else ())
         models = resolve_models(known_values(base, "model"), args.model) if args.model else ()
-    except FilterError as exc:
-        raise UsageError(str(exc)) from None
+    except FilterError as exc:  # it names the ledger's projects and models: transcript data
+        raise UsageError(visible(str(exc))) from None
     sources = tuple(s for s in Source if s.label in args.source)
     return dataclasses.replace(base, projects=projects, models=models, sources=sources)
 
@@ -221,7 +222,10 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
         from exporter import report_views  # noqa: PLC0415 - rich, for tables only
 
         return report_views.run_limits(req.output, req.range, settings.ledger_path, prices, now)
-    options = views.Options(order=args.order, limit=args.limit, breakdown=args.breakdown,
+    limit = args.limit
+    if limit is None and req.output == "text":  # a table for people has a cap; JSON, CSV all
+        limit = caps.view_rows(req.view)
+    options = views.Options(order=args.order, limit=limit, breakdown=args.breakdown,
                             block_rule=args.block_rule, now=now)
     view = views.build(req.view, sel, prices, options)
     from exporter import report_views  # noqa: PLC0415 - rich, for tables only

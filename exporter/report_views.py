@@ -24,14 +24,17 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from exporter.plan.cost import ledger_cost
 from exporter.plan.figures import Instance, PlanFigures, instances, limits_rows, plan_figures
+from exporter.projections import caps
 from exporter.projections.facts import Prices, Usage
 from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.views import ActiveBlock, Row, View
 from exporter.report import cost_cell, duration, header, pct, to_json, tokens, usd, when
+from exporter.shown import clip, csv_cell, text
 from exporter.sqlite import sqlite3
 
 TITLES: Final = {
@@ -56,13 +59,16 @@ class Column:
 
 
 def short_model(model: str) -> str:
-    """A model id without the ``claude-`` prefix and date: ``opus-4-6``, ``sonnet-4-5``."""
-    return _DATE_SUFFIX.sub("", model.removeprefix("claude-"))
+    """A model id without the ``claude-`` prefix and date: ``opus-4-6``, ``sonnet-4-5``.
+
+    Shown, never run, and cut to :data:`exporter.shown.NAME_CHARS` characters.
+    """
+    return clip(_DATE_SUFFIX.sub("", model.removeprefix("claude-")))
 
 
 def _basename(path: str) -> str:
-    """The last part of a project path."""
-    return path.rstrip("/").rsplit("/", 1)[-1] or path
+    """The last part of a project path, shown and cut like a model id."""
+    return clip(path.rstrip("/").rsplit("/", 1)[-1] or path)
 
 
 def _zone(view: View) -> Zone:
@@ -88,7 +94,15 @@ USAGE: Final = (
     _figure("re-read", lambda u: f"{u.reread_ratio:,.0f}×" if u.output else "—", 3),
     _figure("unpriced", lambda u: tokens(u.unpriced) if u.unpriced else "—", 3),
 )
-MODELS: Final = Column("models", lambda v, r: ", ".join(map(short_model, r.models)) or "—")
+def _models(view: View, row: Row) -> str:
+    """The row's models by name; past caps.MODEL_NAMES, the costliest and how many more."""
+    if not row.top_models:
+        return ", ".join(map(short_model, row.models)) or "—"
+    more = len(row.models) - len(row.top_models)
+    return ", ".join(map(short_model, row.top_models)) + f", +{more:,} more"
+
+
+MODELS: Final = Column("models", _models)
 
 
 def _block_status(view: View, row: Row) -> str:
@@ -135,7 +149,11 @@ def fitting(view: View, console: Console) -> Table:
 
 
 def table(view: View, level: int) -> Table:
-    """The view's table: rows (and their per-model rows), then the total."""
+    """The view's table: rows (and their per-model rows), the rows left out, then the total.
+
+    Rows past --limit (or :func:`caps.view_rows`) are summed in one row, and so
+    are a row's models past :data:`caps.BREAKDOWN_MODELS`: every column adds up.
+    """
     cols = columns(view, level)
     out = Table(box=box.SIMPLE_HEAD)
     for i, col in enumerate(cols):
@@ -143,19 +161,25 @@ def table(view: View, level: int) -> Table:
         out.add_column(col.title, justify="left" if i == 0 or last else "right",
                        no_wrap=not last, overflow="fold")
     for row in view.rows:
-        out.add_row(*(c.cell(view, row) for c in cols))
-        for model, usage in row.breakdown:
+        out.add_row(*(text(c.cell(view, row)) for c in cols))
+        capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
+        for model, usage in capped.shown:
             out.add_row(*_other(cols, f"  └ {short_model(model)}", usage), style="dim")
+        if capped.more:
+            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
+                        style="dim")
+    if len(view.rows) < view.count:
+        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
     out.add_section()
     out.add_row(*_other(cols, "total", view.total), style="bold")
     return out
 
 
-def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[str]:
+def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[Text]:
     """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
     cells = [c.usage(usage) if c.usage else "" for c in cols]
     cells[0] = label
-    return cells
+    return [text(c) for c in cells]
 
 
 def render_view(view: View, console: Console) -> None:
@@ -166,8 +190,8 @@ def render_view(view: View, console: Console) -> None:
         return
     console.print(fitting(view, console))
     if len(view.rows) < view.count:
-        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit); "
-                      "the total covers all of them")
+        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit; --json and "
+                      "--csv list them all); the other row and the total cover all of them")
     if view.active is not None:
         console.print(active_line(view.active))
 
@@ -276,12 +300,13 @@ def csv_header(view: View) -> list[str]:
 def _csv(records: list[dict[str, Any]], header: list[str]) -> str:
     """Records as CSV under ``header``: the header line even with no record.
 
-    Booleans are written as in the JSON, ``true``/``false`` (not Python's ``True``).
+    Booleans are written as in the JSON, ``true``/``false`` (not Python's ``True``);
+    strings from transcripts are shown, never run (:func:`exporter.shown.csv_cell`).
     """
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: (("true" if v else "false") if isinstance(v, bool) else v)
+    writer.writerows({k: (("true" if v else "false") if isinstance(v, bool) else csv_cell(v))
                       for k, v in r.items()} for r in records)
     return buffer.getvalue()
 
@@ -356,7 +381,7 @@ def render_limits(view: Limits, console: Console) -> None:
                  f"1 % ≈ {usd(value)}, the window ≈ {usd(100 * value)} at list price "
                  f"({est.pairs:,} sample pairs, {est.windows} "
                  f"window{'' if est.windows == 1 else 's'})")
-        console.print(f"{name}: {100 * win.used_ratio:.0f} % used, {resets} · {worth}")
+        console.print(text(f"{name}: {100 * win.used_ratio:.0f} % used, {resets} · {worth}"))
     if not view.instances:
         console.print("No window in this range.")
         return
@@ -392,7 +417,7 @@ def limits_table(view: Limits, level: int) -> Table:
         out.add_column(title, justify="left" if title in ("window", "status") or i == 0
                        else "right", no_wrap=True)
     for inst in view.instances:
-        out.add_row(*(cell(inst, view) for _, cell in cols))
+        out.add_row(*(text(cell(inst, view)) for _, cell in cols))
     return out
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from exporter import slots
-from exporter.projections import periods
+from exporter.projections import caps, periods
 from exporter.projections.facts import ZERO, Fact, Facts, Prices, Selection, TimeKey, Usage
 from exporter.projections.figures import Covered, gap_counts, session_medians
 from exporter.projections.periods import Zone, day_date
@@ -51,6 +51,7 @@ class Row:
     sessions: int = 0  # project view: how many sessions
     gap_p50: float | None = None  # session view: median gap between main requests, seconds
     active: bool = False  # blocks: the block still open at the report's time
+    top_models: tuple[str, ...] = ()  # the costliest caps.MODEL_NAMES, if it used more models
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class View:
     rows: tuple[Row, ...]
     total: Usage
     count: int  # rows before --limit
+    rest: Usage = ZERO  # the rows --limit left out, summed: shown rows + rest = total
     breakdown: bool = False
     active: ActiveBlock | None = None
     block_rule: str = BLOCK_RULES[0]
@@ -142,10 +144,11 @@ def build(name: str, selection: Selection, prices: Prices, options: Options) -> 
         raise ValueError(f"unknown view {name!r}; expected one of {', '.join(VIEWS)}")
     total = sum((r.usage for r in rows), ZERO)
     ordered = order_rows(rows, options.order or DEFAULT_ORDER.get(name, "oldest"))
-    shown = ordered if options.limit is None else ordered[: max(options.limit, 0)]
+    cut = len(ordered) if options.limit is None else max(options.limit, 0)
     filters = {"projects": selection.projects, "models": selection.models,
                "sources": tuple(s.label for s in selection.sources)}
-    return View(name, covered, tuple(shown), total, len(rows), options.breakdown, active,
+    return View(name, covered, tuple(ordered[:cut]), total, len(rows),
+                sum((r.usage for r in ordered[cut:]), ZERO), options.breakdown, active,
                 options.block_rule, filters)
 
 
@@ -187,8 +190,10 @@ class _Acc:
     def row(self, label: str, start: float, end: float, breakdown: bool, **extra: Any) -> Row:
         """The finished row."""
         parts = tuple(sorted(self.models.items())) if breakdown else ()
+        top = caps.costliest(self.models, caps.MODEL_NAMES)
         return Row(label, start, end, self.usage, tuple(sorted(self.models)), parts,
-                   self.first, self.last, **extra)
+                   self.first, self.last, **extra,
+                   top_models=tuple(m for m, _ in top.shown) if top.more else ())
 
 
 def _fold(found: Iterable[Fact], key: Callable[[Fact], Any]) -> dict[Any, _Acc]:

@@ -30,7 +30,7 @@ from typing import Any, Final, cast
 from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
-from exporter.projections import figures
+from exporter.projections import caps, figures
 from exporter.projections.facts import (
     CONTEXT_SQL,
     ZERO,
@@ -92,18 +92,22 @@ class PageData:
     prices: Mapping[str, str] = field(default_factory=dict)  # Pricing.describe(), as report's
 
     def to_json(self) -> dict[str, Any]:
-        """``report --json``'s object for the page's range, plus the page's own figures."""
-        return {**self.summary.to_json(), "prices": dict(self.prices), "page": {
+        """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""
+        projects, rest = self.by_project[:caps.API_ROWS], self.by_project[caps.API_ROWS:]
+        page: dict[str, Any] = {
             "generated": iso(self.now, self.zone),
             "cost_usd": {k: round(v, 6) for k, v in self.periods.items()},
             "budget_usd": dict(self.budgets),
             "daily_cost_usd": [{"day": d, "cost_usd": round(c, 6)} for d, c in self.daily],
             "by_project_cost_usd": [{"project": p, "cost_usd": round(c, 6)}
-                                    for p, c in self.by_project],
+                                    for p, c in projects],
             "active_sessions": dict(self.active),
             "plan_windows": [{"window": w.name, "used_ratio": w.used_ratio,
                               "resets_at": iso(w.resets_at, self.zone)} for w in self.plan],
-        }}
+        }
+        if rest:
+            page["by_project_other"] = caps.other_cost(rest, "projects")
+        return {**caps.summary_json(self.summary), "prices": dict(self.prices), "page": page}
 
 
 class LedgerSource:
@@ -296,13 +300,6 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[str]], name: str) -> str
     return f'<table data-table="{name}"><tr>{cols}</tr>{body}</table>'
 
 
-def _top(rows: Sequence[tuple[str, float]], n: int = TOP_ROWS) -> list[tuple[str, float]]:
-    """The first ``n`` rows and one ``other`` row for the rest."""
-    if len(rows) <= n:
-        return list(rows)
-    return [*rows[: n - 1], ("other", sum(v for _, v in rows[n - 1:]))]
-
-
 def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
     """Running sums of the daily costs."""
     out, run = [], 0.0
@@ -326,8 +323,8 @@ def render(data: PageData, version: str) -> str:
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
               ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]
-    models = _top(sorted(((m, u.cost_usd) for m, u in s.by_model.items()),
-                         key=lambda kv: (-kv[1], kv[0])))
+    models = caps.chart_rows(sorted(((m, u.cost_usd) for m, u in s.by_model.items()),
+                                    key=lambda kv: (-kv[1], kv[0])), TOP_ROWS)
     gaps = [(label, s.buckets.get(key, figures.GapBucket())) for key, label in (
         ("first", "first request"), ("lt_5m", "under 5 min"), ("5m_to_1h", "5 min to 1 h"),
         ("gt_1h", "over 1 h"))]
@@ -351,8 +348,8 @@ def render(data: PageData, version: str) -> str:
                    f' · cost <b data-figure="cost-30d">{money(t.cost_usd)}</b></p>'),
         _section("Cost by model", svg.hbars("by-model", "Cost by model (USD)", models, fmt=money)),
         _section("Cost by project",
-                 svg.hbars("by-project", "Cost by project (USD)", _top(data.by_project),
-                           fmt=money)),
+                 svg.hbars("by-project", "Cost by project (USD)",
+                           caps.chart_rows(data.by_project, TOP_ROWS), fmt=money)),
         _section("Prompt cache after an idle gap",
                  _table(("main requests after", "requests", "prompt rewritten to cache"),
                         [(label, f"{b.requests:,}", f"{b.write_share:.1%}") for label, b in gaps],
