@@ -189,7 +189,8 @@ class LedgerSource:
         found = Facts(selection, self._prices, by_class=True, keep_project=True).collect(
             TimeKey(day, aligned, day_aligned=utc))
         days: dict[int, Usage] = {}
-        policy = LabelPolicy(self._project_label)
+        # The label policy's privacy, not its metric cap: the page ranks by cost and caps itself.
+        policy = LabelPolicy(self._project_label, max_projects=max(1, len(found)))
         projects: dict[str, int] = {}
         for f in found:
             days[int(f.key)] = days.get(int(f.key), ZERO) + f.usage
