@@ -34,6 +34,7 @@ from exporter.logs import make_logger
 from exporter.parts import daemon_parts, metrics_options, scan_options
 from exporter.progress import progress_bar
 from exporter.projections.facts import Prices
+from exporter.projections.instruments import MetricsDisabledError
 from exporter.projections.pricing import Pricing, load_pricing
 
 Environ = Mapping[str, str]
@@ -596,7 +597,8 @@ def _failed(command: str, exc: Exception, log: Any) -> int:
         log.error("ledger_unusable", detail=str(exc))
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_LEDGER
-    elif isinstance(exc, ConfigError):  # found at start-up: a busy port, a bad certificate
+    # Found at start-up: a busy port, a bad certificate, an environment that switches metrics off.
+    elif isinstance(exc, ConfigError | MetricsDisabledError):
         message = f"claude-code-exporter: {exc}"
     else:
         log.error("command_failed", command=command, error=type(exc).__name__,
