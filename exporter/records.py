@@ -170,6 +170,9 @@ class LineCounts:
     usage_lines: int = 0
     other: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
+    # Lines read despite an oddity that was mended (by kind, e.g. "lone_surrogate"): each
+    # is also counted above, as whatever it turned out to be.
+    mended: Counter[str] = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
@@ -181,6 +184,7 @@ class LineCounts:
         self.usage_lines += other.usage_lines
         self.other += other.other
         self.rejected.update(other.rejected)
+        self.mended.update(other.mended)
 
 
 @dataclass(slots=True)

@@ -24,11 +24,19 @@ A timestamp more than ``FUTURE_SLACK_SECONDS`` ahead of the clock is not a
 time a request was made (a broken clock, an edited file, year 9999): such a
 line is rejected as ``bad_timestamp`` rather than kept as a session that
 stays "active" and a last-request time far in the future.
+
+Claude Code is JavaScript: a string cut in the middle of an emoji is written
+with a lone surrogate escape (the high half of a pair, escaped, and no low
+half after it), which msgspec refuses. Such escapes are mended to U+FFFD
+before decoding (same length, so every byte offset stays put): the line's
+usage is intact, no string that reaches the ledger holds a surrogate, and
+each mended line is counted (``LineCounts.mended``).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -57,6 +65,15 @@ class RejectReason:
     NEGATIVE_TOKENS = "negative_tokens"
     MISSING_ID = "missing_id"
     BAD_TIMESTAMP = "bad_timestamp"
+
+
+LONE_SURROGATE: Final = "lone_surrogate"  # LineCounts.mended: a lone surrogate escape mended
+
+# A \\uXXXX escape of a surrogate (an odd run of backslashes before the u): a high one and
+# the low one after it (a pair, kept), or a lone one (group 2 alone, mended to U+FFFD).
+_SURROGATE_ESCAPE: Final = re.compile(
+    rb"(?<!\\)((?:\\\\)*\\u)([dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
+    rb"|[dD][c-fC-F][0-9a-fA-F]{2})")
 
 
 # A container field may hold any JSON value; only an object of the expected
@@ -189,6 +206,10 @@ def parse_lines(
     are judged against; lines over ``max_line_bytes`` are ``too_long``.
     """
     out = into if into is not None else Parsed()
+    if b"\\ud" in data or b"\\uD" in data:  # two fast searches; a hit is rare
+        data, mended = _mend_surrogates(data)
+        if mended:
+            out.counts.mended[LONE_SURROGATE] += mended
     horizon = (time.time() if now is None else now) + FUTURE_SLACK_SECONDS
     parse = _parse_fast if fast else _parse_tolerant
     state = parse(data, compaction_file, out, horizon, max_line_bytes)
@@ -196,6 +217,24 @@ def parse_lines(
     for key, s in state.items():  # each request built once per batch, not once per line
         known[key] = new(Request, s)  # what Request._make does, without the call
     return out
+
+
+def _mend_surrogates(data: bytes) -> tuple[bytes, int]:
+    """``data`` with each lone surrogate escape made U+FFFD's, and how many lines changed."""
+    lines = data.split(b"\n")
+    mended = 0
+    for i, line in enumerate(lines):
+        fixed = _SURROGATE_ESCAPE.sub(_mend_one, line)
+        if fixed != line:
+            lines[i] = fixed
+            mended += 1
+    return (b"\n".join(lines), mended) if mended else (data, 0)
+
+
+def _mend_one(match: re.Match[bytes]) -> bytes:
+    """One surrogate escape: a pair as it is, a lone one as U+FFFD (six bytes either way)."""
+    escape = match.group(2)
+    return match.group(0) if len(escape) > 4 else match.group(1) + b"fffd"
 
 
 def _parse_tolerant(
