@@ -1,0 +1,59 @@
+"""Ingest edges, round 3: lone surrogates, a clock behind, symlinked folders, same-size rewrites."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from exporter.ingest.parse import parse_lines
+from exporter.ingest.scan import Scanner
+from exporter.ledger import Ledger
+from tests.conftest import assistant, jsonl
+from tests.test_scan_events import Log
+
+
+def _line(rec: dict[str, object], old: str, new: str) -> bytes:
+    """One compact JSON line of ``rec`` with the text ``old`` replaced by raw ``new`` bytes."""
+    return json.dumps(rec, separators=(",", ":")).replace(old, new).encode() + b"\n"
+
+
+def test_lone_surrogate_escapes_are_mended_counted_and_stored(tmp_path: Path) -> None:
+    """A JavaScript string cut mid-emoji keeps its request; the ledger stores U+FFFD."""
+    projects = tmp_path / "projects" / "-p"
+    projects.mkdir(parents=True)
+    cut_text = _line(assistant("a", "r1"), '"text":"hi"', '"text":"ab\\ud83d"')
+    cut_cwd = _line(assistant("b", "r2", cwd="/w/CWD"), "CWD", "x\\udc00y")
+    pair = _line(assistant("c", "r3"), '"text":"hi"', '"text":"\\ud83d\\ude00 and \\\\ud83d"')
+    (projects / "s.jsonl").write_bytes(cut_text + cut_cwd + pair)
+    parsed = parse_lines(cut_text + cut_cwd + pair)
+    assert (len(parsed.requests), dict(parsed.counts.rejected)) == (3, {})
+    assert dict(parsed.counts.mended) == {"lone_surrogate": 2}
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log()).scan()
+    got = {r.key.split("\x1f")[0]: r for r in ledger.requests()}
+    assert sorted(got) == ["a", "b", "c"]
+    assert got["b"].project == "/w/x\ufffdy"
+    assert ledger.counters("mended") == {"lone_surrogate": 2}
+    assert ledger.counters("lines") == {"usage": 3}
+    ledger.close()
+
+
+def test_a_same_size_rewrite_anywhere_is_read_again_and_a_touch_is_not(tmp_path: Path) -> None:
+    """2,960 of 3,000 requests rewritten in place, same length: all counted; a touch reads none."""
+    projects = tmp_path / "projects" / "-p"
+    projects.mkdir(parents=True)
+    f = projects / "s.jsonl"
+    f.write_bytes(jsonl(*(assistant(f"a{i:05}", f"r{i:05}") for i in range(3000))))
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    scanner = Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log())
+    scanner.scan()
+    size = f.stat().st_size
+    with f.open("r+b") as fh:  # same inode, same length: only the middle is new
+        fh.write(jsonl(*(assistant(f"a{i:05}" if i < 20 or i > 2979 else f"b{i:05}", f"r{i:05}")
+                         for i in range(3000))))
+    assert f.stat().st_size == size
+    result = scanner.scan()
+    assert (result.rereads, ledger.count()) == (1, 3000 + 2960)
+    f.touch()  # the same bytes, a new mtime: checked, not read
+    assert (scanner.scan().bytes_read, ledger.counters("lines")["usage"]) == (0, 5960)
+    ledger.close()
