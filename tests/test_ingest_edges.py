@@ -57,3 +57,47 @@ def test_a_same_size_rewrite_anywhere_is_read_again_and_a_touch_is_not(tmp_path:
     f.touch()  # the same bytes, a new mtime: checked, not read
     assert (scanner.scan().bytes_read, ledger.counters("lines")["usage"]) == (0, 5960)
     ledger.close()
+
+
+def _linked_tree(tmp: Path) -> tuple[Path, Path]:
+    """projects/ whose folders are links elsewhere (a dotfiles set-up), with loops and aliases.
+
+    Returns (projects, the folder elsewhere that projects/p1 links to).
+    """
+    projects, elsewhere = tmp / "claude" / "projects", tmp / "sync"
+    (elsewhere / "p1" / "s1" / "subagents").mkdir(parents=True)
+    (elsewhere / "p1" / "s1.jsonl").write_bytes(jsonl(assistant("a1", "r1"), assistant("a2", "r2")))
+    (elsewhere / "p1" / "s1" / "subagents" / "agent-x.jsonl").write_bytes(
+        jsonl(assistant("a3", "r3", sidechain=True)))
+    (elsewhere / "lone.jsonl").write_bytes(jsonl(assistant("a4", "r4")))
+    (projects / "p2").mkdir(parents=True)
+    (projects / "p2" / "s2.jsonl").write_bytes(jsonl(assistant("a5", "r5")))
+    (projects / "p1").symlink_to(elsewhere / "p1", target_is_directory=True)
+    (projects / "p3").symlink_to(elsewhere / "p1", target_is_directory=True)  # a second link
+    (projects / "alias").symlink_to(projects / "p2", target_is_directory=True)  # in the tree
+    (projects / "p2" / "loop").symlink_to(projects, target_is_directory=True)
+    (projects / "p2" / "up").symlink_to("..", target_is_directory=True)
+    (projects / "p2" / "lone.jsonl").symlink_to(elsewhere / "lone.jsonl")
+    (projects / "p2" / "twin.jsonl").symlink_to(projects / "p2" / "s2.jsonl")
+    return projects, elsewhere / "p1"
+
+
+def test_symlinked_folders_and_files_are_read_each_real_file_once(tmp_path: Path) -> None:
+    """Linked project folders and files are read, each file once, also by event passes."""
+    projects, p1 = _linked_tree(tmp_path)
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    scanner = Scanner(ledger, [projects], workers=1, log=Log())
+    assert sorted(Path(p).relative_to(projects).as_posix() for p in scanner.files()) == [
+        "p1/s1.jsonl", "p1/s1/subagents/agent-x.jsonl", "p2/lone.jsonl", "p2/s2.jsonl"]
+    scanner.scan()
+    assert (ledger.count(), ledger.counters("lines")) == (5, {"usage": 5})
+    with (p1 / "s1.jsonl").open("ab") as fh:
+        fh.write(jsonl(assistant("a6", "r6")))
+    with (projects / "p2" / "s2.jsonl").open("ab") as fh:
+        fh.write(jsonl(assistant("a7", "r7")))
+    # Watches follow links: events name files by the link they were reached through.
+    event = scanner.scan(paths=[str(projects / "p1" / "s1.jsonl"),
+                                str(projects / "alias" / "s2.jsonl")])
+    assert (event.new_requests, scanner.scan().bytes_read) == (2, 0)
+    assert (ledger.count(), ledger.counters("lines")) == (7, {"usage": 7})
+    ledger.close()

@@ -5,8 +5,14 @@ Roots, in order: every entry of ``$CLAUDE_CONFIG_DIR`` (a comma list), then
 Explicit data directories replace the defaults. Each root may be a Claude
 config directory (``…/projects`` below it) or a ``projects`` directory itself.
 The walk is recursive (subagent, compaction and workflow files sit deeper),
-iterative (no recursion limit to hit), bounded in depth, and never follows
-directory symlinks, so a link loop cannot trap it.
+iterative (no recursion limit to hit) and bounded in depth. It follows
+symlinks (a dotfiles or sync set-up links each ``projects/<p>`` to a folder
+elsewhere) after the real tree: a linked directory is entered once whatever
+the names that reach it (by device and inode), and never a link to a
+projects directory or to one above it (a loop). A file is found once
+whatever its names: by its real name in the tree when it has one, else by
+its smallest name through a link. ``canonical_key`` gives an event's path
+the same name.
 
 File names are bytes to the kernel and need not be UTF-8. Paths travel
 through the pipeline as *keys*: the path itself when it is valid UTF-8 (every
@@ -18,7 +24,7 @@ system call.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 from urllib.parse import unquote_to_bytes
@@ -68,49 +74,108 @@ def projects_dirs(roots: Iterable[Path]) -> list[Path]:
 def find_transcripts(
     dirs: Sequence[Path], on_problem: OnProblem | None = None, *, max_depth: int = MAX_DEPTH,
 ) -> list[str]:
-    """Every ``*.jsonl`` file below ``dirs``, sorted, as absolute path keys.
+    """Every ``*.jsonl`` file below ``dirs``, sorted, as absolute path keys, each file once.
 
     Directories deeper than ``max_depth`` levels are not entered; each walk
     that met some reports them once, with their number, as
     ``transcript_dirs_too_deep``.
     """
-    found: set[str] = set()
+    tops = []
     for top in dirs:
-        if not top.is_dir():
-            if on_problem:
-                on_problem("transcript_root_missing", path_key(str(top)), "not a directory")
-            continue
-        found.update(_walk(os.path.abspath(top), on_problem, max_depth))
-    return sorted(found)
+        if top.is_dir():
+            tops.append(os.path.abspath(top))
+        elif on_problem:
+            on_problem("transcript_root_missing", path_key(str(top)), "not a directory")
+    walk = _Walk(on_problem, max_depth, [os.path.realpath(t) for t in tops])
+    for top in tops:  # the real trees first: their names win, and their directories are known
+        walk.tree([(top, 0)], top)
+    while walk.links:  # then what links reach, in name order, round by round
+        pending, walk.links = sorted(walk.links), []
+        walk.tree(pending[::-1], pending[0][0], linked=True)
+    return sorted(key for _, key in walk.names.values())
 
 
-def _walk(top: str, on_problem: OnProblem | None, max_depth: int) -> Iterator[str]:
-    """Yield the transcript keys below one directory, depth first, without recursion."""
-    stack = [(top, 0)]
-    too_deep = 0
-    while stack:
-        where, depth = stack.pop()
+class _Walk:
+    """One walk's state: directories entered, each file's best name, links still to follow."""
+
+    def __init__(self, on_problem: OnProblem | None, max_depth: int, real_tops: list[str]) -> None:
+        """A walk below tops whose resolved paths are ``real_tops``."""
+        self.on_problem = on_problem
+        self.max_depth = max_depth
+        self.real_tops = real_tops
+        self.entered: set[tuple[int, int]] = set()  # (device, inode) of directories walked
+        self.names: dict[object, tuple[bool, str]] = {}  # file identity -> (linked, key)
+        self.links: list[tuple[str, int]] = []  # linked directories to walk, with their depth
+
+    def tree(self, stack: list[tuple[str, int]], label: str, *, linked: bool = False) -> None:
+        """Walk the directories on ``stack`` and below, depth first, without recursion."""
+        too_deep = 0
+        while stack:
+            where, depth = stack.pop()
+            listed, dev = self._list(where)
+            for entry in listed:
+                if _is_dir(entry):
+                    if depth + 1 > self.max_depth:
+                        too_deep += 1
+                    elif not entry.is_symlink():
+                        stack.append((entry.path, depth + 1))
+                    elif not self._loops(entry.path):
+                        self.links.append((entry.path, depth + 1))
+                elif entry.name.endswith(".jsonl"):
+                    self._found(entry, dev, linked)
+        if too_deep and self.on_problem:
+            noun = "directory" if too_deep == 1 else "directories"
+            self.on_problem("transcript_dirs_too_deep", path_key(label),
+                            f"{too_deep} {noun} deeper than {self.max_depth} levels skipped")
+
+    def _list(self, where: str) -> tuple[list[os.DirEntry[str]], int]:
+        """The entries of a directory not entered yet (none if it was), and its device."""
         try:
+            st = os.stat(where)
+            if (st.st_dev, st.st_ino) in self.entered:
+                return [], 0  # reached again through a link: walked once
+            self.entered.add((st.st_dev, st.st_ino))
             with os.scandir(where) as entries:
-                listed = list(entries)
+                return list(entries), st.st_dev
         except OSError as err:
-            if on_problem:
-                on_problem("transcript_dir_unreadable", path_key(where), err.strerror or str(err))
-            continue
-        for entry in listed:
-            if _is_dir(entry):
-                if entry.is_symlink():
-                    continue  # a link loop (or a link out of the tree) is never followed
-                if depth + 1 > max_depth:
-                    too_deep += 1
-                else:
-                    stack.append((entry.path, depth + 1))
-            elif entry.name.endswith(".jsonl"):
-                yield path_key(entry.path)
-    if too_deep and on_problem:
-        noun = "directory" if too_deep == 1 else "directories"
-        on_problem("transcript_dirs_too_deep", path_key(top),
-                   f"{too_deep} {noun} deeper than {max_depth} levels skipped")
+            if self.on_problem:
+                self.on_problem("transcript_dir_unreadable", path_key(where),
+                                err.strerror or str(err))
+            return [], 0
+
+    def _loops(self, link: str) -> bool:
+        """True for a link to a projects directory walked, or to a directory above one."""
+        target = os.path.realpath(link)
+        return any(t == target or t.startswith(target.rstrip("/") + "/") for t in self.real_tops)
+
+    def _found(self, entry: os.DirEntry[str], dev: int, linked: bool) -> None:
+        """Note one transcript name; of several names of one file, the real one, else the least."""
+        key = path_key(entry.path)
+        ident: object = (dev, entry.inode())
+        if entry.is_symlink():
+            linked = True
+            try:
+                st = os.stat(entry.path)
+                ident = (st.st_dev, st.st_ino)
+            except OSError:
+                ident = key  # dangling or a loop: kept, so that reading it says why
+        best = self.names.get(ident)
+        if best is None or (linked, key) < best:
+            self.names[ident] = (linked, key)
+
+
+def canonical_key(path: str, tops: Sequence[str]) -> str:
+    """The key a full walk gives the file an event names (watches follow links too).
+
+    A file whose real location is below one of ``tops`` (absolute) is known
+    by its name there; any other by the name it was given.
+    """
+    real = os.path.realpath(path)
+    for top in tops:
+        real_top = os.path.realpath(top)
+        if real.startswith(real_top.rstrip("/") + "/"):
+            return path_key(top.rstrip("/") + real[len(real_top.rstrip("/")):])
+    return path_key(path)
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

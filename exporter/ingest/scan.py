@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from exporter.ingest.discover import (
+    canonical_key,
     find_transcripts,
     fs_path,
     is_compaction_file,
-    path_key,
     projects_dirs,
 )
 from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason, parse_lines
@@ -473,7 +473,7 @@ class Scanner:
             if os.path.isdir(path):
                 found.update(find_transcripts([Path(path)], self._problem))
             elif path.endswith(".jsonl") and os.path.lexists(path):
-                found.add(path_key(path))
+                found.add(canonical_key(path, tops))  # one name per file, as walked
         return sorted(found)
 
     def _checkpoints(self, full: bool) -> dict[str, Checkpoint]:
