@@ -101,3 +101,53 @@ def test_symlinked_folders_and_files_are_read_each_real_file_once(tmp_path: Path
     assert (event.new_requests, scanner.scan().bytes_read) == (2, 0)
     assert (ledger.count(), ledger.counters("lines")) == (7, {"usage": 7})
     ledger.close()
+
+
+def test_lines_ahead_of_a_clock_behind_are_read_once_it_catches_up(tmp_path: Path) -> None:
+    """A clock 2 days behind: 10 appended requests wait, and all count once it is right."""
+    projects = tmp_path / "projects" / "-p"
+    projects.mkdir(parents=True)
+    f = projects / "s.jsonl"
+    f.write_bytes(jsonl(assistant("old", "r0", ts="2030-01-01T00:00:00Z")))
+    real = 1893456000.0 + 3 * 86_400  # 2030-01-04T00:00:00Z
+    clock = [real - 2 * 86_400]
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    log = Log()
+    scanner = Scanner(ledger, [tmp_path / "projects"], workers=1, log=log, clock=lambda: clock[0])
+    scanner.scan()
+    with f.open("ab") as fh:  # written by a host whose clock is right
+        fh.write(jsonl(*(assistant(f"n{i}", f"rn{i}", ts=f"2030-01-04T00:00:{i:02}Z")
+                         for i in range(10))))
+    first = scanner.scan()
+    assert (ledger.count(), ledger.counters("rejected"), first.ahead) == (1, {}, 10)
+    assert scanner.scan().ahead == 10  # read again on every pass: the file need not change
+    assert ("warning", "transcript_lines_ahead_of_clock", {"path": str(f), "lines": 10}) \
+        in log.lines
+    clock[0] = real + 60  # the clock is fixed (a restart reads from the same checkpoint)
+    result = Scanner(ledger, [tmp_path / "projects"], workers=1, log=log,
+                     clock=lambda: clock[0]).scan()
+    assert (result.ahead, result.new_requests, ledger.count()) == (0, 10, 11)
+    assert ledger.counters("lines") == {"usage": 11} and ledger.counters("rejected") == {}
+    ledger.close()
+
+
+def test_an_absurd_or_contradicted_future_line_is_rejected_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    """Year 9999 alone, or 2 days ahead with a request in time after it: bad_timestamp now."""
+    projects = tmp_path / "projects" / "-p"
+    projects.mkdir(parents=True)
+    now = 1893456000.0  # 2030-01-01T00:00:00Z
+    (projects / "a.jsonl").write_bytes(jsonl(
+        assistant("in", "r1", ts="2030-01-01T00:00:00Z"),
+        assistant("ahead", "r2", ts="2030-01-03T00:00:00Z"),
+        assistant("in2", "r3", ts="2030-01-01T00:00:01Z")))
+    (projects / "b.jsonl").write_bytes(jsonl(
+        assistant("in3", "r4", ts="2030-01-01T00:00:00Z"),
+        assistant("far", "r5", ts="9999-12-31T23:59:59Z")))
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    result = Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log(),
+                     clock=lambda: now).scan()
+    assert (result.ahead, ledger.count(), ledger.counters("rejected")) == (
+        0, 3, {"bad_timestamp": 2})
+    ledger.close()

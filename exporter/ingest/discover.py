@@ -80,12 +80,12 @@ def find_transcripts(
     that met some reports them once, with their number, as
     ``transcript_dirs_too_deep``.
     """
-    tops = []
-    for top in dirs:
-        if top.is_dir():
-            tops.append(os.path.abspath(top))
+    tops: list[str] = []
+    for given in dirs:
+        if given.is_dir():
+            tops.append(os.path.abspath(given))
         elif on_problem:
-            on_problem("transcript_root_missing", path_key(str(top)), "not a directory")
+            on_problem("transcript_root_missing", path_key(str(given)), "not a directory")
     walk = _Walk(on_problem, max_depth, [os.path.realpath(t) for t in tops])
     for top in tops:  # the real trees first: their names win, and their directories are known
         walk.tree([(top, 0)], top)

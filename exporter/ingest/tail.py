@@ -25,6 +25,7 @@ skipped without ever being held in memory, and counted.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import io
@@ -141,6 +142,30 @@ def read_new(
     )
     return Chunk(path=path, data=data, start=begin, checkpoint=new_cp, restarted=restarted,
                  too_long=too_long, reason=reason if restarted else "")
+
+
+def cut_chunk(chunk: Chunk, at: int, before: Checkpoint | None) -> Chunk:
+    """``chunk`` up to the line start ``at`` (a file position inside it), to be read on from there.
+
+    The new checkpoint's ``size`` is ``at``: no file size equals it while
+    lines follow, so every later pass reads on from ``at`` although the file
+    may not change again. ``before`` is the checkpoint the chunk was read
+    from: its running CRC goes on over the bytes kept, when the chunk follows
+    it directly (else the next read computes the CRC from the start).
+    """
+    data = chunk.data[: at - chunk.start]
+    old = chunk.checkpoint
+    crc: int | None = None
+    if chunk.restarted or before is None:
+        crc = zlib.crc32(data) if chunk.start == 0 else None
+    elif chunk.start == before.offset:
+        base = _Marks.parse(before.fingerprint).crc
+        crc = None if base is None else zlib.crc32(data, base)
+    with open(os.open(fs_path(chunk.path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
+        tail = _tail_digest(fh, at)
+    marks = _Marks(_Marks.parse(old.fingerprint).head, tail, at, crc)
+    cp = dataclasses.replace(old, size=at, offset=at, fingerprint=marks.text())
+    return dataclasses.replace(chunk, data=data, checkpoint=cp)
 
 
 def _resume(
