@@ -56,6 +56,7 @@ def test_a_same_size_rewrite_anywhere_is_read_again_and_a_touch_is_not(tmp_path:
     assert (result.rereads, ledger.count()) == (1, 3000 + 2960)
     f.touch()  # the same bytes, a new mtime: checked, not read
     assert (scanner.scan().bytes_read, ledger.counters("lines")["usage"]) == (0, 5960)
+    assert ledger.checkpoints()[str(f)].mtime_ns == f.stat().st_mtime_ns  # checked once
     ledger.close()
 
 

@@ -388,7 +388,8 @@ class Scanner:
             if not any(path == t or path.startswith(t + os.sep) for t in tops):
                 continue  # beside projects/ (history.jsonl, todos): not a transcript
             if os.path.isdir(path):
-                found.update(find_transcripts([Path(path)], self._problem))
+                found.update(canonical_key(fs_path(key), tops)
+                             for key in find_transcripts([Path(path)], self._problem))
             elif path.endswith(".jsonl") and os.path.lexists(path):
                 found.add(canonical_key(path, tops))  # one name per file, as walked
         return sorted(found)

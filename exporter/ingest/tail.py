@@ -121,7 +121,11 @@ def read_new(
         start, probe, reason, crc = _resume(fh, st, cp)
         restarted = cp is not None and start == 0 and cp.offset > 0
         if start >= st.st_size and not restarted:
-            return None
+            if cp is None or cp.mtime_ns == st.st_mtime_ns:
+                return None
+            # Touched, and its bytes checked: remember the mtime, or each pass checks again.
+            return Chunk(path=path, data=b"", start=start, checkpoint=dataclasses.replace(
+                cp, size=st.st_size, mtime_ns=st.st_mtime_ns))
         data, begin, end, probe, too_long = _read_lines(fh, st.st_size, start, probe,
                                                          limit=limit, max_line=max_line)
         head = data[:FINGERPRINT_BYTES] if begin == 0 else _span(
