@@ -7,12 +7,12 @@ config directory (``…/projects`` below it) or a ``projects`` directory itself.
 The walk is recursive (subagent, compaction and workflow files sit deeper),
 iterative (no recursion limit to hit) and bounded in depth. It follows
 symlinks (a dotfiles or sync set-up links each ``projects/<p>`` to a folder
-elsewhere) after the real tree: a linked directory is entered once whatever
-the names that reach it (by device and inode), and never a link to a
-projects directory or to one above it (a loop). A file is found once
-whatever its names: by its real name in the tree when it has one, else by
-its smallest name through a link. ``canonical_key`` gives an event's path
-the same name.
+elsewhere) after the real trees, which cost nothing more than before: a
+folder a link reaches is entered once whatever the names that reach it (by
+its resolved path), not at all when it is in a walked tree, and never when
+it holds one (a loop). A file is found once whatever its names: by its real
+name in a tree when it has one, else by the first name a link gives it (in
+name order). ``canonical_key`` gives an event's path the same name.
 
 File names are bytes to the kernel and need not be UTF-8. Paths travel
 through the pipeline as *keys*: the path itself when it is valid UTF-8 (every
@@ -86,82 +86,100 @@ def find_transcripts(
             tops.append(os.path.abspath(given))
         elif on_problem:
             on_problem("transcript_root_missing", path_key(str(given)), "not a directory")
-    walk = _Walk(on_problem, max_depth, [os.path.realpath(t) for t in tops])
-    for top in tops:  # the real trees first: their names win, and their directories are known
-        walk.tree([(top, 0)], top)
-    while walk.links:  # then what links reach, in name order, round by round
+    walk = _Walk(on_problem, max_depth, tops)
+    for top in tops:  # the real trees first, as they are: no system call beyond the listing
+        walk.tree([(top, "", 0)], top)
+    while walk.links:  # then the folders links reach outside them, in name order
         pending, walk.links = sorted(walk.links), []
-        walk.tree(pending[::-1], pending[0][0], linked=True)
-    return sorted(key for _, key in walk.names.values())
+        for link, depth in pending:
+            real = os.path.realpath(link)
+            if walk.inside(real) is None and not walk.above(real) and real not in walk.entered:
+                walk.entered.add(real)
+                walk.tree([(link, real, depth)], link)
+    walk.file_links()
+    return sorted(walk.keys)
 
 
 class _Walk:
-    """One walk's state: directories entered, each file's best name, links still to follow."""
+    """One walk's state: the names found, the folders entered through links, links to follow.
 
-    def __init__(self, on_problem: OnProblem | None, max_depth: int, real_tops: list[str]) -> None:
-        """A walk below tops whose resolved paths are ``real_tops``."""
+    A folder a link reaches is known by its resolved path: entered once, and
+    never when it is in a walked tree (walked already) or above one (a loop).
+    """
+
+    def __init__(self, on_problem: OnProblem | None, max_depth: int, tops: list[str]) -> None:
+        """A walk below ``tops`` (absolute)."""
         self.on_problem = on_problem
         self.max_depth = max_depth
-        self.real_tops = real_tops
-        self.entered: set[tuple[int, int]] = set()  # (device, inode) of directories walked
-        self.names: dict[object, tuple[bool, str]] = {}  # file identity -> (linked, key)
-        self.links: list[tuple[str, int]] = []  # linked directories to walk, with their depth
+        self.tops = [(top.rstrip("/"), os.path.realpath(top).rstrip("/")) for top in tops]
+        self.keys: set[str] = set()
+        self.entered: set[str] = set()  # resolved folders walked through links
+        self.reached: dict[str, str] = {}  # resolved path -> key of a file found through a link
+        self.links: list[tuple[str, int]] = []  # linked folders to walk, with their depth
+        self.linked_files: list[str] = []
 
-    def tree(self, stack: list[tuple[str, int]], label: str, *, linked: bool = False) -> None:
-        """Walk the directories on ``stack`` and below, depth first, without recursion."""
+    def tree(  # noqa: PLR0912 - one inlined loop over every entry
+        self, stack: list[tuple[str, str, int]], label: str,
+    ) -> None:
+        """Walk the folders on ``stack`` (path, resolved path or "" in a real tree, depth)."""
         too_deep = 0
         while stack:
-            where, depth = stack.pop()
-            listed, dev = self._list(where)
-            for entry in listed:
+            where, real, depth = stack.pop()
+            try:
+                with os.scandir(where) as entries:
+                    listed = list(entries)
+            except OSError as err:
+                if self.on_problem:
+                    self.on_problem("transcript_dir_unreadable", path_key(where),
+                                    err.strerror or str(err))
+                continue
+            for entry in listed:  # inline: this runs for every entry of every folder
                 if _is_dir(entry):
                     if depth + 1 > self.max_depth:
                         too_deep += 1
-                    elif not entry.is_symlink():
-                        stack.append((entry.path, depth + 1))
-                    elif not self._loops(entry.path):
+                    elif entry.is_symlink():
                         self.links.append((entry.path, depth + 1))
-                elif entry.name.endswith(".jsonl"):
-                    self._found(entry, dev, linked)
+                    elif not real:
+                        stack.append((entry.path, "", depth + 1))
+                    elif (inner := f"{real}/{entry.name}") not in self.entered:
+                        self.entered.add(inner)
+                        stack.append((entry.path, inner, depth + 1))
+                elif not entry.name.endswith(".jsonl"):
+                    continue
+                elif entry.is_symlink():
+                    self.linked_files.append(entry.path)
+                elif not real:
+                    self.keys.add(path_key(entry.path))
+                else:
+                    self.reached.setdefault(f"{real}/{entry.name}", path_key(entry.path))
         if too_deep and self.on_problem:
             noun = "directory" if too_deep == 1 else "directories"
             self.on_problem("transcript_dirs_too_deep", path_key(label),
                             f"{too_deep} {noun} deeper than {self.max_depth} levels skipped")
 
-    def _list(self, where: str) -> tuple[list[os.DirEntry[str]], int]:
-        """The entries of a directory not entered yet (none if it was), and its device."""
-        try:
-            st = os.stat(where)
-            if (st.st_dev, st.st_ino) in self.entered:
-                return [], 0  # reached again through a link: walked once
-            self.entered.add((st.st_dev, st.st_ino))
-            with os.scandir(where) as entries:
-                return list(entries), st.st_dev
-        except OSError as err:
-            if self.on_problem:
-                self.on_problem("transcript_dir_unreadable", path_key(where),
-                                err.strerror or str(err))
-            return [], 0
+    def file_links(self) -> None:
+        """Settle the names: linked files by their real name in a tree, else once each."""
+        self.keys.update(self.reached.values())
+        for link in sorted(self.linked_files):
+            real = os.path.realpath(link)
+            named = self.inside(real)
+            if named is not None:
+                self.keys.add(path_key(named))
+            elif real not in self.reached:
+                self.reached[real] = path_key(link)
+                self.keys.add(self.reached[real])
 
-    def _loops(self, link: str) -> bool:
-        """True for a link to a projects directory walked, or to a directory above one."""
-        target = os.path.realpath(link)
-        return any(t == target or t.startswith(target.rstrip("/") + "/") for t in self.real_tops)
+    def inside(self, real: str) -> str | None:
+        """The name in a walked tree of the resolved path ``real``, None if it is in none."""
+        for top, real_top in self.tops:
+            if real == real_top or real.startswith(real_top + "/"):
+                return top + real[len(real_top):]
+        return None
 
-    def _found(self, entry: os.DirEntry[str], dev: int, linked: bool) -> None:
-        """Note one transcript name; of several names of one file, the real one, else the least."""
-        key = path_key(entry.path)
-        ident: object = (dev, entry.inode())
-        if entry.is_symlink():
-            linked = True
-            try:
-                st = os.stat(entry.path)
-                ident = (st.st_dev, st.st_ino)
-            except OSError:
-                ident = key  # dangling or a loop: kept, so that reading it says why
-        best = self.names.get(ident)
-        if best is None or (linked, key) < best:
-            self.names[ident] = (linked, key)
+    def above(self, real: str) -> bool:
+        """True when ``real`` holds a walked tree (a link to it is a loop)."""
+        base = real.rstrip("/") + "/"
+        return any(real_top.startswith(base) for _, real_top in self.tops)
 
 
 def canonical_key(path: str, tops: Sequence[str]) -> str:

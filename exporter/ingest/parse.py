@@ -27,10 +27,10 @@ stays "active" and a last-request time far in the future.
 
 Claude Code is JavaScript: a string cut in the middle of an emoji is written
 with a lone surrogate escape (the high half of a pair, escaped, and no low
-half after it), which msgspec refuses. Such escapes are mended to U+FFFD
-before decoding (same length, so every byte offset stays put): the line's
-usage is intact, no string that reaches the ledger holds a surrogate, and
-each mended line is counted (``LineCounts.mended``).
+half after it), which msgspec refuses. A line refused as not JSON that holds
+such an escape is mended (U+FFFD for each) and judged again: its usage is
+intact, no string that reaches the ledger holds a surrogate, and each mended
+line is counted (``LineCounts.mended``). Valid lines pay nothing for it.
 """
 
 from __future__ import annotations
@@ -206,10 +206,6 @@ def parse_lines(
     are judged against; lines over ``max_line_bytes`` are ``too_long``.
     """
     out = into if into is not None else Parsed()
-    if b"\\ud" in data or b"\\uD" in data:  # two fast searches; a hit is rare
-        data, mended = _mend_surrogates(data)
-        if mended:
-            out.counts.mended[LONE_SURROGATE] += mended
     horizon = (time.time() if now is None else now) + FUTURE_SLACK_SECONDS
     parse = _parse_fast if fast else _parse_tolerant
     state = parse(data, compaction_file, out, horizon, max_line_bytes)
@@ -219,16 +215,23 @@ def parse_lines(
     return out
 
 
-def _mend_surrogates(data: bytes) -> tuple[bytes, int]:
-    """``data`` with each lone surrogate escape made U+FFFD's, and how many lines changed."""
-    lines = data.split(b"\n")
-    mended = 0
-    for i, line in enumerate(lines):
+def _mending(
+    line: bytes, compaction_file: bool, decode: Callable[[bytes], _Line], *,
+    horizon: float, max_line_bytes: int, mended: Counter[str],
+) -> Request | None:
+    """``_classify``, and for a line that is not JSON only for lone surrogate escapes, mended."""
+    try:
+        return _classify(line, compaction_file, decode, horizon=horizon,
+                         max_line_bytes=max_line_bytes)
+    except _RejectError as exc:
+        if exc.reason != RejectReason.INVALID_JSON or b"\\u" not in line:
+            raise
         fixed = _SURROGATE_ESCAPE.sub(_mend_one, line)
-        if fixed != line:
-            lines[i] = fixed
-            mended += 1
-    return (b"\n".join(lines), mended) if mended else (data, 0)
+        if fixed == line:
+            raise
+    mended[LONE_SURROGATE] += 1
+    return _classify(fixed, compaction_file, decode, horizon=horizon,
+                     max_line_bytes=max_line_bytes)
 
 
 def _mend_one(match: re.Match[bytes]) -> bytes:
@@ -249,8 +252,8 @@ def _parse_tolerant(
     other = usage = 0
     for line in lines:
         carried = _judged(state, out.requests, rejected, functools.partial(
-            _classify, line, compaction_file, _TOLERANT.decode, horizon=horizon,
-            max_line_bytes=max_line_bytes))
+            _mending, line, compaction_file, _TOLERANT.decode, horizon=horizon,
+            max_line_bytes=max_line_bytes, mended=out.counts.mended))
         other += carried is False
         usage += carried is True
     out.counts.other += other
@@ -379,8 +382,8 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                         s[_SEARCHES] = searches
                     continue
         carried = _judged(state, known, rejected, functools.partial(
-            _classify, bytes(line), compaction_file, decode, horizon=horizon,
-            max_line_bytes=max_line_bytes) if rec is None  # the fast schema refused it
+            _mending, bytes(line), compaction_file, decode, horizon=horizon,
+            max_line_bytes=max_line_bytes, mended=out.counts.mended) if rec is None  # refused
             else functools.partial(_dispatch, rec, compaction_file, horizon))
         other += carried is False
         usage += carried is True
