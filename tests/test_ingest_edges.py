@@ -29,7 +29,9 @@ def test_lone_surrogate_escapes_are_mended_counted_and_stored(tmp_path: Path) ->
     assert (len(parsed.requests), dict(parsed.counts.rejected)) == (3, {})
     assert dict(parsed.counts.mended) == {"lone_surrogate": 2}
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
-    Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log()).scan()
+    log = Log()
+    Scanner(ledger, [tmp_path / "projects"], workers=1, log=log).scan()
+    assert ("info", "transcript_lines_mended", {"lines": 2}) in log.lines
     got = {r.key.split("\x1f")[0]: r for r in ledger.requests()}
     assert sorted(got) == ["a", "b", "c"]
     assert got["b"].project == "/w/x\ufffdy"

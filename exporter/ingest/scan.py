@@ -452,6 +452,8 @@ class Scanner:
         for path, reason in batch.rereads:
             self.log.info("transcript_reread", path=path, reason=reason)
         result.rereads += len(batch.rereads)
+        if mended := sum(batch.parsed.counts.mended.values()):  # kept by the ledger, too
+            self.log.info("transcript_lines_mended", lines=mended)
         for path, lines in batch.ahead:  # said at each pass until the clock catches up
             self.log.warning("transcript_lines_ahead_of_clock", path=path, lines=lines)
         result.ahead += sum(lines for _, lines in batch.ahead)
