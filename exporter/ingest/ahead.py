@@ -54,13 +54,17 @@ def parse_chunk(
 def _run_ahead(data: bytes, compaction_file: bool, now: float, limit: int) -> tuple[int, int]:
     """(where the run of lines ahead of the clock at the end of ``data`` starts, its requests).
 
-    Read backwards, line by line, down to the last request in time.
+    Read backwards, line by line, down to the last request in time; only lines that
+    name a usage object are parsed (no other line carries a request).
     """
     cut, left = len(data), 0
     end = len(data)
     while end > 0:
         start = data.rfind(b"\n", 0, end - 1) + 1
         line = data[start:end]
+        end = start
+        if b'"usage"' not in line:
+            continue  # no request on it (a user line, a tool result): neither in time nor ahead
         now_ = parse_lines(line, compaction_file=compaction_file, now=now, max_line_bytes=limit)
         if now_.counts.usage_lines:
             break  # a request in time: the lines after it, if any, are wrong, not our clock
@@ -68,5 +72,4 @@ def _run_ahead(data: bytes, compaction_file: bool, now: float, limit: int) -> tu
                 line, compaction_file=compaction_file, max_line_bytes=limit,
                 now=now + AHEAD_LIMIT_SECONDS - FUTURE_SLACK_SECONDS).counts.usage_lines:
             cut, left = start, left + 1
-        end = start
     return cut, left
