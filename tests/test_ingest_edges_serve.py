@@ -75,3 +75,22 @@ def test_serve_with_its_clock_two_days_behind_loses_no_line(tmp_path: Path) -> N
         assert total(right.scrape(), "claude_code_exporter_rejected_lines") == 0
     finally:
         assert right.stop() == 0
+
+
+def test_a_folder_linked_in_while_serve_runs_is_watched_too(tmp_path: Path) -> None:
+    """A project folder linked in after start: read at once, and its appends seen by the watch."""
+    data, elsewhere = tmp_path / "projects", tmp_path / "sync" / "p"
+    (data / "-a").mkdir(parents=True)
+    (data / "-a" / "s.jsonl").write_bytes(jsonl(assistant("a1", "r1")))
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "s.jsonl").write_bytes(jsonl(assistant("b1", "r2")))
+    serve = Serve(data, tmp_path / "state", *SLOW_RESCAN)
+    try:
+        poll(lambda: serve.requests() == 1, 30, "the real folder counted")
+        (data / "p").symlink_to(elsewhere, target_is_directory=True)
+        poll(lambda: serve.requests() == 2, 30, "the folder linked in counted")
+        with (elsewhere / "s.jsonl").open("ab") as fh:
+            fh.write(jsonl(assistant("b2", "r3")))
+        poll(lambda: serve.requests() == 3, 30, "an append behind the new link")
+    finally:
+        assert serve.stop() == 0
