@@ -162,7 +162,8 @@ def read_files(
                 if ahead:  # lines ahead of the clock: read again by a later pass
                     batch.ahead.append((path, ahead))
                 if not chunk.data or ahead:
-                    break  # only an incomplete line, or a restart with nothing complete yet
+                    break  # only an incomplete line, a restart with nothing complete yet, or
+                    # lines that wait for the clock
         except OSError as exc:
             batch.errors.append((path, exc.strerror or str(exc)))
         if local.requests:
@@ -334,7 +335,7 @@ class Scanner:
         # Nobody watches the batches: a first pass may leave gaps, owners, rollups and
         # slots to its end (Ledger.bulk's raw pass).
         with gc_paused(), self.ledger.bulk(total // BYTES_PER_REQUEST,
-                                            raw=self.on_applied is None):
+                                           raw=self.on_applied is None):
             # A raw pass's commits are cheap: each group goes in as it comes, so the
             # ledger's work overlaps the parsing instead of waiting for 128 MB of it.
             most = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes

@@ -123,9 +123,13 @@ def read_new(
         if start >= st.st_size and not restarted:
             if cp is None or cp.mtime_ns == st.st_mtime_ns:
                 return None
-            # Touched, and its bytes checked: remember the mtime, or each pass checks again.
+            # Touched, and its bytes checked: remember the mtime, or each pass checks again
+            # (and a checkpoint from before the CRC gets one).
+            marks = _Marks.parse(cp.fingerprint)
+            if marks.crc is None:
+                marks = dataclasses.replace(marks, crc=crc_upto(fh, start))
             return Chunk(path=path, data=b"", start=start, checkpoint=dataclasses.replace(
-                cp, size=st.st_size, mtime_ns=st.st_mtime_ns))
+                cp, size=st.st_size, mtime_ns=st.st_mtime_ns, fingerprint=marks.text()))
         data, begin, end, probe, too_long = _read_lines(fh, st.st_size, start, probe,
                                                          limit=limit, max_line=max_line)
         head = data[:FINGERPRINT_BYTES] if begin == 0 else _span(
