@@ -25,18 +25,14 @@ time a request was made (a broken clock, an edited file, year 9999): such a
 line is rejected as ``bad_timestamp`` rather than kept as a session that
 stays "active" and a last-request time far in the future.
 
-Claude Code is JavaScript: a string cut in the middle of an emoji is written
-with a lone surrogate escape (the high half of a pair, escaped, and no low
-half after it), which msgspec refuses. A line refused as not JSON that holds
-such an escape is mended (U+FFFD for each) and judged again: its usage is
-intact, no string that reaches the ledger holds a surrogate, and each mended
-line is counted (``LineCounts.mended``). Valid lines pay nothing for it.
+A line refused as not JSON only for lone surrogate escapes (a JavaScript
+string cut mid-emoji) is mended and judged again (``mend``), and counted in
+``LineCounts.mended``; valid lines pay nothing for it.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -45,6 +41,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from exporter.ingest import mend
 from exporter.records import Parsed, Request, Source, merge
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024  # default limit; the largest real line seen is ~630 KB
@@ -65,15 +62,6 @@ class RejectReason:
     NEGATIVE_TOKENS = "negative_tokens"
     MISSING_ID = "missing_id"
     BAD_TIMESTAMP = "bad_timestamp"
-
-
-LONE_SURROGATE: Final = "lone_surrogate"  # LineCounts.mended: a lone surrogate escape mended
-
-# A \\uXXXX escape of a surrogate (an odd run of backslashes before the u): a high one and
-# the low one after it (a pair, kept), or a lone one (group 2 alone, mended to U+FFFD).
-_SURROGATE_ESCAPE: Final = re.compile(
-    rb"(?<!\\)((?:\\\\)*\\u)([dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?"
-    rb"|[dD][c-fC-F][0-9a-fA-F]{2})")
 
 
 # A container field may hold any JSON value; only an object of the expected
@@ -224,20 +212,11 @@ def _mending(
         return _classify(line, compaction_file, decode, horizon=horizon,
                          max_line_bytes=max_line_bytes)
     except _RejectError as exc:
-        if exc.reason != RejectReason.INVALID_JSON or b"\\u" not in line:
+        if exc.reason != RejectReason.INVALID_JSON or (fixed := mend.mended(line)) is None:
             raise
-        fixed = _SURROGATE_ESCAPE.sub(_mend_one, line)
-        if fixed == line:
-            raise
-    mended[LONE_SURROGATE] += 1
+    mended[mend.LONE_SURROGATE] += 1
     return _classify(fixed, compaction_file, decode, horizon=horizon,
                      max_line_bytes=max_line_bytes)
-
-
-def _mend_one(match: re.Match[bytes]) -> bytes:
-    """One surrogate escape: a pair as it is, a lone one as U+FFFD (six bytes either way)."""
-    escape = match.group(2)
-    return match.group(0) if len(escape) > 4 else match.group(1) + b"fffd"
 
 
 def _parse_tolerant(
