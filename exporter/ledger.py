@@ -574,7 +574,7 @@ class Ledger:
         }
         batch.rejected, batch.iterations = dict(counts.rejected), dict(counts.iterations)
         batch.bytes_read = bytes_read
-        self._count_lines(batch)
+        self._count_lines(batch, counts.mended)
 
     def _merge(self, parsed: Parsed) -> _Batch:
         """Merge the batch's requests with the stored rows, in memory; assign new ids."""
@@ -1022,10 +1022,10 @@ class Ledger:
         """Set one value of the meta table (inside a transaction)."""
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
 
-    def _count_lines(self, applied: _Batch) -> None:
-        """Add one batch's line classification to the persistent counters."""
+    def _count_lines(self, applied: _Batch, mended: dict[str, int]) -> None:
+        """Add one batch's line classification (and lines mended) to the persistent counters."""
         rows = [*(("lines", result, n) for result, n in applied.lines.items()),
-                ("bytes_read", "", applied.bytes_read),
+                ("bytes_read", "", applied.bytes_read), *(("mended", k, n) for k, n in mended.items()),
                 *(("rejected", reason, n) for reason, n in applied.rejected.items()),
                 *(("iterations", kind, n) for kind, n in applied.iterations.items())]
         for name, label, n in (row for row in rows if row[2]):

@@ -176,6 +176,9 @@ class LineCounts:
     # ``usage.iterations`` entries by what was made of them (exporter.ingest.iterations):
     # not lines, so not in ``total``.
     iterations: Counter[str] = field(default_factory=Counter)
+    # Lines read despite an oddity that was mended (by kind, e.g. "lone_surrogate"): each
+    # is also counted above, as whatever it turned out to be.
+    mended: Counter[str] = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
@@ -188,6 +191,7 @@ class LineCounts:
         self.other += other.other
         self.rejected.update(other.rejected)
         self.iterations.update(other.iterations)
+        self.mended.update(other.mended)
 
 
 @dataclass(slots=True)

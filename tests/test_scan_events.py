@@ -95,14 +95,14 @@ def test_a_rewrite_in_place_is_reread_logged_and_counted_with_exact_totals(
 
 
 def test_the_clock_the_scanner_is_given_judges_future_timestamps(tmp_path: Path) -> None:
-    """More than a day ahead of the injected clock: rejected as bad_timestamp, counted."""
+    """More than a day ahead of the injected clock, a request in time after: bad_timestamp."""
     projects = tmp_path / "projects" / "-p"
     projects.mkdir(parents=True)
     (projects / "s.jsonl").write_bytes(jsonl(
         assistant("now", "r1", ts="2030-01-01T00:00:00Z"),
-        assistant("soon", "r2", ts="2030-01-01T23:00:00Z"),
         assistant("later", "r3", ts="2030-01-02T00:00:01Z"),
         assistant("far", "r4", ts="9999-12-31T23:59:59Z"),
+        assistant("soon", "r2", ts="2030-01-01T23:00:00Z"),
     ))
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     clock = 1893456000.0  # 2030-01-01T00:00:00Z

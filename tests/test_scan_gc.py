@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.ingest.scan import _gc_paused
+from exporter.ingest.workers import gc_paused as _gc_paused
 from tests.test_scan import REAL_TOTALS, scanner, totals
 
 

@@ -17,14 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # each took: a count of the kernel's, not a timing.
 _FAULTS = """
 import ctypes, glob, os, resource, sys
-from exporter.ingest import scan
+from exporter.ingest import scan, workers
 paths = sorted(glob.glob(sys.argv[1] + "/**/*.jsonl", recursive=True))
 def faults(keep):
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         if keep:
-            scan._keep_freed_memory(ctypes.CDLL(None))
+            workers._keep_freed_memory(ctypes.CDLL(None))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         scan.read_files([(p, None) for p in paths], 4e9)
         os.write(w, str(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before).encode())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zlib
 from pathlib import Path
 
 from exporter.ingest.parse import RejectReason, parse_lines
@@ -205,7 +206,9 @@ def test_checkpoint_of_the_previous_format_still_resumes(tmp_path: Path) -> None
         fh.write(b'{"b":2}\n')
     chunk = read_new(str(f), old)
     assert chunk is not None and not chunk.restarted and chunk.data == b'{"b":2}\n'
-    assert chunk.checkpoint.fingerprint.startswith("2:")
+    # Today's form, with the running CRC of the whole file computed once (it had none).
+    assert chunk.checkpoint.fingerprint.endswith(f":{zlib.crc32(f.read_bytes())}")
+    assert chunk.checkpoint.fingerprint.startswith("3:")
 
 
 # ---- over-long lines (issue 13, item 8) ------------------------------------------------
@@ -268,3 +271,20 @@ def _rchar() -> int:
         if line.startswith("rchar:"):
             return int(line.split()[1])
     raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_a_touched_file_with_an_older_checkpoint_gets_its_crc_and_new_mtime(
+    tmp_path: Path,
+) -> None:
+    """A touch of a file read before the CRC existed: nothing re-read, the CRC and mtime kept."""
+    f = tmp_path / "a.jsonl"
+    f.write_bytes(b'{"a":1}\n')
+    cp = read_new(str(f), None).checkpoint  # type: ignore[union-attr]
+    head, tail = cp.fingerprint.split(":")[1:3]
+    old = dataclasses.replace(cp, fingerprint=f"2:{head}:{tail}:8")
+    os.utime(f, ns=(cp.mtime_ns + 10**9, cp.mtime_ns + 10**9))
+    chunk = read_new(str(f), old)
+    assert chunk is not None and chunk.data == b"" and not chunk.restarted
+    assert chunk.checkpoint.mtime_ns == cp.mtime_ns + 10**9
+    assert chunk.checkpoint.fingerprint == f"3:{head}:{tail}:8:{zlib.crc32(f.read_bytes())}"
+    assert read_new(str(f), chunk.checkpoint) is None

@@ -7,7 +7,10 @@ filesystems without events. In polling mode there is no watcher, only the
 rescan at a short interval. Every second the loop also lets the projection
 settle requests that went quiet, and checks that each watched directory is
 still the one being watched: a directory deleted and created again (or
-replaced) gets a new watcher and a full pass within a second.
+replaced) gets a new watcher and a full pass within a second. A watch follows
+the symlinks to directories that exist when it starts; a new link to a
+directory (a project folder linked in) restarts it, so that what is written
+behind the link is seen too.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class Follower:
         self._everything = False  # an event batch too large, or lost: walk everything
         self._watched: tuple[tuple[str, int, int], ...] = ()
         self._watch_stop: threading.Event | None = None
+        self._relinked = threading.Event()  # a new link to a directory: watch it too
         self._next_rescan = monotonic()  # the first step walks everything
         self.state = FollowState()
 
@@ -160,7 +164,8 @@ class Follower:
         if self.poll:
             return False
         present = _identities(self._dirs())
-        moved = present != self._watched
+        moved = present != self._watched or self._relinked.is_set()
+        self._relinked.clear()
         if not moved and (self.state.watcher_alive or not present or not due):
             return False
         self._stop_watcher()
@@ -191,6 +196,9 @@ class Follower:
                         ignore_permission_denied=True, yield_on_timeout=False,
                     ):
                         self.wake(path for _change, path in changes)
+                        if any(change == watchfiles.Change.added and _linked_dir(path)
+                               for change, path in changes):
+                            self._relinked.set()
                     return
                 except Exception as exc:
                     if not _restartable(exc):
@@ -230,6 +238,11 @@ def _identities(dirs: Iterable[Path]) -> tuple[tuple[str, int, int], ...]:
         if stat.S_ISDIR(st.st_mode):
             out.append((str(d), st.st_dev, st.st_ino))
     return tuple(out)
+
+
+def _linked_dir(path: str) -> bool:
+    """True for a symlink to a directory (a watch started before it does not follow it)."""
+    return os.path.islink(path) and os.path.isdir(path)
 
 
 def _restartable(exc: Exception) -> bool:

@@ -24,6 +24,10 @@ A timestamp more than ``FUTURE_SLACK_SECONDS`` ahead of the clock is not a
 time a request was made (a broken clock, an edited file, year 9999): such a
 line is rejected as ``bad_timestamp`` rather than kept as a session that
 stays "active" and a last-request time far in the future.
+
+A line refused as not JSON only for lone surrogate escapes (a JavaScript
+string cut mid-emoji) is mended and judged again (``mend``), and counted in
+``LineCounts.mended``; valid lines pay nothing for it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from exporter.ingest import mend
 from exporter.ingest.iterations import Sink, split
 from exporter.records import Parsed, Request, Source, merge
 
@@ -210,6 +215,22 @@ def parse_lines(
     return out
 
 
+def _mending(
+    line: bytes, compaction_file: bool, decode: Callable[[bytes], _Line], *,
+    horizon: float, max_line_bytes: int, mended: Counter[str], sink: Sink | None = None,
+) -> Request | None:
+    """``_classify``, and for a line that is not JSON only for lone surrogate escapes, mended."""
+    try:
+        return _classify(line, compaction_file, decode, horizon=horizon,
+                         max_line_bytes=max_line_bytes, sink=sink)
+    except _RejectError as exc:
+        if exc.reason != RejectReason.INVALID_JSON or (fixed := mend.mended(line)) is None:
+            raise
+    mended[mend.LONE_SURROGATE] += 1
+    return _classify(fixed, compaction_file, decode, horizon=horizon,
+                     max_line_bytes=max_line_bytes, sink=sink)
+
+
 def _parse_tolerant(
     data: bytes, compaction_file: bool, out: Parsed, horizon: float, max_line_bytes: int,
 ) -> dict[str, _State]:
@@ -223,8 +244,8 @@ def _parse_tolerant(
     other = usage = 0
     for line in lines:
         carried = _judged(state, out.requests, rejected, functools.partial(
-            _classify, line, compaction_file, _TOLERANT.decode, horizon=horizon,
-            max_line_bytes=max_line_bytes, sink=sink), sink)
+            _mending, line, compaction_file, _TOLERANT.decode, horizon=horizon,
+            max_line_bytes=max_line_bytes, mended=out.counts.mended, sink=sink), sink)
         other += carried is False
         usage += carried is True
     out.counts.other += other
@@ -358,8 +379,9 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                         s[_SEARCHES] = searches
                     continue
         carried = _judged(state, known, rejected, functools.partial(
-            _classify, bytes(line), compaction_file, decode, horizon=horizon,
-            max_line_bytes=max_line_bytes, sink=sink) if rec is None  # the fast schema refused it
+            _mending, bytes(line), compaction_file, decode, horizon=horizon,
+            max_line_bytes=max_line_bytes, mended=out.counts.mended,
+            sink=sink) if rec is None  # the fast schema refused it
             else functools.partial(_dispatch, rec, compaction_file, horizon, sink), sink)
         other += carried is False
         usage += carried is True

@@ -11,13 +11,8 @@ events named; the full walk belongs to the periodic rescan.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import multiprocessing
 import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -27,15 +22,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from exporter.ingest.ahead import parse_chunk
 from exporter.ingest.discover import (
+    canonical_key,
     find_transcripts,
     fs_path,
     is_compaction_file,
-    path_key,
     projects_dirs,
 )
-from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason, parse_lines
+from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason
 from exporter.ingest.tail import read_new, unchanged
+from exporter.ingest.workers import die_with_parent, gc_paused
 from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
 
 # Annotations only. The head start's module imports this one; and a cold report's head
@@ -78,6 +75,7 @@ class ScanResult:
     seconds: float = 0.0
     rereads: int = 0  # files read again from byte 0: truncated, replaced or rewritten
     checked: int = 0  # files stat'ed: all on a full pass, the named ones on an event pass
+    ahead: int = 0  # request lines dated ahead of the clock, left to be read by a later pass
 
 
 @dataclass(slots=True)
@@ -91,6 +89,7 @@ class _Batch:
     # (path, session, keys) of each file that carried requests: the provenance
     seen: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
     rereads: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    ahead: list[tuple[str, int]] = field(default_factory=list)  # (path, request lines left)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled (a worker's result to the parent) with its requests as one msgpack blob.
@@ -103,7 +102,7 @@ class _Batch:
         exactly). A value it cannot encode (none the parser makes) goes by pickle.
         """
         state = (self.parsed.counts, self.checkpoints, self.bytes_read, self.errors,
-                 self.seen, self.rereads)
+                 self.seen, self.rereads, self.ahead)
         try:
             wire = _WIRE_ENCODE(list(self.parsed.requests.values()))
         except (TypeError, ValueError, OverflowError):  # UnicodeEncodeError is a ValueError
@@ -118,6 +117,7 @@ class _Batch:
         self.errors.extend(other.errors)
         self.seen.extend(other.seen)
         self.rereads.extend(other.rereads)
+        self.ahead.extend(other.ahead)
         return self
 
 
@@ -151,16 +151,19 @@ def read_files(
         local = Parsed()
         try:
             while (chunk := read_new(path, cp, max_line=max_line_bytes)) is not None:
-                parse_lines(chunk.data, compaction_file=is_compaction_file(path), into=local,
-                            now=now, max_line_bytes=max_line_bytes)
+                chunk, ahead = parse_chunk(chunk, cp, local, compaction_file=is_compaction_file(
+                    path), now=time.time() if now is None else now, max_line_bytes=max_line_bytes)
                 if chunk.too_long:  # skipped unread by the tail stage, counted like parsed ones
                     local.counts.rejected[RejectReason.TOO_LONG] += chunk.too_long
                 if chunk.restarted:
                     batch.rereads.append((path, chunk.reason))
                 batch.bytes_read += len(chunk.data)
                 cp = chunk.checkpoint
-                if not chunk.data:
-                    break  # only an incomplete line, or a restart with nothing complete yet
+                if ahead:  # lines ahead of the clock: read again by a later pass
+                    batch.ahead.append((path, ahead))
+                if not chunk.data or ahead:
+                    break  # only an incomplete line, a restart with nothing complete yet, or
+                    # lines that wait for the clock
         except OSError as exc:
             batch.errors.append((path, exc.strerror or str(exc)))
         if local.requests:
@@ -254,91 +257,6 @@ def pool_for(work: Work, total: int, *, now: float, max_line_bytes: int, workers
     return Pooled(now, max_line_bytes, min(workers, len(work)), parser_nice)
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside (reference counting frees as always).
-
-    A pass allocates a tuple per request, appearance and statement parameter
-    (a month: ~10^6): each 700 of them set off a collection, and the older ones
-    walk every surviving request of the batch: ~0.12 s of the parent's CPU
-    over a month, in the thread the ledger's commits wait on. Nothing a pass
-    makes is a cycle; what other threads make meanwhile waits for the next
-    collection after it.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def die_with_parent(parent: int, nice: int = 0) -> None:
-    """Pool initializer: a parser process ends when the process that started it does.
-
-    ``nice`` lowers its scheduling priority by that much (see :data:`PARSER_NICE`).
-
-    Otherwise a ``kill -9`` of the daemon leaves its workers blocked for good on
-    the pool's queue (each worker holds the queue's write end, so no EOF comes),
-    and they ignore SIGTERM through the daemon's handler, inherited by fork.
-
-    A parser process lives for one pass and makes no cycles: it runs without
-    the cyclic collector (which would walk every object it inherited, too, and
-    copy their pages).
-    """
-    gc.disable()
-    if nice > 0:
-        with contextlib.suppress(OSError):  # a sandbox that forbids it: run at the same priority
-            os.nice(nice)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent; then this dies
-    if sys.platform.startswith("linux"):
-        import ctypes  # noqa: PLC0415 - only workers need it
-
-        pr_set_pdeathsig = 1  # <linux/prctl.h>
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-        _keep_freed_memory(libc)
-    else:  # no death signal: watch the parent instead
-        threading.Thread(target=_orphan_watch, args=(parent,), daemon=True).start()
-    if os.getppid() != parent:  # the parent died before the death signal was armed
-        os._exit(1)
-
-
-# glibc's mallopt parameters (<malloc.h>), and how much freed memory a parser keeps.
-_M_TRIM_THRESHOLD: Final = -1
-_M_MMAP_THRESHOLD: Final = -3
-_MMAP_THRESHOLD: Final = 32 * 1024 * 1024  # glibc's largest on 64-bit systems
-_TRIM_THRESHOLD: Final = 128 * 1024 * 1024
-
-
-def _keep_freed_memory(libc: Any) -> None:
-    """Let this parser reuse the memory it frees instead of handing it back to the system.
-
-    A parser allocates and frees large blocks (each file's buffer, its
-    dictionaries' tables). By default glibc maps a large block freshly and
-    unmaps it when freed, or trims the heap's top, so later blocks fault
-    their pages in again and the kernel zeroes them first: on a month of
-    transcripts half of a parser's page faults, ~1.5 % of its CPU
-    (docs/benchmarks.md). A parser lives for one pass, so the memory it
-    keeps goes with it. A C library without ``mallopt`` (not glibc) is left
-    as it is.
-    """
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
-
-
-def _orphan_watch(parent: int) -> None:
-    """Exit this worker once its parent is gone (where no death signal exists)."""
-    while os.getppid() == parent:
-        time.sleep(1.0)  # a cheap poll; nothing waits on this thread
-    os._exit(1)
-
-
 class Scanner:
     """Runs ingestion passes over some transcript directories into a ledger."""
 
@@ -416,8 +334,8 @@ class Scanner:
         pending: _Batch | None = None
         # Nobody watches the batches: a first pass may leave gaps, owners, rollups and
         # slots to its end (Ledger.bulk's raw pass).
-        with _gc_paused(), self.ledger.bulk(total // BYTES_PER_REQUEST,
-                                            raw=self.on_applied is None):
+        with gc_paused(), self.ledger.bulk(total // BYTES_PER_REQUEST,
+                                           raw=self.on_applied is None):
             # A raw pass's commits are cheap: each group goes in as it comes, so the
             # ledger's work overlaps the parsing instead of waiting for 128 MB of it.
             most = min(self.batch_bytes, GROUP_BYTES) if self.ledger.raw else self.batch_bytes
@@ -471,9 +389,10 @@ class Scanner:
             if not any(path == t or path.startswith(t + os.sep) for t in tops):
                 continue  # beside projects/ (history.jsonl, todos): not a transcript
             if os.path.isdir(path):
-                found.update(find_transcripts([Path(path)], self._problem))
+                found.update(canonical_key(fs_path(key), tops)
+                             for key in find_transcripts([Path(path)], self._problem))
             elif path.endswith(".jsonl") and os.path.lexists(path):
-                found.add(path_key(path))
+                found.add(canonical_key(path, tops))  # one name per file, as walked
         return sorted(found)
 
     def _checkpoints(self, full: bool) -> dict[str, Checkpoint]:
@@ -534,6 +453,11 @@ class Scanner:
         for path, reason in batch.rereads:
             self.log.info("transcript_reread", path=path, reason=reason)
         result.rereads += len(batch.rereads)
+        if mended := sum(batch.parsed.counts.mended.values()):  # kept by the ledger, too
+            self.log.info("transcript_lines_mended", lines=mended)
+        for path, lines in batch.ahead:  # said at each pass until the clock catches up
+            self.log.warning("transcript_lines_ahead_of_clock", path=path, lines=lines)
+        result.ahead += sum(lines for _, lines in batch.ahead)
         result.files_read += len(batch.checkpoints)
         result.bytes_read += batch.bytes_read
         result.new_requests += applied.new_count
