@@ -1025,7 +1025,8 @@ class Ledger:
     def _count_lines(self, applied: _Batch, mended: dict[str, int]) -> None:
         """Add one batch's line classification (and lines mended) to the persistent counters."""
         rows = [*(("lines", result, n) for result, n in applied.lines.items()),
-                ("bytes_read", "", applied.bytes_read), *(("mended", k, n) for k, n in mended.items()),
+                ("bytes_read", "", applied.bytes_read),
+                *(("mended", k, n) for k, n in mended.items()),
                 *(("rejected", reason, n) for reason, n in applied.rejected.items()),
                 *(("iterations", kind, n) for kind, n in applied.iterations.items())]
         for name, label, n in (row for row in rows if row[2]):
