@@ -1,7 +1,8 @@
-"""A corrupt ledger is said so, never stamped clean, and refused until rebuilt (issue round 3, #5)."""
+"""A corrupt ledger is said so, never stamped clean, refused until rebuilt (round 3, #5)."""
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -40,15 +41,21 @@ def _flip(wal: Path, flips: int, seed: int = 5) -> None:
             fh.write(bytes([byte[0] ^ 0xFF]))
 
 
-def _report(data: Path, state: Path) -> subprocess.CompletedProcess[str]:
+def _run(command: str, data: Path, state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """One command of the CLI over ``data`` with ``state``."""
     return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(data),
+        [sys.executable, "-m", "exporter.cli", command, *extra, "--data-dir", str(data),
          "--state-dir", str(state)], cwd=ROOT, capture_output=True, text=True, timeout=120,
         check=False)
 
 
+def _report(data: Path, state: Path) -> subprocess.CompletedProcess[str]:
+    """``report --json``."""
+    return _run("report", data, state, "--json")
+
+
 def test_a_corrupt_wal_under_serve_is_reported_never_stamped_and_refused(tmp_path: Path) -> None:
-    """300 byte flips in serve's WAL: /healthz 503 saying how to recover, no stamp, report refuses."""
+    """300 byte flips in serve's WAL: 503 with the way out, no stamp, refused; rebuild works."""
     data, state = tmp_path / "projects", tmp_path / "state"
     transcript = data / "p" / "s1.jsonl"
     _append(transcript, 0, 50)
@@ -80,6 +87,13 @@ def test_a_corrupt_wal_under_serve_is_reported_never_stamped_and_refused(tmp_pat
     assert corrupt_marker(ledger).exists()
     refused = _report(data, state)
     assert refused.returncode == 3 and "rebuild" in refused.stderr, refused.stderr[-2000:]
+    rebuilt = _run("rebuild", data, state)
+    assert rebuilt.returncode == 0 and "105 requests" in rebuilt.stderr, rebuilt.stderr[-2000:]
+    aside = [p for p in state.iterdir() if p.name.startswith("ledger.sqlite3.corrupt-")]
+    assert len(aside) == 1 and (aside[0] / "ledger.sqlite3").exists()  # kept, not deleted
+    report = _report(data, state)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert json.loads(report.stdout)["totals"]["requests"] == 105
 
 
 def test_a_damaged_wal_frame_is_found_and_a_sound_one_passes(tmp_path: Path) -> None:
