@@ -164,6 +164,7 @@ class Ledger:
         """
         self.path, self._check_above = path, check_above
         self.health = ledger_health.Health(path, clock)
+        self._keeper = ledger_wal.Keeper(path, self.health, time.monotonic)
         self.holder = holder
         self.rules = rules
         self.settle_seconds = settle_seconds
@@ -324,8 +325,7 @@ class Ledger:
         skip reading every page (exporter.ledger_health).
         """
         with self._lock:
-            sound = (not self.readonly and self.health.verified
-                     and ledger_wal.verified(self.path, self.health))
+            sound = not self.readonly and self.health.verified and self._keeper.verified()
             self._db.close()
             if sound:
                 ledger_health.stamp_clean(self.path)
@@ -1134,7 +1134,7 @@ class Ledger:
     def tend(self, *, verify: bool = False, force: bool = False) -> None:
         """A live writer's upkeep, once a tick: the WAL verified, folded in, cut back."""
         with self._lock:
-            ledger_wal.fold_in(self._db, self.path, self.health, verify=verify, force=force)
+            self._keeper.tend(self._db, verify=verify, force=force)
 
 
 @dataclass(slots=True)

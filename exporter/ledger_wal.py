@@ -10,10 +10,11 @@ it checkpoints; a broken chain marks the ledger corrupt and nothing is
 folded in. A close does the same check before it may stamp the file.
 
 The bound: ``journal_size_limit`` makes SQLite cut the file back after a
-checkpoint, and the live writer's checkpoints are TRUNCATE ones, tried every
-tick while the WAL is over :data:`WAL_CHECKPOINT_BYTES`. A reader holding a
+checkpoint, and the live writer's checkpoints are TRUNCATE ones, tried at a
+tick when the WAL is over :data:`WAL_CHECKPOINT_BYTES`. A reader holding a
 snapshot pins the frames after it (a checkpoint cannot pass it), so the WAL
-grows while it reads; within a tick of its letting go the WAL is empty again.
+grows while it reads; within :data:`RETRY_SECONDS` and a tick of its letting
+go the WAL is empty again.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import array
 import os
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -31,6 +33,7 @@ from exporter.sqlite import sqlite3
 
 # What SQLite leaves of the WAL after a checkpoint reset (it keeps the file, for reuse).
 JOURNAL_LIMIT: Final = 2 * WAL_CHECKPOINT_BYTES
+RETRY_SECONDS: Final = 2.0  # between fold-ins a reader blocks (each verifies the WAL first)
 _MAGIC_LE, _MAGIC_BE = 0x377F0682, 0x377F0683
 _WAL_HEADER, _FRAME_HEADER = 32, 24
 _MX_FRAME_AT: Final = 16  # the wal-index header's mxFrame, in the -shm file (native order)
@@ -110,33 +113,63 @@ def _checksum(data: bytes, s0: int, s1: int, swap: bool) -> tuple[int, int]:
     return s0, s1
 
 
-def verified(path: Path, health: Health) -> bool:
-    """Whether every committed WAL frame holds (a broken one marks the ledger corrupt)."""
-    problem = broken_frame(path, committed_frames(path))
-    if problem is not None:
-        health.mark(problem)
-        return False
-    return True
+class Keeper:
+    """One live writer's WAL upkeep: what it verified last, and when to try a fold-in again."""
 
+    def __init__(self, path: Path, health: Health, monotonic: Callable[[], float]) -> None:
+        """Nothing verified yet."""
+        self.path, self.health, self._mono = path, health, monotonic
+        self._sound: tuple[int, int, int] | None = None  # (frames, size, mtime) verified whole
+        self._retry_at = 0.0  # a fold-in a reader blocked: not tried again before this
 
-def fold_in(db: sqlite3.Connection, path: Path, health: Health, *, verify: bool = False,
-            force: bool = False) -> None:
-    """The live writer's upkeep: verify the WAL (``verify``, or before a fold-in), fold it in.
+    def verified(self) -> bool:
+        """Whether every committed frame holds (unchanged since the last verification: skipped).
 
-    It is folded in when it is large, or with ``force``. TRUNCATE: the WAL
-    is emptied when no reader pins it; SQLite's busy handler is not used (the
-    writer's connection has none), so a pinned WAL costs one try and the next
-    tick tries again.
-    """
-    try:
-        size = os.stat(wal_path(path)).st_size
-    except OSError:
-        return
-    fold = bool(size) and (force or size >= WAL_CHECKPOINT_BYTES)
-    if health.corrupt is not None or not (fold or verify) or not verified(path, health):
-        return
-    if fold:
+        A frame written over on disk changes the file's modification time.
+        """
+        wal = wal_path(self.path)
         try:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            st = os.stat(wal)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            self.health.mark(f"WAL unreadable: {exc.strerror or exc}")
+            return False
+        frames = committed_frames(self.path)
+        seen = (frames, st.st_size, st.st_mtime_ns)
+        if seen == self._sound:
+            return True
+        problem = broken_frame(self.path, frames)
+        if problem is not None:
+            self.health.mark(problem)
+            return False
+        self._sound = seen
+        return True
+
+    def tend(self, db: sqlite3.Connection, *, verify: bool = False, force: bool = False) -> None:
+        """Verify the WAL (``verify``, or before a fold-in); fold it in when large, or ``force``.
+
+        TRUNCATE: the WAL is emptied when no reader pins it. It never waits
+        for a reader (no busy timeout meanwhile): a reader pinning the WAL
+        costs one try, and the next comes :data:`RETRY_SECONDS` later.
+        """
+        try:
+            size = os.stat(wal_path(self.path)).st_size
+        except OSError:
+            return
+        now = self._mono()
+        fold = bool(size) and (force or (size >= WAL_CHECKPOINT_BYTES and now >= self._retry_at))
+        if self.health.corrupt is not None or not (fold or verify) or not self.verified():
+            return
+        if not fold:
+            return
+        wait = db.execute("PRAGMA busy_timeout").fetchone()[0]
+        try:
+            db.execute("PRAGMA busy_timeout=0")  # a reader's snapshot: try later, never wait
+            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         except sqlite3.Error as exc:
-            health.note(exc)
+            self.health.note(exc)
+            return
+        finally:
+            db.execute(f"PRAGMA busy_timeout={int(wait)}")
+        self._retry_at = now + RETRY_SECONDS if busy else 0.0
