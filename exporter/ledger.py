@@ -271,8 +271,9 @@ class Ledger:
             app_id = db.execute("PRAGMA application_id").fetchone()[0]
             tables = self._tables()
             version: int = db.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            db.execute("COMMIT")
+        finally:  # (a read that failed, say on a full disk, ended it: its error is the one)
+            if db.in_transaction:
+                db.execute("COMMIT")
         # A v1 build killed between its schema commit and the header pragmas left
         # its tables without our id: recognise them as ours, not as a stranger's.
         half_made = app_id == 0 and tables == V1_TABLES

@@ -31,6 +31,7 @@ _CORRUPT_CODES: Final = frozenset({11, 26})
 # A file up to this size is checked at open by every command (~0.1 s at ~100 MB/s); a
 # larger one, by ``serve``, while it serves (docs/reliability.md).
 CHECK_AT_OPEN_BYTES: Final = 16 * 1024 * 1024
+FULL_BELOW_BYTES: Final = 1024 * 1024  # a state dir with less free is called full
 
 
 class LedgerError(Exception):
@@ -150,7 +151,23 @@ def refusal(path: Path, exc: sqlite3.DatabaseError) -> LedgerError:
     if is_corrupt(exc):
         return LedgerError(f"cannot use ledger {path}: {exc}; it was left untouched. "
                            + recovery(path, str(exc)).split("; ", 1)[1])
-    return LedgerError(f"cannot use ledger {path}: {exc}")
+    return LedgerError(f"cannot use ledger {path}: {exc}{_disk_full(path)}")
+
+
+def _disk_full(path: Path) -> str:
+    """Why an open's read or write failed, when the disk under the ledger is (nearly) full.
+
+    Opening needs room for the WAL's index (32 KiB) before anything is read:
+    without it SQLite says only "disk I/O error".
+    """
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= FULL_BELOW_BYTES:
+        return ""
+    return f" (disk full: {free} bytes free on the file system of {path.parent})"
 
 
 def quick_check(path: Path) -> str | None:

@@ -48,12 +48,6 @@ class Tx:
     def _finish(self, kind: type[BaseException] | None, exc: BaseException | None) -> None:
         """Commit, or roll back and translate the failure."""
         if kind is None:
-            if not self._db.in_transaction:
-                # SQLite rolled the transaction back itself when a statement failed (a full
-                # disk, an I/O error) and that failure was handled inside: COMMIT would only
-                # say "no transaction is active", hiding the cause.
-                raise LedgerError(f"ledger {self._health.path}: the transaction was rolled back "
-                                  "by SQLite after a failed statement (disk full or I/O error?)")
             try:
                 self._db.execute("COMMIT")
                 return
