@@ -9,12 +9,14 @@ the checksum chain of every frame the WAL holds (:func:`broken_frame`), then
 it checkpoints; a broken chain marks the ledger corrupt and nothing is
 folded in. A close does the same check before it may stamp the file.
 
-The bound: ``journal_size_limit`` makes SQLite cut the file back after a
-checkpoint, and the live writer's checkpoints are TRUNCATE ones, tried at a
-tick when the WAL is over :data:`WAL_CHECKPOINT_BYTES`. A reader holding a
-snapshot pins the frames after it (a checkpoint cannot pass it), so the WAL
-grows while it reads; within :data:`RETRY_SECONDS` and a tick of its letting
-go the WAL is empty again.
+The bound: ``journal_size_limit`` makes SQLite cut the file back to
+:data:`JOURNAL_LIMIT` when it starts it again after a checkpoint; the live
+writer tries a checkpoint at a tick when the WAL is over
+:data:`WAL_CHECKPOINT_BYTES`, a TRUNCATE one (the file emptied) when it is
+over the limit. A reader holding a snapshot pins the frames after it (a
+checkpoint cannot pass it), so the WAL grows while it reads; within
+:data:`RETRY_SECONDS` and a tick of its letting go the WAL is under the
+limit again.
 """
 
 from __future__ import annotations
@@ -149,9 +151,9 @@ class Keeper:
     def tend(self, db: sqlite3.Connection, *, verify: bool = False, force: bool = False) -> None:
         """Verify the WAL (``verify``, or before a fold-in); fold it in when large, or ``force``.
 
-        TRUNCATE: the WAL is emptied when no reader pins it. It never waits
-        for a reader (no busy timeout meanwhile): a reader pinning the WAL
-        costs one try, and the next comes :data:`RETRY_SECONDS` later.
+        It never waits for a reader (no busy timeout meanwhile): a reader
+        pinning the WAL costs one try, and the next comes :data:`RETRY_SECONDS`
+        later.
         """
         try:
             size = os.stat(wal_path(self.path)).st_size
@@ -163,13 +165,16 @@ class Keeper:
             return
         if not fold:
             return
+        # PASSIVE keeps the file for the next frames (rewriting the same blocks); a WAL
+        # grown past its bound (a reader pinned it) is emptied: TRUNCATE.
+        mode = "TRUNCATE" if size > JOURNAL_LIMIT else "PASSIVE"
         wait = db.execute("PRAGMA busy_timeout").fetchone()[0]
         try:
             db.execute("PRAGMA busy_timeout=0")  # a reader's snapshot: try later, never wait
-            busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            busy, log, done = db.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
         except sqlite3.Error as exc:
             self.health.note(exc)
             return
         finally:
             db.execute(f"PRAGMA busy_timeout={int(wait)}")
-        self._retry_at = now + RETRY_SECONDS if busy else 0.0
+        self._retry_at = now + RETRY_SECONDS if busy or done < log else 0.0

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 
 # How often the live WAL's checksums are verified (~20 ms a MiB of WAL, bounded by the fold-in).
 VERIFY_SECONDS = 5.0
+# At most one pass over changed files per this many seconds (a quiet file's first line is
+# read at once): the lines of those seconds share one commit. A commit rewrites ~30 pages of
+# 16 KiB (rows, indexes, provenance, rollups, slots) however few lines it holds, so a line a
+# commit wrote ~0.5 MiB (docs/benchmarks.md, "Live writes").
+LIVE_PASS_SECONDS = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,8 @@ class Daemon:
         self._pending = 0
         self._clock, self._mono = clock, monotonic
         self._next_verify = monotonic() + VERIFY_SECONDS
+        self._next_live = self._next_settle = monotonic()  # when the next may run
+        self._deferred: set[str] = set()  # changed files whose pass waits for _next_live
         self.scanner: Scanner | None = None  # the follower's, built in start()
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
@@ -171,6 +178,8 @@ class Daemon:
             self.http = None
         if self.projection is not None:
             if not self._corrupt():
+                if self._deferred and self.scanner is not None:
+                    self.scanner.scan(paths=self._deferred)  # the lines of the last seconds
                 self.projection.apply(self.ledger.settle(force=True))
             self.projection.shutdown()  # a last OTLP push, if configured
         if self.plan is not None:
@@ -215,6 +224,8 @@ class Daemon:
         """Enter requests that went quiet into the histograms (ledger, then instruments)."""
         if self.projection is None or self._corrupt():
             return 0
+        if self._deferred and self._mono() >= self._next_live:
+            self.follower.run_pass(set(self._deferred))  # (its health recorded as any pass's)
         # The WAL verified every few seconds, and before it is folded in (exporter.ledger_wal).
         verify = self._mono() >= self._next_verify
         if verify:
@@ -224,6 +235,9 @@ class Daemon:
             return 0
         if self.plan is not None:
             self.plan.tick()  # status-line samples: visible within a second of being recorded
+        if self._mono() < self._next_settle:
+            return 0  # a settle is a commit too: at most one per LIVE_PASS_SECONDS
+        self._next_settle = self._mono() + LIVE_PASS_SECONDS
         applied = self.ledger.settle()
         if applied.hists:
             self.projection.apply(applied)
@@ -236,6 +250,13 @@ class Daemon:
             raise RuntimeError("start() builds the follower's scanner")
         if self._corrupt():
             return  # ingestion stops: /healthz and the one ERROR line say why and what to do
+        if paths is not None:  # changed files: batched, at most one pass per LIVE_PASS_SECONDS
+            if self._mono() < self._next_live:
+                self._deferred.update(paths)
+                return
+            paths = self._deferred.union(paths)
+            self._next_live = self._mono() + LIVE_PASS_SECONDS
+        self._deferred = set()  # (a full pass reads them too)
         result = self.scanner.scan(paths=paths)
         self._files = result.files
         if (result.new_requests or result.upgraded_requests) and self.plan is not None:

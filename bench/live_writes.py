@@ -1,0 +1,86 @@
+"""Bytes a running ``serve`` writes per appended line, and its WAL's size (round 3, #12).
+
+Usage: python3 -m bench.live_writes [--lines 200] [--rate 4] [--sessions 40] [--settle 60]
+
+A generated history (``--sessions`` sessions) is ingested by a real ``serve``
+on loopback with its state dir on this disk; then ``--lines`` lines are
+appended to one live transcript at ``--rate`` lines a second (paced: the
+rate is the workload, not a wait for a result), and the run waits until
+/metrics counts every one. Prints one JSON object: /proc/PID/io
+``write_bytes`` (bytes the process sent towards the disk) and ``wchar``
+(bytes it handed to write()) per appended line over that span, and the
+largest WAL seen. Run with PYTHONPATH pointing at another checkout to
+measure that code instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.common import OUT
+from exporter.synth import GenOptions, generate
+from tests.conftest import assistant, jsonl
+from tests.support.process import Serve
+from tests.support.wait import poll
+
+
+def _io(pid: int) -> dict[str, int]:
+    """The /proc/PID/io counters of a process."""
+    out = {}
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        name, _, value = line.partition(":")
+        out[name] = int(value)
+    return out
+
+
+def main() -> None:
+    """Run the measurement and print it."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lines", type=int, default=200)
+    ap.add_argument("--rate", type=float, default=4.0)
+    ap.add_argument("--sessions", type=int, default=40)
+    ap.add_argument("--settle", type=float, default=60.0, help="serve's --settle-seconds")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="live-writes-", dir=OUT))  # on disk, not tmpfs
+    try:
+        generate(work / "tree", GenOptions(seed=3, sessions=args.sessions))
+        data = work / "tree" / "projects"
+        serve = Serve(data, work / "state", "--rescan-seconds", "30", logs=work,
+                      settle=str(args.settle))
+        wal = work / "state" / "ledger.sqlite3-wal"
+        try:
+            base = serve.requests()
+            live = data / "live" / "live.jsonl"
+            live.parent.mkdir(parents=True, exist_ok=True)
+            live.touch()
+            poll(lambda: serve.requests() == base, 30, "settled")
+            before, start, peak_wal = _io(serve.proc.pid), time.monotonic(), 0
+            for i in range(args.lines):
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+                with live.open("ab") as fh:
+                    fh.write(jsonl(assistant(f"live{i}", f"rlive{i}", ts=now, session="live")))
+                peak_wal = max(peak_wal, wal.stat().st_size if wal.exists() else 0)
+                time.sleep(max(0.0, start + (i + 1) / args.rate - time.monotonic()))  # the pace
+            poll(lambda: serve.requests() == base + args.lines, 60, "every line counted")
+            after = _io(serve.proc.pid)
+        finally:
+            serve.stop()
+        per = {k: round((after[k] - before[k]) / args.lines / 1024, 1)
+               for k in ("write_bytes", "wchar")}
+        print(json.dumps({"lines": args.lines, "rate": args.rate, "history": base,
+                          "write_kib_per_line": per["write_bytes"],
+                          "wchar_kib_per_line": per["wchar"],
+                          "peak_wal_mib": round(peak_wal / 2**20, 2)}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
