@@ -1,6 +1,7 @@
 """Bytes a running ``serve`` writes per appended line, and its WAL's size (round 3, #12).
 
 Usage: python3 -m bench.live_writes [--lines 200] [--rate 4] [--sessions 40] [--settle 60]
+                                    [--hold-reader]
 
 A generated history (``--sessions`` sessions) is ingested by a real ``serve``
 on loopback with its state dir on this disk; then ``--lines`` lines are
@@ -9,8 +10,10 @@ rate is the workload, not a wait for a result), and the run waits until
 /metrics counts every one. Prints one JSON object: /proc/PID/io
 ``write_bytes`` (bytes the process sent towards the disk) and ``wchar``
 (bytes it handed to write()) per appended line over that span, and the
-largest WAL seen. Run with PYTHONPATH pointing at another checkout to
-measure that code instead.
+largest WAL seen. ``--hold-reader``: another connection holds a read
+snapshot (BEGIN + SELECT) from before the first line until every line is
+counted, then lets go; the WAL's size 10 s later is printed too. Run with
+PYTHONPATH pointing at another checkout to measure that code instead.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.common import OUT
+from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
 from tests.support.process import Serve
@@ -39,6 +43,13 @@ def _io(pid: int) -> dict[str, int]:
     return out
 
 
+def _append_one(live: Path, i: int) -> None:
+    """Append request ``i`` to the live transcript, timed now."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    with live.open("ab") as fh:
+        fh.write(jsonl(assistant(f"live{i}", f"rlive{i}", ts=now, session="live")))
+
+
 def main() -> None:
     """Run the measurement and print it."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,6 +57,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=4.0)
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--settle", type=float, default=60.0, help="serve's --settle-seconds")
+    ap.add_argument("--hold-reader", action="store_true")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="live-writes-", dir=OUT))  # on disk, not tmpfs
@@ -61,15 +73,23 @@ def main() -> None:
             live.parent.mkdir(parents=True, exist_ok=True)
             live.touch()
             poll(lambda: serve.requests() == base, 30, "settled")
+            reader = sqlite3.connect(work / "state" / "ledger.sqlite3", isolation_level=None)
+            if args.hold_reader:
+                reader.execute("BEGIN")
+                reader.execute("SELECT count(*) FROM requests").fetchone()  # pinned
             before, start, peak_wal = _io(serve.proc.pid), time.monotonic(), 0
             for i in range(args.lines):
-                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-                with live.open("ab") as fh:
-                    fh.write(jsonl(assistant(f"live{i}", f"rlive{i}", ts=now, session="live")))
+                _append_one(live, i)
                 peak_wal = max(peak_wal, wal.stat().st_size if wal.exists() else 0)
                 time.sleep(max(0.0, start + (i + 1) / args.rate - time.monotonic()))  # the pace
-            poll(lambda: serve.requests() == base + args.lines, 60, "every line counted")
+            poll(lambda: serve.requests() == base + args.lines, 120, "every line counted")
             after = _io(serve.proc.pid)
+            peak_wal = max(peak_wal, wal.stat().st_size if wal.exists() else 0)
+            reader.close()  # lets go (a no-op without --hold-reader)
+            released = time.monotonic()
+            _append_one(live, args.lines)  # one more commit after it, as a follower makes
+            time.sleep(max(0.0, released + 10 - time.monotonic()))  # the time allowed to shrink
+            wal_after = wal.stat().st_size if wal.exists() else 0
         finally:
             serve.stop()
         per = {k: round((after[k] - before[k]) / args.lines / 1024, 1)
@@ -77,7 +97,8 @@ def main() -> None:
         print(json.dumps({"lines": args.lines, "rate": args.rate, "history": base,
                           "write_kib_per_line": per["write_bytes"],
                           "wchar_kib_per_line": per["wchar"],
-                          "peak_wal_mib": round(peak_wal / 2**20, 2)}))
+                          "peak_wal_mib": round(peak_wal / 2**20, 2),
+                          "wal_10s_after_mib": round(wal_after / 2**20, 2)}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -108,6 +108,13 @@ class Health:
             _write_atomic(corrupt_marker(self.path),
                           {"reason": reason, "at": round(self._clock(), 3)})
 
+    def adopt(self) -> None:
+        """Take up a mark another process (a report reading beside) left (one stat)."""
+        if self.corrupt is None and corrupt_marker(self.path).exists():
+            reason = marked(self.path)
+            with self._lock:
+                self.corrupt, self.verified = reason or "marked corrupt", False
+
     def passed(self) -> None:
         """A check read the whole file and found it sound."""
         with self._lock:

@@ -133,3 +133,21 @@ def test_a_large_unverified_ledger_is_checked_beside_serving(tmp_path: Path) -> 
     check_in_background(health).join(30)
     assert health.corrupt is not None and not health.verified
     assert corrupt_marker(path).exists()
+
+
+def test_a_mark_left_by_a_reader_beside_is_taken_up_by_serve(tmp_path: Path) -> None:
+    """A report that met corruption beside serve marked it: serve's next turn says so too."""
+    from tests.test_daemon_steps import Driven
+
+    driven = Driven(tmp_path)
+    try:
+        driven.daemon.follower.step(driven.daemon.stop_event)
+        assert driven.daemon.health()[0]
+        Health(driven.daemon.settings.ledger_path).mark("database disk image is malformed")
+        driven.daemon.follower.step(driven.daemon.stop_event)
+        ok, detail = driven.daemon.health()
+        assert not ok and "malformed" in str(detail["error"]) and "recover" in detail
+        assert driven.log.at("error") == ["ledger_corrupt"]
+    finally:
+        driven.daemon.close()
+    assert not driven.daemon.settings.ledger_path.with_name("ledger.sqlite3.clean").exists()

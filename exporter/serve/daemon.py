@@ -267,6 +267,7 @@ class Daemon:
 
     def _corrupt(self) -> bool:
         """Whether the ledger is known corrupt; the first time, say so in one ERROR line."""
+        self.ledger.health.adopt()  # (a report reading beside may have found it)
         message = self.ledger.health.message()
         if message is not None and not self._said_corrupt:
             self._said_corrupt = True
