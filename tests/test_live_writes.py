@@ -46,3 +46,20 @@ def test_lines_appended_four_a_second_write_under_64_kib_each(driven: Driven) ->
     assert driven.requests() == 1 + LINES
     per_line = written * (PAGE_SIZE + 24) / LINES
     assert per_line < 64 * 1024, f"{per_line / 1024:.0f} KiB of WAL per line"
+
+
+def test_lines_waiting_for_their_batch_are_read_at_a_clean_stop(tmp_path: Path) -> None:
+    """A line whose pass was put off is in the ledger once the daemon closes."""
+    from exporter.ledger import Ledger
+
+    d = Driven(tmp_path)
+    d.step()
+    for msg in ("first", "second"):  # the second comes within the batch's seconds: put off
+        d.append(msg)
+        d.daemon.follower.wake([str(d.session)])
+        d.step()
+    assert d.requests() == 2
+    d.daemon.close()
+    ledger = Ledger(d.daemon.settings.ledger_path)
+    assert ledger.count() == 3
+    ledger.close()

@@ -178,8 +178,9 @@ class Daemon:
             self.http = None
         if self.projection is not None:
             if not self._corrupt():
-                if self._deferred and self.scanner is not None:
-                    self.scanner.scan(paths=self._deferred)  # the lines of the last seconds
+                if self._deferred:  # the lines of the last seconds (else read at the next start)
+                    self._next_live = self._mono()
+                    self.follower.run_pass(set(self._deferred))
                 self.projection.apply(self.ledger.settle(force=True))
             self.projection.shutdown()  # a last OTLP push, if configured
         if self.plan is not None:
