@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.common import OUT
+from exporter.ledger_wal import committed_frames
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
@@ -50,6 +51,53 @@ def _append_one(live: Path, i: int) -> None:
         fh.write(jsonl(assistant(f"live{i}", f"rlive{i}", ts=now, session="live")))
 
 
+class _Frames:
+    """WAL frames committed over a span, across the WAL's restarts (each fold-in's)."""
+
+    def __init__(self, ledger: Path) -> None:
+        self.ledger, self.total, self._last = ledger, 0, committed_frames(ledger)
+
+    def look(self) -> None:
+        """Count the frames committed since the last look."""
+        now = committed_frames(self.ledger)
+        self.total += now - self._last if now >= self._last else now
+        self._last = now
+
+
+def _measure(serve: Serve, ledger: Path, live: Path,
+             args: argparse.Namespace) -> dict[str, float]:
+    """Append the lines at their pace to a settled ``serve``; the figures of that span."""
+    wal = ledger.with_name(ledger.name + "-wal")
+    base = serve.requests()
+    time.sleep(5)  # a quiet spell first: the start-up's own WAL is folded in before the span
+    reader = sqlite3.connect(ledger, isolation_level=None)
+    if args.hold_reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM requests").fetchone()  # a snapshot, pinned
+    before, start, peak_wal, frames = _io(serve.proc.pid), time.monotonic(), 0, _Frames(ledger)
+    for i in range(args.lines):
+        _append_one(live, i)
+        peak_wal = max(peak_wal, wal.stat().st_size if wal.exists() else 0)
+        frames.look()
+        time.sleep(max(0.0, start + (i + 1) / args.rate - time.monotonic()))  # the pace
+    poll(lambda: serve.requests() == base + args.lines, 120, "every line counted")
+    after = _io(serve.proc.pid)
+    frames.look()
+    peak_wal = max(peak_wal, wal.stat().st_size)
+    reader.close()  # lets go (a no-op without --hold-reader)
+    released = time.monotonic()
+    _append_one(live, args.lines)  # one more commit after it, as a follower makes
+    time.sleep(max(0.0, released + 10 - time.monotonic()))  # the time allowed to shrink
+    wal_after = wal.stat().st_size if wal.exists() else 0
+    per = {k: round((after[k] - before[k]) / args.lines / 1024, 1)
+           for k in ("write_bytes", "wchar")}
+    return {"lines": args.lines, "rate": args.rate, "history": base,
+            "write_kib_per_line": per["write_bytes"], "wchar_kib_per_line": per["wchar"],
+            "wal_frame_kib_per_line": round(frames.total * 16408 / args.lines / 1024, 1),
+            "peak_wal_mib": round(peak_wal / 2**20, 2),
+            "wal_10s_after_mib": round(wal_after / 2**20, 2)}
+
+
 def main() -> None:
     """Run the measurement and print it."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -64,41 +112,15 @@ def main() -> None:
     try:
         generate(work / "tree", GenOptions(seed=3, sessions=args.sessions))
         data = work / "tree" / "projects"
+        live = data / "live" / "live.jsonl"
+        live.parent.mkdir(parents=True)
+        live.touch()
         serve = Serve(data, work / "state", "--rescan-seconds", "30", logs=work,
                       settle=str(args.settle))
-        wal = work / "state" / "ledger.sqlite3-wal"
         try:
-            base = serve.requests()
-            live = data / "live" / "live.jsonl"
-            live.parent.mkdir(parents=True, exist_ok=True)
-            live.touch()
-            poll(lambda: serve.requests() == base, 30, "settled")
-            reader = sqlite3.connect(work / "state" / "ledger.sqlite3", isolation_level=None)
-            if args.hold_reader:
-                reader.execute("BEGIN")
-                reader.execute("SELECT count(*) FROM requests").fetchone()  # pinned
-            before, start, peak_wal = _io(serve.proc.pid), time.monotonic(), 0
-            for i in range(args.lines):
-                _append_one(live, i)
-                peak_wal = max(peak_wal, wal.stat().st_size if wal.exists() else 0)
-                time.sleep(max(0.0, start + (i + 1) / args.rate - time.monotonic()))  # the pace
-            poll(lambda: serve.requests() == base + args.lines, 120, "every line counted")
-            after = _io(serve.proc.pid)
-            peak_wal = max(peak_wal, wal.stat().st_size if wal.exists() else 0)
-            reader.close()  # lets go (a no-op without --hold-reader)
-            released = time.monotonic()
-            _append_one(live, args.lines)  # one more commit after it, as a follower makes
-            time.sleep(max(0.0, released + 10 - time.monotonic()))  # the time allowed to shrink
-            wal_after = wal.stat().st_size if wal.exists() else 0
+            print(json.dumps(_measure(serve, work / "state" / "ledger.sqlite3", live, args)))
         finally:
             serve.stop()
-        per = {k: round((after[k] - before[k]) / args.lines / 1024, 1)
-               for k in ("write_bytes", "wchar")}
-        print(json.dumps({"lines": args.lines, "rate": args.rate, "history": base,
-                          "write_kib_per_line": per["write_bytes"],
-                          "wchar_kib_per_line": per["wchar"],
-                          "peak_wal_mib": round(peak_wal / 2**20, 2),
-                          "wal_10s_after_mib": round(wal_after / 2**20, 2)}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -123,6 +123,7 @@ class Keeper:
         self.path, self.health, self._mono = path, health, monotonic
         self._sound: tuple[int, int, int] | None = None  # (frames, size, mtime) verified whole
         self._retry_at = 0.0  # a fold-in a reader blocked: not tried again before this
+        self._folded = -1  # the committed frames the last whole PASSIVE fold-in left
 
     def verified(self) -> bool:
         """Whether every committed frame holds (unchanged since the last verification: skipped).
@@ -159,8 +160,13 @@ class Keeper:
             size = os.stat(wal_path(self.path)).st_size
         except OSError:
             return
-        now = self._mono()
-        fold = bool(size) and (force or (size >= WAL_CHECKPOINT_BYTES and now >= self._retry_at))
+        now, frames = self._mono(), committed_frames(self.path)
+        # The frames since the WAL started again, not the file's size: the file keeps its
+        # size when it starts again (up to JOURNAL_LIMIT), and frames already folded in
+        # stay counted until the next commit starts it again.
+        grown = frames * (_page_size(db) + _FRAME_HEADER) >= WAL_CHECKPOINT_BYTES
+        fold = frames > 0 and frames != self._folded and (
+            force or ((grown or size > JOURNAL_LIMIT) and now >= self._retry_at))
         if self.health.corrupt is not None or not (fold or verify) or not self.verified():
             return
         if not fold:
@@ -177,4 +183,11 @@ class Keeper:
             return
         finally:
             db.execute(f"PRAGMA busy_timeout={int(wait)}")
-        self._retry_at = now + RETRY_SECONDS if busy or done < log else 0.0
+        whole = not busy and done >= log
+        self._retry_at = 0.0 if whole else now + RETRY_SECONDS
+        self._folded = frames if whole and mode == "PASSIVE" else -1
+
+
+def _page_size(db: sqlite3.Connection) -> int:
+    """The file's page size (a WAL frame holds one page)."""
+    return int(db.execute("PRAGMA page_size").fetchone()[0])
