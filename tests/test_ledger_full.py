@@ -38,7 +38,7 @@ def nearly_full(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path
 
 def test_the_v1_migration_on_a_nearly_full_disk_says_disk_full(nearly_full: Path,
                                                                 tmp_path: Path) -> None:
-    """report over a v1 ledger with no room left: exit 3 naming the full disk, no stray message."""
+    """A report over a v1 ledger with no room left: exit 3 naming the full disk, nothing stray."""
     data = tmp_path / "projects"
     data.mkdir()
     proc = subprocess.run(
