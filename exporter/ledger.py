@@ -164,7 +164,7 @@ class Ledger:
         """
         self.path, self._check_above = path, check_above
         self.health = ledger_health.Health(path, clock)
-        self._keeper = ledger_wal.Keeper(path, self.health, time.monotonic)
+        self._keeper = ledger_wal.Keeper(path, self.health, clock)
         self.holder = holder
         self.rules = rules
         self.settle_seconds = settle_seconds

@@ -118,9 +118,9 @@ def _checksum(data: bytes, s0: int, s1: int, swap: bool) -> tuple[int, int]:
 class Keeper:
     """One live writer's WAL upkeep: what it verified last, and when to try a fold-in again."""
 
-    def __init__(self, path: Path, health: Health, monotonic: Callable[[], float]) -> None:
-        """Nothing verified yet."""
-        self.path, self.health, self._mono = path, health, monotonic
+    def __init__(self, path: Path, health: Health, clock: Callable[[], float]) -> None:
+        """Nothing verified yet; ``clock`` times the retries (seconds)."""
+        self.path, self.health, self._clock = path, health, clock
         self._sound: tuple[int, int, int] | None = None  # (frames, size, mtime) verified whole
         self._retry_at = 0.0  # a fold-in a reader blocked: not tried again before this
         self._folded = -1  # the committed frames the last whole PASSIVE fold-in left
@@ -160,7 +160,7 @@ class Keeper:
             size = os.stat(wal_path(self.path)).st_size
         except OSError:
             return
-        now, frames = self._mono(), committed_frames(self.path)
+        now, frames = self._clock(), committed_frames(self.path)
         # The frames since the WAL started again, not the file's size: the file keeps its
         # size when it starts again (up to JOURNAL_LIMIT), and frames already folded in
         # stay counted until the next commit starts it again.
