@@ -23,6 +23,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,6 +65,11 @@ class _Frames:
         self._last = now
 
 
+def _shows(serve: Serve, want: float) -> Callable[[], bool]:
+    """A check: ``serve`` counts ``want`` requests."""
+    return lambda: serve.requests() == want
+
+
 def _measure(serve: Serve, ledger: Path, live: Path,
              args: argparse.Namespace) -> dict[str, float]:
     """Append the lines at their pace to a settled ``serve``; the figures of that span."""
@@ -76,8 +82,7 @@ def _measure(serve: Serve, ledger: Path, live: Path,
         if args.hold_reader and i == args.lines // 100:
             # A snapshot taken while the WAL holds frames pins them (one taken on a WAL
             # folded in whole reads the file alone, and lets the writer start it again).
-            first = base + i
-            poll(lambda: serve.requests() == first, 60, "the first lines counted")
+            poll(_shows(serve, base + i), 60, "the first lines counted")
             reader.execute("BEGIN")
             reader.execute("SELECT count(*) FROM requests").fetchone()
         _append_one(live, i)
