@@ -151,3 +151,14 @@ def test_a_mark_left_by_a_reader_beside_is_taken_up_by_serve(tmp_path: Path) -> 
     finally:
         driven.daemon.close()
     assert not driven.daemon.settings.ledger_path.with_name("ledger.sqlite3.clean").exists()
+
+
+def test_rebuild_refuses_a_sound_ledger(tmp_path: Path) -> None:
+    """A rebuild of a ledger neither marked nor failing its check: exit 3, nothing moved."""
+    data, state = tmp_path / "projects", tmp_path / "state"
+    _append(data / "p" / "s1.jsonl", 0, 5)
+    assert _report(data, state).returncode == 0
+    before = sorted(p.name for p in state.iterdir())
+    refused = _run("rebuild", data, state)
+    assert refused.returncode == 3 and "nothing to rebuild" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in state.iterdir()) == before
