@@ -137,6 +137,11 @@ def build_parser() -> Parser:
     _serve_arguments(serve)
 
     _add_backfill(parser, sub)
+    _common(parser.add_command(
+        sub, "rebuild", help="move a corrupt ledger aside and read the transcripts again",
+        description="Move the ledger's files aside (kept beside it, never deleted), then read "
+                    "every transcript still on disk into a new ledger. Requests whose "
+                    "transcripts are gone are not in the new one (docs/reliability.md)."))
 
     # Listed for --help only: main() hands `statusline` over before parsing (exporter.entry
     # does the same without importing this module, which is the fast path).
@@ -530,6 +535,26 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
+def cmd_rebuild(args: argparse.Namespace, settings: Settings, log: Any,
+                environ: Environ) -> int:
+    """Move the ledger aside, then ingest every transcript on disk into a new one."""
+    from exporter.ledger_rebuild import move_aside
+
+    aside = move_aside(settings.ledger_path, time.time())
+    dirs = transcript_dirs(settings, environ)
+    ledger = open_ledger(settings, _pricing(settings), dirs, "rebuild")
+    try:
+        scan = ingest(ledger, settings, log, discover.present(dirs), show_progress=True)
+        ingest_plan_samples(settings, log)
+        count = ledger.count()
+    finally:
+        ledger.close()
+    print(f"claude-code-exporter: the old ledger's files are in {aside}; the new ledger holds "
+          f"{count} requests from {scan.files} transcripts on disk (requests whose transcripts "
+          "are gone are only in the old files)", file=sys.stderr)
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Write a synthetic tree (for demos, tests and benchmarks)."""
     from exporter.synth import GenOptions, generate
@@ -575,7 +600,7 @@ def _main(argv: Sequence[str] | None, environ: Environ | None,
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
-    command = {"serve": cmd_serve, "backfill": cmd_backfill}.get(
+    command = {"serve": cmd_serve, "backfill": cmd_backfill, "rebuild": cmd_rebuild}.get(
         args.command, functools.partial(cmd_report, head_start=head_start))
     try:
         return command(args, settings, log, env)

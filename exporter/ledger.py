@@ -16,7 +16,6 @@ One process writes a ledger at a time (:class:`WriterLock`); others may read.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import threading
@@ -27,7 +26,8 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from exporter import ledger_bulk, slots
+from exporter import ledger_bulk, ledger_health, ledger_wal, slots
+from exporter.ledger_health import LedgerError as LedgerError  # noqa: PLC0414 (re-exported)
 from exporter.ledger_schema import (
     LEGACY_FILE,
     MAX_ROOT_BITS,
@@ -42,6 +42,7 @@ from exporter.ledger_schema import (
     migrate_v1,
     v1_provenance,
 )
+from exporter.ledger_tx import Tx
 from exporter.records import (
     ALL_ROOTS,
     COUNT_SUMS,
@@ -80,10 +81,6 @@ CountRow = tuple[int, CountClass, float, float, tuple[int, ...]]
 """A counter rollup row or increment: roots bitmask, class, first and last request time, sums."""
 HistRow = tuple[int, HistSeries, int, float]
 """A histogram rollup row or increment: roots bitmask, series, bucket (-1: the sum), value."""
-
-
-class LedgerError(Exception):
-    """The ledger file cannot be used (foreign, corrupt, unwritable, disk full)."""
 
 
 class Rules(Protocol):
@@ -155,7 +152,7 @@ class Ledger:
     def __init__(
         self, path: Path, *, rules: Rules | None = None, settle_seconds: float = 60.0,
         clock: Callable[[], float] = time.time, lock: WriterLock | None = None,
-        readonly: bool = False, holder: Holder | None = None,
+        readonly: bool = False, holder: Holder | None = None, check_above: int | None = None,
     ) -> None:
         """Open or create the ledger at ``path``; raise LedgerError if it is not ours.
 
@@ -164,8 +161,11 @@ class Ledger:
         A request enters the histograms ``settle_seconds`` after its last
         change. ``lock`` (held by the caller) is released by :meth:`close`.
         ``readonly``: another process (``holder``) writes; this one only reads.
+        ``check_above``: a file of more bytes not known sound is left to the caller to check.
         """
-        self.path = path
+        self.path, self._check_above = path, check_above
+        self.health = ledger_health.Health(path, clock)
+        self._keeper = ledger_wal.Keeper(path, self.health, clock)
         self.holder = holder
         self.rules = rules
         self.settle_seconds = settle_seconds
@@ -195,7 +195,7 @@ class Ledger:
             with contextlib.suppress(AttributeError, sqlite3.Error):
                 self._db.close()
             if isinstance(exc, sqlite3.DatabaseError):
-                raise LedgerError(f"cannot use ledger {path}: {exc}") from exc
+                raise ledger_health.refusal(path, exc) from exc
             if isinstance(exc, OSError):
                 raise LedgerError(
                     f"cannot open ledger {path}: {exc.strerror or exc}") from exc
@@ -213,6 +213,7 @@ class Ledger:
         # newest batches, but their checkpoints go with them, so they are re-read.
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a year of rows stays in memory
+        ledger_wal.configure(db)
         page = db.execute("PRAGMA page_size").fetchone()[0]
         db.execute(f"PRAGMA wal_autocheckpoint={max(1, WAL_CHECKPOINT_BYTES // page)}")
         if version < SCHEMA_VERSION:
@@ -227,9 +228,7 @@ class Ledger:
                 with self._transaction():  # a bulk pass was cut short: build what it dropped
                     for statement in READER_INDEXES:
                         self._db.execute(statement)
-        # From now on the file changes: the clean-close stamp no longer describes it.
-        with contextlib.suppress(FileNotFoundError):
-            _clean_marker(self.path).unlink()
+        ledger_health.unstamp(self.path)  # the file changes now: its stamp no longer holds
         if self.rules is not None and self._meta("rollups") != self.rules.fingerprint:
             with self._transaction():
                 self._rebuild_rollups(self.rules)
@@ -265,6 +264,7 @@ class Ledger:
     def _check(self) -> int:
         """The schema version of a file that is ours (0: empty); LedgerError otherwise."""
         db = self._db
+        ledger_health.refuse_marked(self.path)  # refused before anything reads it
         # One read transaction: the header and the tables from the same moment (a twin
         # may commit a fresh schema, with its application id, in between two reads).
         db.execute("BEGIN")
@@ -272,8 +272,9 @@ class Ledger:
             app_id = db.execute("PRAGMA application_id").fetchone()[0]
             tables = self._tables()
             version: int = db.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            db.execute("COMMIT")
+        finally:  # (a read that failed, say on a full disk, ended it: its error is the one)
+            if db.in_transaction:
+                db.execute("COMMIT")
         # A v1 build killed between its schema commit and the header pragmas left
         # its tables without our id: recognise them as ours, not as a stranger's.
         half_made = app_id == 0 and tables == V1_TABLES
@@ -282,13 +283,10 @@ class Ledger:
                 f"{self.path} is an SQLite file of another program (application_id {app_id});"
                 " refusing to touch it: point --state-dir elsewhere"
             )
-        # quick_check reads every page (O(history)); skipped when the file is exactly as
-        # this program left it at a clean close, or a live writer checked it.
-        if not self._known_clean():
-            check = db.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise LedgerError(
-                    f"ledger {self.path} is corrupt ({check}); it was left untouched")
+        # quick_check reads every page (O(history)); skipped when the file is exactly as a
+        # verified close left it, or a live writer checked it (exporter.ledger_health).
+        ledger_health.check_at_open(db, self.health, later=self._check_above,
+                                    trusted=self.readonly and self.holder is not None)
         if half_made:
             version = 1
         if version > SCHEMA_VERSION:
@@ -297,19 +295,6 @@ class Ledger:
                 f"{SCHEMA_VERSION}; upgrade claude-code-exporter"
             )
         return version
-
-    def _known_clean(self) -> bool:
-        """True if the file is unchanged since a clean close, or a running writer holds it."""
-        if self.readonly and self.holder is not None:
-            return True  # the writer checked it when it opened it, and is using it since
-        try:
-            wal = self.path.with_name(self.path.name + "-wal")
-            if wal.exists() and wal.stat().st_size:
-                return False
-            stamp = json.loads(_clean_marker(self.path).read_text("utf-8"))
-        except (OSError, ValueError):
-            return False
-        return bool(stamp == _stamp(self.path))
 
     def _tables(self) -> frozenset[str]:
         """Names of the tables in the file."""
@@ -338,21 +323,14 @@ class Ledger:
         """Close the database (and give up the writer lock, if this ledger holds one).
 
         A writer that closes the last connection (SQLite then folds the WAL in)
-        stamps the file, so the next open can skip reading every page.
+        stamps a verified file whose WAL frames all hold, so the next open can
+        skip reading every page (exporter.ledger_health).
         """
         with self._lock:
+            sound = not self.readonly and self.health.verified and self._keeper.verified()
             self._db.close()
-            if not self.readonly:
-                with contextlib.suppress(OSError):
-                    wal = self.path.with_name(self.path.name + "-wal")
-                    if not wal.exists():
-                        marker = _clean_marker(self.path)
-                        part = marker.with_name(marker.name + ".part")
-                        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                                     0o600)
-                        with os.fdopen(fd, "w", encoding="utf-8") as out:
-                            json.dump(_stamp(self.path), out)
-                        part.replace(marker)
+            if sound:
+                ledger_health.stamp_clean(self.path)
         if self._writer is not None:
             self._writer.release()
             self._writer = None
@@ -1129,6 +1107,7 @@ class Ledger:
                     if not self.readonly:
                         self._db.execute("PRAGMA query_only = OFF")
             except sqlite3.Error as exc:
+                self.health.note(exc)
                 raise LedgerError(f"ledger {self.path}: {exc}") from exc
 
     def _rows(self, keys: list[str]) -> dict[str, tuple[int, Request, int]]:
@@ -1142,11 +1121,21 @@ class Ledger:
             out.update((r[2], (r[0], _request(r[2:]), r[1])) for r in rows)
         return out
 
-    def _transaction(self) -> _Tx:
+    def _transaction(self) -> Tx:
         """A write transaction that turns SQLite failures into LedgerError."""
         if self.readonly:
             raise LedgerError(f"ledger {self.path} is open read-only (another process writes it)")
-        return _Tx(self._db, self.path, self._lock)
+        return Tx(self._db, self.health, self._lock)
+
+    def live(self) -> None:
+        """From now on this writer folds the WAL in itself, verified (:meth:`tend`)."""
+        with self._lock:
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
+
+    def tend(self, *, verify: bool = False, force: bool = False) -> None:
+        """A live writer's upkeep, once a tick: the WAL verified, folded in, cut back."""
+        with self._lock:
+            self._keeper.tend(self._db, verify=verify, force=force)
 
 
 @dataclass(slots=True)
@@ -1196,17 +1185,6 @@ def _observe(rules: Rules, mask: int, req: Request,
         acc[(mask, series, -1)] = acc.get((mask, series, -1), 0) + value
 
 
-def _clean_marker(path: Path) -> Path:
-    """Where a clean close records the ledger file's identity."""
-    return path.with_name(path.name + ".clean")
-
-
-def _stamp(path: Path) -> dict[str, int]:
-    """The identity of a file: inode, size, modification time (ns)."""
-    st = path.stat()
-    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def _tighten(path: Path) -> None:
     """Make an existing state directory 0700 and the ledger's files 0600 (ours only).
 
@@ -1242,47 +1220,3 @@ def _request(row: Sequence[Any]) -> Request:
     """A Request from a row in ``_COLUMNS`` order."""
     key, ts, model, session, project, source, *rest = row
     return Request(key, ts, model, session, project, _SOURCES[source], *rest)
-
-
-class _Tx:
-    """BEGIN IMMEDIATE … COMMIT, rolled back on any exception, under the ledger's lock."""
-
-    def __init__(self, db: sqlite3.Connection, path: Path, lock: threading.RLock) -> None:
-        self._db = db
-        self._path = path
-        self._lock = lock
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            self._lock.release()
-            raise LedgerError(f"ledger {self._path}: {exc}") from exc
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        try:
-            self._finish(kind, exc)
-        finally:
-            self._lock.release()
-
-    def _finish(self, kind: type[BaseException] | None, exc: BaseException | None) -> None:
-        """Commit, or roll back and translate the failure."""
-        if kind is None:
-            try:
-                self._db.execute("COMMIT")
-                return
-            except sqlite3.Error as err:
-                self._rollback()
-                raise LedgerError(f"ledger {self._path}: {err}") from err
-        self._rollback()
-        if isinstance(exc, sqlite3.Error):
-            raise LedgerError(f"ledger {self._path}: {exc}") from exc
-
-    def _rollback(self) -> None:
-        """Roll back what is left: after a full disk or an I/O error SQLite may already have."""
-        if self._db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # the failure reported is the one that matters
-                self._db.execute("ROLLBACK")

@@ -198,7 +198,8 @@ def version(db: sqlite3.Connection) -> int:
     """What the slot tables hold (0: a ledger from before slot_meta's version)."""
     try:
         row = db.execute("SELECT value FROM slot_meta WHERE name = 'version'").fetchone()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
+        _missing_table(exc)
         row = None
     return 0 if row is None else int(row[0])
 
@@ -221,6 +222,17 @@ def ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
     return True
 
 
+def _missing_table(exc: sqlite3.OperationalError) -> None:
+    """Re-raise anything but a missing table (a ledger from before slot_meta).
+
+    A full disk or an I/O error met by a read inside a write transaction (a
+    spill of its cache) made SQLite roll the transaction back: swallowed, the
+    caller's COMMIT said only "no transaction is active".
+    """
+    if "no such table" not in str(exc):
+        raise exc
+
+
 def needs_ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
     """Whether :func:`ensure` would rebuild (a cheap read, outside any transaction)."""
     return version(db) != VERSION or not {int(t) for t in wanted} <= set(stored_thresholds(db))
@@ -237,7 +249,8 @@ def stored_thresholds(db: sqlite3.Connection) -> tuple[int, ...]:
     """The long-context thresholds the slots were summed with."""
     try:
         row = db.execute("SELECT value FROM slot_meta WHERE name = 'thresholds'").fetchone()
-    except sqlite3.OperationalError:  # a ledger from before slot_meta: the first default
+    except sqlite3.OperationalError as exc:  # a ledger from before slot_meta: the first default
+        _missing_table(exc)
         row = None
     return DEFAULT_THRESHOLDS if row is None else tuple(json.loads(row[0]))
 

@@ -162,7 +162,8 @@ def test_missing_data_dir_is_exit_2_naming_it(tmp_path: Path) -> None:
     (("serve", "--lisen", "127.0.0.1:1"), "claude-code-exporter serve: error: unrecognized "
                                           "arguments: --lisen 127.0.0.1:1; did you mean --listen?"),
     (("reprot",), "claude-code-exporter: error: argument command: invalid choice: 'reprot' "
-                  "(choose from 'report', 'serve', 'backfill', 'statusline', 'generate'); "
+                  "(choose from 'report', 'serve', 'backfill', 'rebuild', 'statusline', "
+                  "'generate'); "
                   "did you mean 'report'?"),
 ])
 def test_a_typo_gets_the_nearest_option(args: tuple[str, ...], message: str) -> None:

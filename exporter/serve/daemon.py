@@ -16,12 +16,13 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, is_loopback
@@ -29,6 +30,7 @@ from exporter.ingest.follow import Follower
 from exporter.ingest.options import ScanOptions
 from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger, LedgerError
+from exporter.ledger_health import CHECK_AT_OPEN_BYTES, check_in_background
 from exporter.ledger_lock import WriterLock
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
@@ -39,6 +41,15 @@ from exporter.serve.push import LibraryLog, PushState
 
 if TYPE_CHECKING:
     from exporter.serve.otlp import OtlpOptions
+
+# How often the live WAL's checksums are verified (~20 ms a MiB of WAL, bounded by the fold-in).
+VERIFY_SECONDS = 5.0
+# At most one pass over changed files per this many seconds (a quiet file's first line is
+# read at once): the lines of those seconds share one commit. A commit rewrites ~25-35 pages
+# of 16 KiB (rows, indexes, provenance, rollups, slots) however few lines it holds, so a
+# line a commit wrote ~0.4 MiB (docs/benchmarks.md, "Live writes"). 5 s: a third of
+# Prometheus' default scrape interval.
+LIVE_PASS_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +88,20 @@ class Daemon:
         # One serve per state dir: a second one exits naming the first (LedgerBusyError).
         lock = WriterLock.acquire(settings.ledger_path, "serve", [str(d) for d in self.dirs])
         try:
+            # A large ledger not known sound is checked while serving (start()): the first
+            # scrape does not wait O(history) for it.
             self.ledger = Ledger(settings.ledger_path, rules=parts.metrics.counting(self.pricing),
-                                 settle_seconds=settings.settle_seconds, clock=clock, lock=lock)
+                                 settle_seconds=settings.settle_seconds, clock=clock, lock=lock,
+                                 check_above=CHECK_AT_OPEN_BYTES)
         except LedgerError:
             lock.release(remove=True)  # a refused file gets no lock file beside it
             raise
         self._files = 0
         self._pending = 0
-        self._clock = clock
+        self._clock, self._mono = clock, monotonic
+        self._next_verify = monotonic() + VERIFY_SECONDS
+        self._next_live = self._next_settle = monotonic()  # when the next may run
+        self._deferred: set[str] = set()  # changed files whose pass waits for _next_live
         self.scanner: Scanner | None = None  # the follower's, built in start()
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
@@ -97,6 +114,7 @@ class Daemon:
         self._signal: str | None = None  # the signal that ended the follow loop, if one did
         self.push: PushState | None = None  # the OTLP push's outcomes, when it pushes
         self._library_log: LibraryLog | None = None
+        self._said_corrupt = False  # the one ERROR line of a corrupt ledger is logged
 
     def start(self) -> None:
         """Catch up, load the metrics, and open the endpoint."""
@@ -134,8 +152,9 @@ class Daemon:
         pages = page.routes(page.source_of(self.settings, ledger, self.dirs, self.pricing,
                                            clock=self._clock), __version__)
         refused = Refused(lambda host: self.log.warning("http_host_refused", host=host))
-        app = make_app(self.registry, self.health, __version__, http.auth,
-                       metrics=http.metrics, routes=pages, hosts=http.hosts, refused=refused)
+        app = make_app(_Withdrawn(self.registry, lambda: self.ledger.health.corrupt is not None),
+                       self.health, __version__, http.auth, metrics=http.metrics, routes=pages,
+                       hosts=http.hosts, refused=refused)
         try:
             self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
         except OSError as exc:  # a busy port, an address not on this machine
@@ -145,7 +164,13 @@ class Daemon:
         self.log.info("serving", listen=f"{http.host}:{self.http.port}",
                       otlp=parts.otlp.endpoint if parts.otlp else None, tls=http.tls is not None,
                       requests=ledger.count(), files=first.files,
-                      startup_seconds=round(time.perf_counter() - started, 3))
+                      startup_seconds=round(time.perf_counter() - started, 3),
+                      verified=ledger.health.verified)
+        # From here the WAL is verified before each fold-in (exporter.ledger_wal); a ledger
+        # not known sound is read whole beside the serving (figures withdrawn if it fails).
+        ledger.live()
+        if not ledger.health.verified:
+            check_in_background(ledger.health)
 
     def run(self) -> None:
         """Follow until stopped, then shut down cleanly."""
@@ -164,7 +189,11 @@ class Daemon:
         if self.push is not None:
             self.push.begin_stop()  # a hung push is let go; the last one is kept short
         if self.projection is not None:
-            self.projection.apply(self.ledger.settle(force=True))
+            if not self._corrupt():
+                if self._deferred:  # the lines of the last seconds (else read at the next start)
+                    self._next_live = self._mono()
+                    self.follower.run_pass(set(self._deferred))
+                self.projection.apply(self.ledger.settle(force=True))
             self.projection.shutdown()  # a last OTLP push, if configured
         if self._library_log is not None:
             self._library_log.remove()
@@ -174,17 +203,24 @@ class Daemon:
         self.log.info("stopped")
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """Healthy when the last pass succeeded and the watcher runs (unless polling)."""
-        state = self.follower.state
+        """Healthy when the ledger is sound, the last pass succeeded and the watcher runs.
+
+        ``ledger_verified``: a check vouches for the ledger (false while the start-up
+        check of a large ledger runs). A corrupt ledger says why and how to recover.
+        """
+        state, sound = self.follower.state, self.ledger.health
         watcher_ok = self.settings.poll or state.watcher_alive or not self._watchable()
-        ok = state.last_pass_ok and watcher_ok
-        detail = {"ledger_ok": state.last_pass_ok, "watcher_alive": state.watcher_alive,
+        ledger_ok = state.last_pass_ok and sound.corrupt is None
+        detail = {"ledger_ok": ledger_ok, "watcher_alive": state.watcher_alive,
                   "poll": self.settings.poll, "passes": state.passes,
-                  "error": state.last_error,
-                  "pending": self._pending}
+                  "error": state.last_error, "pending": self._pending,
+                  "ledger_verified": sound.verified}
+        if sound.corrupt is not None:
+            detail["error"] = f"ledger corrupt: {sound.corrupt}"  # SQLite's words: no paths
+            detail["recover"] = "stop serve; claude-code-exporter rebuild (see the log)"
         if self.push is not None:  # reported, not failing the check: see docs/teams.md
             detail["otlp"] = self.push.health()
-        return ok, detail
+        return ledger_ok and watcher_ok, detail
 
     def install_signals(self) -> None:
         """SIGTERM and SIGINT end the follow loop (main thread only).
@@ -203,10 +239,22 @@ class Daemon:
 
     def _settle(self) -> int:
         """Enter requests that went quiet into the histograms (ledger, then instruments)."""
-        if self.projection is None:
+        if self.projection is None or self._corrupt():
+            return 0
+        if self._deferred and self._mono() >= self._next_live:
+            self.follower.run_pass(set(self._deferred))  # (its health recorded as any pass's)
+        # The WAL verified every few seconds, and before it is folded in (exporter.ledger_wal).
+        verify = self._mono() >= self._next_verify
+        if verify:
+            self._next_verify = self._mono() + VERIFY_SECONDS
+        self.ledger.tend(verify=verify)
+        if self._corrupt():
             return 0
         if self.plan is not None:
             self.plan.tick()  # status-line samples: visible within a second of being recorded
+        if self._mono() < self._next_settle:
+            return 0  # a settle is a commit too: at most one per LIVE_PASS_SECONDS
+        self._next_settle = self._mono() + LIVE_PASS_SECONDS
         applied = self.ledger.settle()
         if applied.hists:
             self.projection.apply(applied)
@@ -217,6 +265,15 @@ class Daemon:
         """One follow pass: over the paths file events named, or everything (None)."""
         if self.scanner is None:
             raise RuntimeError("start() builds the follower's scanner")
+        if self._corrupt():
+            return  # ingestion stops: /healthz and the one ERROR line say why and what to do
+        if paths is not None:  # changed files: batched, at most one pass per LIVE_PASS_SECONDS
+            if self._mono() < self._next_live:
+                self._deferred.update(paths)
+                return
+            paths = self._deferred.union(paths)
+            self._next_live = self._mono() + LIVE_PASS_SECONDS
+        self._deferred = set()  # (a full pass reads them too)
         result = self.scanner.scan(paths=paths)
         self._files = result.files
         if (result.new_requests or result.upgraded_requests) and self.plan is not None:
@@ -224,6 +281,15 @@ class Daemon:
         if result.new_requests or result.upgraded_requests:
             self.log.debug("pass", new=result.new_requests, upgraded=result.upgraded_requests,
                            bytes=result.bytes_read)
+
+    def _corrupt(self) -> bool:
+        """Whether the ledger is known corrupt; the first time, say so in one ERROR line."""
+        self.ledger.health.adopt()  # (a report reading beside may have found it)
+        message = self.ledger.health.message()
+        if message is not None and not self._said_corrupt:
+            self._said_corrupt = True
+            self.log.error("ledger_corrupt", detail=message)
+        return message is not None
 
     def _watchable(self) -> bool:
         """True if any transcript directory exists to be watched."""
@@ -239,3 +305,25 @@ def _push(options: OtlpOptions | None, log: Any) -> tuple[list[Any], Any, PushSt
 
     state = PushState(options.endpoint, log)
     return [otlp.reader(options, state)], otlp.resource(options), state
+
+
+class _Withdrawn(CollectorRegistry):
+    """The daemon's registry as /metrics sees it: empty once the ledger is known corrupt.
+
+    Figures from a damaged file may be wrong: their series go stale in
+    Prometheus rather than go on with wrong values.
+    """
+
+    def __init__(self, inner: CollectorRegistry, withdrawn: Callable[[], bool]) -> None:
+        """Wrap ``inner``; ``withdrawn`` says when to show nothing."""
+        super().__init__()
+        self._inner, self._withdrawn = inner, withdrawn
+
+    def collect(self) -> Iterator[Metric]:
+        """The inner registry's metrics, unless withdrawn."""
+        if not self._withdrawn():
+            yield from self._inner.collect()
+
+    def restricted_registry(self, names: Iterable[str]) -> Any:
+        """A scrape asking for some names only (``name[]``): withdrawn alike."""
+        return self if self._withdrawn() else self._inner.restricted_registry(names)
