@@ -135,6 +135,7 @@ class Applied:
     new_count: int = 0
     upgraded_count: int = 0
     iterations: dict[str, int] = field(default_factory=dict)  # usage.iterations entries, by kind
+    mended: dict[str, int] = field(default_factory=dict)  # lines read once an oddity was mended
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,8 +552,8 @@ class Ledger:
             LineResult.REJECTED: sum(counts.rejected.values()),
         }
         batch.rejected, batch.iterations = dict(counts.rejected), dict(counts.iterations)
-        batch.bytes_read = bytes_read
-        self._count_lines(batch, counts.mended)
+        batch.mended, batch.bytes_read = dict(counts.mended), bytes_read
+        self._count_lines(batch)
 
     def _merge(self, parsed: Parsed) -> _Batch:
         """Merge the batch's requests with the stored rows, in memory; assign new ids."""
@@ -1000,11 +1001,11 @@ class Ledger:
         """Set one value of the meta table (inside a transaction)."""
         self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
 
-    def _count_lines(self, applied: _Batch, mended: dict[str, int]) -> None:
+    def _count_lines(self, applied: _Batch) -> None:
         """Add one batch's line classification (and lines mended) to the persistent counters."""
         rows = [*(("lines", result, n) for result, n in applied.lines.items()),
                 ("bytes_read", "", applied.bytes_read),
-                *(("mended", k, n) for k, n in mended.items()),
+                *(("mended", kind, n) for kind, n in applied.mended.items()),
                 *(("rejected", reason, n) for reason, n in applied.rejected.items()),
                 *(("iterations", kind, n) for kind, n in applied.iterations.items())]
         for name, label, n in (row for row in rows if row[2]):
@@ -1147,6 +1148,7 @@ class _Batch:
     lines: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
     iterations: dict[str, int] = field(default_factory=dict)
+    mended: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0
     counts: list[CountRow] = field(default_factory=list)
     hists: list[HistRow] = field(default_factory=list)
@@ -1174,7 +1176,7 @@ class _Batch:
         """The public result."""
         return Applied(self.new, self.upgraded, self.lines, self.rejected, self.bytes_read,
                        self.counts, self.hists, self.late, self.roots, len(self.new),
-                       len(self.upgraded), self.iterations)
+                       len(self.upgraded), self.iterations, self.mended)
 
 
 def _observe(rules: Rules, mask: int, req: Request,

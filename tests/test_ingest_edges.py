@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from exporter.ingest.parse import parse_lines
 from exporter.ingest.scan import Scanner
 from exporter.ledger import Ledger
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
 from tests.conftest import assistant, jsonl
 from tests.test_scan_events import Log
 
@@ -153,4 +157,28 @@ def test_an_absurd_or_contradicted_future_line_is_rejected_not_waited_for(
                      clock=lambda: now).scan()
     assert (result.ahead, ledger.count(), ledger.counters("rejected")) == (
         0, 3, {"bad_timestamp": 2})
+    ledger.close()
+
+
+def test_mended_lines_are_a_metric_at_start_and_live(tmp_path: Path) -> None:
+    """/metrics counts mended lines: 0 from the start, those in the ledger, then a live batch's."""
+    projects = tmp_path / "projects" / "-p"
+    projects.mkdir(parents=True)
+    f = projects / "s.jsonl"
+    f.write_bytes(_line(assistant("a", "r1"), '"text":"hi"', '"text":"ab\\ud83d"'))
+    ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
+    name = "claude_code_exporter_mended_lines_total"
+    fresh = CollectorRegistry()
+    Projection(Pricing.load(), MetricsOptions(), fresh).load(ledger)
+    assert fresh.get_sample_value(name, {"kind": "lone_surrogate"}) == 0
+    Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log()).scan()
+    registry = CollectorRegistry()
+    projection = Projection(Pricing.load(), MetricsOptions(), registry)
+    projection.load(ledger)
+    assert registry.get_sample_value(name, {"kind": "lone_surrogate"}) == 1
+    with f.open("ab") as out:
+        out.write(_line(assistant("b", "r2"), '"text":"hi"', '"text":"\\udc00"'))
+    Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log(),
+            on_applied=projection.apply).scan()
+    assert registry.get_sample_value(name, {"kind": "lone_surrogate"}) == 2
     ledger.close()

@@ -95,6 +95,7 @@ TTL: Final = Dimension("ttl", 2)  # 5m, 1h
 PERIOD: Final = Dimension("period", 2)  # day, month
 RESULT: Final = Dimension("result", len(LINE_RESULTS))
 REASON: Final = Dimension("reason", len(REJECT_REASONS))
+MENDED_KIND: Final = Dimension("kind", 1)  # lone_surrogate
 ITERATION_KIND: Final = Dimension("kind", len(Kind.FIXED))  # undocumented types are `unknown`
 QUERY_SOURCE: Final = Dimension("query_source", len(Source))  # one value per source at most
 NATIVE_TYPE: Final = Dimension("type", len(set(native.TOKEN_TYPE.values())))
@@ -128,7 +129,7 @@ class Caps:
             "prompt_tokens_after_gap": (GAP, PROMPT_TYPE), "requests_after_gap": (GAP,),
             "upload_bytes": (), "kv_recomputed_bytes": arch,
             "exporter_lines": (RESULT,), "exporter_rejected_lines": (REASON,),
-            "exporter_iterations": (ITERATION_KIND,),
+            "exporter_iterations": (ITERATION_KIND,), "exporter_mended_lines": (MENDED_KIND,),
             "exporter_bytes_read": (), "exporter_late_updates": (),
             "request_context_tokens": (MODEL, OWN_SOURCE),
             "request_output_tokens": (MODEL, OWN_SOURCE),

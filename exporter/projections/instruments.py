@@ -64,6 +64,7 @@ COUNTERS: Final[dict[str, str]] = {
     "exporter_lines": "Transcript lines read, by result.",
     "exporter_rejected_lines": "Malformed transcript lines, by reason.",
     "exporter_iterations": "usage.iterations entries of transcript lines, by what they were.",
+    "exporter_mended_lines": "Transcript lines read once an oddity in them was mended, by kind.",
     "exporter_bytes_read": "Transcript bytes read.",
     "exporter_late_updates": "Request upgrades that arrived after the request was settled.",
 }

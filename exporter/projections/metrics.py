@@ -26,6 +26,7 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
+from exporter.ingest import mend
 from exporter.ingest.iterations import Kind
 from exporter.ledger import Applied, CountRow, HistRow, Ledger
 from exporter.projections import cardinality, instruments
@@ -46,6 +47,7 @@ from exporter.projections.pricing import Pricing
 from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, HistSeries, Source
 
 LINE_RESULTS = cardinality.LINE_RESULTS
+MENDED_KINDS = (mend.LONE_SURROGATE,)
 REJECT_REASONS = cardinality.REJECT_REASONS
 _ZERO: Sums = (0,) * len(COUNT_SUMS)
 _SOURCES = tuple(Source)
@@ -142,7 +144,7 @@ class Projection:
                     rejected=ledger.counters("rejected"),
                     bytes_read=ledger.counters("bytes_read").get("", 0),
                     late=ledger.counters("late_updates").get("", 0),
-                    iterations=ledger.counters("iterations"))
+                    iterations=ledger.counters("iterations"), mended=ledger.counters("mended"))
         now = self._clock()
         # The live window only (bounded on both sides: a clock running behind the
         # transcripts must not turn start-up into a replay of "future" history).
@@ -151,7 +153,7 @@ class Projection:
 
     def _start(self, counts: Iterable[CountRow], hists: Iterable[HistRow], *,
                lines: Mapping[str, int], rejected: Mapping[str, int], bytes_read: int,
-               late: int, iterations: Mapping[str, int]) -> None:
+               late: int, iterations: Mapping[str, int], mended: Mapping[str, int]) -> None:
         """Add every in-scope rollup row once (rows come earliest class first)."""
         totals: dict[SampleKey, float] = dict.fromkeys(self.exposure.zero_samples(), 0)
         with self._lock:
@@ -170,7 +172,7 @@ class Projection:
         self._add(totals)
         self._seed(hists)
         self._count_exporter(lines, rejected, bytes_read, late, zeros=True,
-                             iterations=iterations)
+                             iterations=iterations, mended=mended)
 
     def apply(self, applied: Applied) -> None:
         """Count one committed batch: its rollup increments, lines, and live state."""
@@ -200,7 +202,7 @@ class Projection:
         for _old, new in applied.upgraded:
             self.live.note(new)
         self._count_exporter(applied.lines, applied.rejected, applied.bytes_read, applied.late,
-                             iterations=applied.iterations)
+                             iterations=applied.iterations, mended=applied.mended)
 
     def shutdown(self) -> None:
         """Release the instruments."""
@@ -234,8 +236,9 @@ class Projection:
 
     def _count_exporter(self, lines: Mapping[str, int], rejected: Mapping[str, int],
                         nbytes: int, late: int, *, zeros: bool = False,
-                        iterations: Mapping[str, int] | None = None) -> None:
-        """Exporter line, rejection, iteration, byte and late-update counters."""
+                        iterations: Mapping[str, int] | None = None,
+                        mended: Mapping[str, int] | None = None) -> None:
+        """Exporter line, rejection, iteration, mended-line, byte and late-update counters."""
         counters = self.inst.counters
         if zeros:  # every fixed-label series exists from the start
             lines = {**dict.fromkeys(LINE_RESULTS, 0), **lines}
@@ -254,6 +257,9 @@ class Projection:
             kinds[fixed] = kinds.get(fixed, 0) + n
         for kind, n in kinds.items():
             counters["exporter_iterations"].add(n, {"kind": kind})
+        fixes = {**dict.fromkeys(MENDED_KINDS, 0), **(mended or {})} if zeros else mended or {}
+        for kind, n in fixes.items():
+            counters["exporter_mended_lines"].add(n, {"kind": kind})
 
     # ------------------------------------------------------------------ gauges
     def _gauge_sources(self) -> dict[str, instruments.Observe]:
