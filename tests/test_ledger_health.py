@@ -77,6 +77,9 @@ def test_a_corrupt_wal_under_serve_is_reported_never_stamped_and_refused(tmp_pat
         assert "rebuild" in str(doc["recover"]), doc
         status, body = serve.get("/metrics")
         assert status == 200 and b"claude_code_requests" not in body  # figures withdrawn
+        for path in ("/", "/api/summary.json"):  # the page's alike, with the way out
+            status, body = serve.get(path)
+            assert status == 503 and b"rebuild" in body, (path, status)
         _append(transcript, 100, 5)  # ingestion has stopped: nothing is written to it
     finally:
         assert serve.stop() == 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
 from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
+from exporter.serve.page import StartResponse, Wsgi
 from exporter.serve.plan_link import PlanLink
 from exporter.serve.push import LibraryLog, PushState
 
@@ -153,7 +154,8 @@ class Daemon:
                                            clock=self._clock), __version__)
         refused = Refused(lambda host: self.log.warning("http_host_refused", host=host))
         app = make_app(_Withdrawn(self.registry, lambda: self.ledger.health.corrupt is not None),
-                       self.health, __version__, http.auth, metrics=http.metrics, routes=pages,
+                       self.health, __version__, http.auth, metrics=http.metrics,
+                       routes=_unless_corrupt(pages, lambda: self.ledger.health.corrupt),
                        hosts=http.hosts, refused=refused)
         try:
             self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
@@ -327,3 +329,24 @@ class _Withdrawn(CollectorRegistry):
     def restricted_registry(self, names: Iterable[str]) -> Any:
         """A scrape asking for some names only (``name[]``): withdrawn alike."""
         return self if self._withdrawn() else self._inner.restricted_registry(names)
+
+
+def _unless_corrupt(routes: Mapping[str, Wsgi], corrupt: Callable[[], str | None],
+                    ) -> dict[str, Wsgi]:
+    """The page's routes, answering 503 with the way out once the ledger is known corrupt.
+
+    Like /metrics, the page never shows figures read from a damaged file.
+    """
+    body = (b"The ledger is corrupt: its figures are withdrawn. Stop serve and run "
+            b"'claude-code-exporter rebuild' (the log says more).\n")
+
+    def guard(handler: Wsgi) -> Wsgi:
+        def guarded(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+            if corrupt() is None:
+                return handler(environ, start)
+            start("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8"),
+                                              ("Content-Length", str(len(body)))])
+            return [body]
+        return guarded
+
+    return {path: guard(handler) for path, handler in routes.items()}
