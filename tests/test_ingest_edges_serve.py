@@ -64,6 +64,9 @@ def test_serve_with_its_clock_two_days_behind_loses_no_line(tmp_path: Path) -> N
             fh.write(jsonl(*(assistant(f"n{i}", f"rn{i}", ts=_stamp(now + i)) for i in range(10))))
         poll(lambda: any(e.get("event") == "transcript_lines_ahead_of_clock" and e.get("lines")
                          == 10 for e in behind.events()), 30, "the lines ahead said")
+        waiting = poll(lambda: behind.health()[1].get("lines_ahead_of_clock") == 10, 30,
+                       "/healthz says 10 lines wait for the clock")
+        assert waiting and behind.health()[0] == 200  # waiting, not failing: nothing is lost
         fams = behind.scrape()
         assert total(fams, "claude_code_requests") == 1
         assert total(fams, "claude_code_exporter_rejected_lines") == 0
@@ -72,6 +75,7 @@ def test_serve_with_its_clock_two_days_behind_loses_no_line(tmp_path: Path) -> N
     right = Serve(data, state, "--rescan-seconds", "1")
     try:
         poll(lambda: right.requests() == 11, 30, "the 10 lines counted once the clock is right")
+        assert right.health()[1]["lines_ahead_of_clock"] == 0
         assert total(right.scrape(), "claude_code_exporter_rejected_lines") == 0
     finally:
         assert right.stop() == 0

@@ -103,6 +103,7 @@ class Daemon:
         self._next_verify = monotonic() + VERIFY_SECONDS
         self._next_live = self._next_settle = monotonic()  # when the next may run
         self._deferred: set[str] = set()  # changed files whose pass waits for _next_live
+        self._ahead = 0  # request lines waiting for the clock, as of the last full pass
         self.scanner: Scanner | None = None  # the follower's, built in start()
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
@@ -126,7 +127,7 @@ class Daemon:
         # scanner runs its small passes in-process, beside those threads, and hands
         # each batch to the projection.
         first = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock).scan()
-        self._files = first.files
+        self._files, self._ahead = first.files, first.ahead
         ledger.settle(force=True)  # what is on disk at start-up is final
         push, resource, self.push = _push(parts.otlp, self.log)
         self.projection = Projection(
@@ -216,7 +217,10 @@ class Daemon:
         detail = {"ledger_ok": ledger_ok, "watcher_alive": state.watcher_alive,
                   "poll": self.settings.poll, "passes": state.passes,
                   "error": state.last_error, "pending": self._pending,
-                  "ledger_verified": sound.verified}
+                  "ledger_verified": sound.verified,
+                  # Request lines dated ahead of our clock, waiting for it (not lost; the
+                  # log names their files): a clock running behind, when not 0.
+                  "lines_ahead_of_clock": self._ahead}
         if sound.corrupt is not None:
             detail["error"] = f"ledger corrupt: {sound.corrupt}"  # SQLite's words: no paths
             detail["recover"] = "stop serve; claude-code-exporter rebuild (see the log)"
@@ -278,6 +282,8 @@ class Daemon:
         self._deferred = set()  # (a full pass reads them too)
         result = self.scanner.scan(paths=paths)
         self._files = result.files
+        if paths is None:  # a pass over every file sees every line still waiting
+            self._ahead = result.ahead
         if (result.new_requests or result.upgraded_requests) and self.plan is not None:
             self.plan.after_pass()  # today's cost for the status line moved
         if result.new_requests or result.upgraded_requests:
