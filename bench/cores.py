@@ -8,7 +8,7 @@ step (the whole machine's: run it on a quiet one) and, for this project's
 2-core machines, how much of the wall time passed with about one core busy,
 about two, or in between. A cold
 ``report`` on a 2-core machine shows its start-up on one core, the parse
-phase on both, and the ledger's end on one to two (docs/benchmarks.md).
+phase on both, and the ledger's end on one to two (docs/benchmarks-history.md).
 Linux only; the command's output is discarded.
 """
 

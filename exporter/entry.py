@@ -71,7 +71,7 @@ def run(command: Callable[[], int]) -> NoReturn:
     model, our tables' code) moves to the collector's permanent generation
     (``gc.freeze``). They live as long as the process anyway; frozen,
     no full collection walks them again: 0.2-0.4 s less of a cold ``report``'s
-    parent CPU on a 300 MB month (docs/benchmarks.md), and the forked parser
+    parent CPU on a 300 MB month (docs/benchmarks-history.md), and the forked parser
     processes neither walk them nor copy the pages their collections would
     touch. The few cycles imports leave as garbage (tens of objects) stay.
     """
@@ -103,7 +103,7 @@ def tune_sqlite(*, one_thread_each: bool = False, library: str | None = None) ->
     the main thread, the reader beside it on its own); ``serve`` shares its
     ledger between threads under the ledger's lock and keeps them. A cold
     ``report`` spends the less of the thread that writes the ledger, the one
-    every batch waits on (docs/benchmarks.md).
+    every batch waits on (docs/benchmarks-history.md).
 
     The settings can only change while SQLite is not initialized, which
     importing :mod:`sqlite3` did: so SQLite is shut down first, which its
@@ -146,7 +146,7 @@ def finish(code: int) -> NoReturn:
 
     The interpreter's own exit frees every object of every imported module
     (pydantic's, the ledger's caches): ~60 ms of a warm ``report``'s ~0.4 s
-    (docs/benchmarks.md). Here the atexit handlers still run and stdout and
+    (docs/benchmarks-history.md). Here the atexit handlers still run and stdout and
     stderr are flushed; then the process ends at once. With a non-zero code,
     another thread still running, or output that cannot be flushed (a closed
     pipe), the exit is the ordinary one, with Python's own handling.

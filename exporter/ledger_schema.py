@@ -17,7 +17,7 @@ from exporter.sqlite import sqlite3
 # The pages of a new ledger (SQLite's default is 4096; a file keeps the size it was made
 # with). A month's first pass writes a quarter as many pages, WAL frames and checkpoint
 # copies, and walks shallower B-trees: its writer 0.92-0.99x and its end 0.93-0.94x the CPU
-# of 4096, 0.94-0.95x the wall (docs/benchmarks.md). A small batch writes 16 KiB per page
+# of 4096, 0.94-0.95x the wall (docs/benchmarks-history.md). A small batch writes 16 KiB per page
 # it touches (the daemon's small passes ~0.5 ms slower).
 PAGE_SIZE: Final = 16384
 # How much the WAL takes before a commit folds it into the file: SQLite's default (1000
@@ -103,7 +103,7 @@ READER_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX
 # The index a raw pass (exporter.ledger_bulk) never reads while it stages, whose entries its
 # batches would add in random order (a row's time): each batch's commit rewrote most of its
 # pages. The pass drops it with the key's index and builds it once as it ends (sorted),
-# before anything reads it (docs/benchmarks.md).
+# before anything reads it (docs/benchmarks-history.md).
 PASS_INDEXES: Final = tuple(st for st in SCHEMA if " requests_ts ON " in st)
 # Indexes only the incremental path reads (a row by its key, appearances by their file):
 # no report and no projection does. A raw pass drops them, and the first incremental write

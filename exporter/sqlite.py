@@ -5,7 +5,7 @@ old (Debian 12's is 3.40.1, from 2022). On Linux x86_64 the package also
 installs pysqlite3-binary: the same driver (a fork of Python's module, the
 same API) built with a current SQLite. Its sorter and bytecode engine take
 about a quarter less time over the GROUP BYs that end a cold pass, the
-serial part of a cold ``report`` (docs/benchmarks.md). Elsewhere, or without
+serial part of a cold ``report`` (docs/benchmarks-history.md). Elsewhere, or without
 that wheel, Python's own module is used: the file format is the same, and so
 is every figure (tests/test_sqlite_engine.py).
 

@@ -54,7 +54,7 @@ BYTES_PER_REQUEST: Final = 5_000  # transcript bytes per new request, roughly (a
 # is a pipeline: the parsers' work can go anywhere on the cores, the writer's is one chain
 # that every batch waits on. Three processes share two cores evenly without it, so the
 # writer got about two thirds of one and finished its last batches alone after the parsers
-# were done (docs/benchmarks.md). 5 gives the writer about three times a parser's share;
+# were done (docs/benchmarks-history.md). 5 gives the writer about three times a parser's share;
 # against other programs the parsers still get a third of a normal process's.
 PARSER_NICE: Final = 5
 

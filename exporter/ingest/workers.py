@@ -87,7 +87,7 @@ def _keep_freed_memory(libc: Any) -> None:
     unmaps it when freed, or trims the heap's top, so later blocks fault
     their pages in again and the kernel zeroes them first: on a month of
     transcripts half of a parser's page faults, ~1.5 % of its CPU
-    (docs/benchmarks.md). A parser lives for one pass, so the memory it
+    (docs/benchmarks-history.md). A parser lives for one pass, so the memory it
     keeps goes with it. A C library without ``mallopt`` (not glibc) is left
     as it is.
     """

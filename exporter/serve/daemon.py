@@ -48,7 +48,7 @@ VERIFY_SECONDS = 5.0
 # At most one pass over changed files per this many seconds (a quiet file's first line is
 # read at once): the lines of those seconds share one commit. A commit rewrites ~25-35 pages
 # of 16 KiB (rows, indexes, provenance, rollups, slots) however few lines it holds, so a
-# line a commit wrote ~0.4 MiB (docs/benchmarks.md, "Live writes"). 5 s: a third of
+# line a commit wrote ~0.4 MiB (docs/benchmarks-history.md, "Live writes"). 5 s: a third of
 # Prometheus' default scrape interval.
 LIVE_PASS_SECONDS = 5.0
 
