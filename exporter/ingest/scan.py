@@ -303,10 +303,6 @@ class Scanner:
         self.log = log
         self._absent: set[str] = set()  # absent roots already logged
 
-    def root_of(self, path: str) -> str:
-        """The transcript directory ``path`` was found under (the deepest that holds it)."""
-        return _root_of(path, [os.path.abspath(top) for top in self.dirs])
-
     def files(self) -> list[str]:
         """The transcript files present now."""
         # Resolved on every pass: a config root's projects/ may appear after start, and

@@ -63,7 +63,6 @@ Sums = tuple[int, ...]  # in COUNT_SUMS order
 Labels = tuple[tuple[str, str], ...]
 SampleKey = tuple[str, Labels]  # catalogue name (no namespace) and labels, in label order
 Observation = tuple[HistSeries, int, int | float]  # series, bucket index, value
-_SUM_INDEX: Final = {name: i for i, name in enumerate(COUNT_SUMS)}
 _SOURCES: Final = tuple(Source)
 
 __all__ = ["ACTIVE_GAP_SECONDS", "GAP_BUCKETS", "GAP_QUANTUM", "HIST_BOUNDS", "PROMPT_TYPES",
@@ -196,12 +195,6 @@ class Counting:
 def upload_bytes(context: int, per_token: float) -> float:
     """Estimated request body bytes of a prompt, whole bytes."""
     return exact(context * per_token, 1.0)
-
-
-def price_period(pricing: Pricing, model: str, ts: float) -> int:
-    """How many of ``model``'s price changes came at or before ``ts`` (0 without dated prices)."""
-    bounds = _boundaries(pricing, model)
-    return bisect_right(bounds, ts) if bounds else 0
 
 
 def _boundaries(pricing: Pricing, model: str) -> tuple[float, ...]:
@@ -349,8 +342,3 @@ def diff(new: Iterable[tuple[SampleKey, float]],
 def add_sums(a: Sums, b: Sums, sign: int = 1) -> Sums:
     """Element-wise ``a + sign * b``."""
     return tuple(x + sign * y for x, y in zip(a, b, strict=True))
-
-
-def sum_index(name: str) -> int:
-    """The position of one of :data:`COUNT_SUMS`."""
-    return _SUM_INDEX[name]

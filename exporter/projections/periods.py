@@ -324,13 +324,6 @@ def offset_sql(segments: Sequence[tuple[float, int]], column: str = "ts") -> str
     return f"(CASE {whens} ELSE {segments[-1][1]} END)"
 
 
-def day_sql(zone: Zone, lo: float, hi: float, column: str = "ts") -> str:
-    """An SQL expression for the local day number of ``column`` (timestamps after 1970)."""
-    offset = offset_sql(transitions(zone, lo, hi), column)
-    # CAST truncates toward zero, which is floor for the positive values of real data.
-    return f"CAST(({column} + {offset}) / {DAY} AS INTEGER)"
-
-
 def week_start(day: int) -> int:
     """The Monday on or before local day ``day`` (1970-01-01, day 0, was a Thursday)."""
     return day - (day + 3) % 7

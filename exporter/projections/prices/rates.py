@@ -77,10 +77,6 @@ class ModelPrice:
     fast: Rates | None = None
     fast_long_context: Rates | None = None
 
-    def is_long(self, prompt_tokens: int) -> bool:
-        """Whether a request with this prompt size bills all its tokens at the tier."""
-        return self.long_context is not None and prompt_tokens > self.long_context_threshold
-
     def select(self, long_context: bool, fast: bool) -> Rates:
         """The rates of one request class, before geo and tier multipliers."""
         if fast and self.fast is not None:
