@@ -596,10 +596,10 @@ def _label(value: Any) -> str:
     """One attribution value, checked (see ``_labels``)."""
     if type(value) is not str or not value:
         return ""
-    value = value[:MAX_LABEL_CHARS]
-    if not value.isascii():
-        value = value.encode("utf-8", "replace").decode("utf-8")
-    return value
+    text: str = value[:MAX_LABEL_CHARS]
+    if not text.isascii():
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _searches(value: Any) -> int:
