@@ -6,19 +6,25 @@ The fields, their merge rule and the views' shapes are in docs/figures.md
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3 as stdlib_sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from exporter.cli import main
 from exporter.ingest.parse import MAX_LABEL_CHARS, parse_lines
+from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
+from exporter.projections.pricing import Pricing
 from exporter.records import Request
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
+from tests.ledgers import appearances, ledger_of
 from tests.test_iterations import ADVISOR_USAGE
+from tests.test_metrics import T0, Clock, batch, loaded, projection, req
 from tests.test_report_truth import assert_matches
 
 NOW = 2e9
@@ -176,3 +182,71 @@ def test_generated_tree_with_attribution_equals_the_truth(
         for p in row["breakdown"]:
             parts[p["effort"]] = parts.get(p["effort"], 0) + p["requests"]
     assert parts == {k: t["requests"] for k, t in want["effort"].items()}
+
+
+# ---- /metrics: the attribution families -------------------------------------------------
+def exposition(registry: Any) -> str:
+    """The registry's Prometheus text."""
+    return generate_latest(registry).decode()
+
+
+def attributed(text: str, family: str, kind: str, name: str) -> float:
+    """One attribution sample's value (its ``name`` label clashes with sample()'s argument)."""
+    line = f'{family}{{kind="{kind}",name="{name}"}} '
+    found = [float(x[len(line):]) for x in text.splitlines() if x.startswith(line)]
+    assert len(found) == 1, f"{line} exposed {len(found)} times"
+    return found[0]
+
+
+def test_metrics_count_batches_and_start_from_the_ledger(tmp_path: Path) -> None:
+    """Attributed requests and cost grow per batch; a restart begins at the same values."""
+    clock = Clock(T0 + 100)
+    proj, registry, ledger = loaded(tmp_path, [req("a", T0)._replace(skill="tdd")], clock)
+    new = [req("b", T0 + 10, output=300)._replace(skill="tdd", effort="high"),
+           req("c", T0 + 20)]  # unattributed: in no series
+    parsed = batch(ledger, *new)
+    proj.apply(ledger.apply(parsed, [], 0, appearances(parsed.requests.values())))
+    text = exposition(registry)
+    skill = attributed(text, "claude_code_attributed_cost_usd_total", "skill", "tdd")
+    # opus-4-6: a (5 in, 100 out, 10,000 read, 500 w5) + b (the same with 300 out), µUSD.
+    assert skill == pytest.approx((25 + 2_500 + 5_000 + 3_125 + 25 + 7_500 + 5_000 + 3_125) / 1e6)
+    assert attributed(text, "claude_code_attributed_requests_total", "skill", "tdd") == 2
+    assert attributed(text, "claude_code_attributed_requests_total", "effort", "high") == 1
+    assert "none" not in text.split("claude_code_attributed_requests_total", 1)[1].split("#")[0]
+    again, registry2 = projection(clock)
+    again.load(ledger)
+    restarted = exposition(registry2)
+    for kind, name in (("skill", "tdd"), ("effort", "high")):
+        for family in ("claude_code_attributed_cost_usd_total",
+                       "claude_code_attributed_requests_total"):
+            assert attributed(restarted, family, kind, name) == pytest.approx(
+                attributed(text, family, kind, name))
+    ledger.close()
+
+
+def test_names_follow_the_project_policy_and_the_cap() -> None:
+    """hash: a digest; none: no private kind (effort stays); past the cap: other."""
+    assert Names("hash").label("skill", "secret-skill") == hashlib.sha256(
+        b"secret-skill").hexdigest()[:12]
+    assert Names("none").label("plugin", "p") is None
+    assert Names("none").label("effort", "high") == "high"
+    assert Names("full").label("mcp_server", "bad\x1bname") == "bad?name"
+    capped = Names("basename", max_names=2)
+    assert [capped.label("agent", n) for n in ("a", "b", "c", "a")] == ["a", "b", "other", "a"]
+
+
+def test_a_first_pass_without_rows_is_read_again(tmp_path: Path) -> None:
+    """A batch without row lists (a raw pass) makes the sums be read again, at most every 30 s."""
+    clock = Clock(T0 + 100)
+    ledger = ledger_of(tmp_path / "l.db", [req("a", T0)._replace(plugin="p")], clock=clock)
+    attributed = Attributed(Pricing.load(), Names(), clock=clock)
+    first = attributed.load(ledger.read, "requests")
+    assert first[("attributed_requests", (("kind", "plugin"), ("name", "p")))] == 1
+    parsed = batch(ledger, req("b", T0 + 10)._replace(plugin="p"))
+    ledger.apply(parsed, [], 0, appearances(parsed.requests.values()))
+    clock.now += 1
+    assert attributed.apply([], [], raw=True) == {}  # too soon: read at a later turn
+    clock.now += RELOAD_SECONDS
+    grown = attributed.apply([], [], raw=False)
+    assert grown[("attributed_requests", (("kind", "plugin"), ("name", "p")))] == 1
+    ledger.close()

@@ -30,6 +30,7 @@ from exporter.ingest.iterations import Kind
 from exporter.ingest.parse import RejectReason
 from exporter.ledger import Applied, CountRow, HistRow, Ledger
 from exporter.projections import instruments
+from exporter.projections.attributed import Attributed, Names
 from exporter.projections.compat import families
 from exporter.projections.counting import (
     HIST_BOUNDS,
@@ -133,6 +134,7 @@ class Projection:
                                       readers=readers, resource=resource,
                                       views=families.views(options.compat))
         self.compat = families.Families(options.compat, self.exposure, self.inst.provider)
+        self.attributed = Attributed(pricing, Names(options.project_label), clock=clock)
 
     # ----------------------------------------------------------------- loading
     def load(self, ledger: Ledger, view: str = "requests") -> None:
@@ -144,6 +146,7 @@ class Projection:
                     bytes_read=ledger.counters("bytes_read").get("", 0),
                     late=ledger.counters("late_updates").get("", 0),
                     iterations=ledger.counters("iterations"))
+        self._add(self.attributed.load(ledger.read, view))
         now = self._clock()
         # The live window only (bounded on both sides: a clock running behind the
         # transcripts must not turn start-up into a replay of "future" history).
@@ -195,6 +198,10 @@ class Projection:
                 for key, value in self.exposure.samples(cls, now):
                     adds[key] += value - before.get(key, 0)
         self._add(adds)
+        # A first pass's batch has no row lists: the attribution sums are read again.
+        self._add(self.attributed.apply(applied.new, applied.upgraded, raw=(
+            applied.new_count > len(applied.new)
+            or applied.upgraded_count > len(applied.upgraded))))
         self._seed(applied.hists)
         for req in applied.new:
             self.live.note(req)
