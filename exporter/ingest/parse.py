@@ -341,10 +341,16 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                     else:
                         source = main
                     # Attribution, from the record itself (a progress copy's own fields).
-                    labels = _labels(inner) if (
-                        inner.attributionSkill or inner.attributionPlugin
-                        or inner.attributionMcpServer or inner.attributionAgent
-                        or inner.effort) else _NO_LABELS
+                    sk, pl, mc, ag, ef = (inner.attributionSkill, inner.attributionPlugin,
+                                          inner.attributionMcpServer, inner.attributionAgent,
+                                          inner.effort)
+                    if sk or pl or mc or ag or ef:
+                        labels = (sk or "", pl or "", mc or "", ag or "", ef or "")
+                        joined = "".join(labels)  # strings or None (the schema)
+                        if len(joined) > MAX_LABEL_CHARS or not joined.isascii():
+                            labels = _labels(inner)  # long or not ASCII: checked one by one
+                    else:
+                        labels = _NO_LABELS
                     if u.iterations:  # the parts billed on top, each a request of its own
                         _fold_parts(state, known, sink, u.iterations, Request(
                             key, ts, "", rec.sessionId or "", rec.cwd or "", source, inp, outp,
