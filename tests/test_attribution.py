@@ -17,7 +17,9 @@ from prometheus_client import generate_latest
 
 from exporter.cli import main
 from exporter.ingest.parse import MAX_LABEL_CHARS, parse_lines
+from exporter.ledger import Ledger
 from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
+from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Request
 from exporter.synth import GenOptions, generate
@@ -250,3 +252,25 @@ def test_a_first_pass_without_rows_is_read_again(tmp_path: Path) -> None:
     grown = attributed.apply([], [], raw=False)
     assert grown[("attributed_requests", (("kind", "plugin"), ("name", "p")))] == 1
     ledger.close()
+
+
+def test_first_pass_and_incremental_merge_attribution_alike(tmp_path: Path) -> None:
+    """Copies of one request in three batches: the raw pass's SQL merge equals records.merge."""
+    base = req("k", T0)
+    batches = (
+        [base._replace(ts=T0 + 1, effort="low")],
+        [base._replace(ts=T0, skill="tdd", mcp_server="github")],  # earlier: its names win
+        [base._replace(ts=T0 + 2, skill="other", mcp_server="playwright", output=500)],
+    )
+    got = []
+    for name, raw in (("raw", True), ("inc", False)):
+        ledger = Ledger(tmp_path / f"{name}.db", rules=MetricsOptions().counting(Pricing.load()))
+        with ledger.bulk(3, raw=raw):
+            assert ledger.raw == raw
+            for reqs in batches:
+                parsed = batch(ledger, *reqs)
+                ledger.apply(parsed, [], 0, appearances(reqs))
+        got.append(ledger.read("SELECT skill, plugin, mcp_server, agent, effort, output, ts "
+                               "FROM requests"))
+        ledger.close()
+    assert got[0] == got[1] == [("tdd", "", "github", "", "low", 500, T0)]
