@@ -25,6 +25,8 @@ from exporter.records import Request
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl
 from tests.ledgers import appearances, ledger_of
+from tests.support.process import Serve
+from tests.support.wait import poll
 from tests.test_iterations import ADVISOR_USAGE
 from tests.test_metrics import T0, Clock, batch, loaded, projection, req
 from tests.test_report_truth import assert_matches
@@ -238,7 +240,7 @@ def test_names_follow_the_project_policy_and_the_cap() -> None:
 
 
 def test_a_first_pass_without_rows_is_read_again(tmp_path: Path) -> None:
-    """A batch without row lists (a raw pass) makes the sums be read again, at most every 30 s."""
+    """Batches without row lists (a raw pass): sums read again after it, or every 30 s in it."""
     clock = Clock(T0 + 100)
     ledger = ledger_of(tmp_path / "l.db", [req("a", T0)._replace(plugin="p")], clock=clock)
     attributed = Attributed(Pricing.load(), Names(), clock=clock)
@@ -246,11 +248,14 @@ def test_a_first_pass_without_rows_is_read_again(tmp_path: Path) -> None:
     assert first[("attributed_requests", (("kind", "plugin"), ("name", "p")))] == 1
     parsed = batch(ledger, req("b", T0 + 10)._replace(plugin="p"))
     ledger.apply(parsed, [], 0, appearances(parsed.requests.values()))
+    key = ("attributed_requests", (("kind", "plugin"), ("name", "p")))
     clock.now += 1
-    assert attributed.apply([], [], raw=True) == {}  # too soon: read at a later turn
+    assert attributed.apply([], [], raw=True) == {}  # the pass goes on: read at a later turn
+    assert attributed.apply([], [], raw=False)[key] == 1  # its next turn (settling) reads
+    parsed = batch(ledger, req("c", T0 + 20)._replace(plugin="p"))
+    ledger.apply(parsed, [], 0, appearances(parsed.requests.values()))
     clock.now += RELOAD_SECONDS
-    grown = attributed.apply([], [], raw=False)
-    assert grown[("attributed_requests", (("kind", "plugin"), ("name", "p")))] == 1
+    assert attributed.apply([], [], raw=True)[key] == 1  # a long pass: every 30 s
     ledger.close()
 
 
@@ -274,3 +279,39 @@ def test_first_pass_and_incremental_merge_attribution_alike(tmp_path: Path) -> N
                                "FROM requests"))
         ledger.close()
     assert got[0] == got[1] == [("tdd", "", "github", "", "low", 500, T0)]
+
+
+def test_serve_exposes_the_truth_after_its_first_pass(tmp_path: Path) -> None:
+    """A real serve over a generated tree: attributed requests and cost equal the truth."""
+    tree = tmp_path / "tree"
+    want = generate(tree, GenOptions(seed=5, sessions=4, requests_per_session=60,
+                                     attribution=True))["attribution"]
+
+    def exposed(daemon: Serve) -> dict[tuple[str, str], tuple[float, float]] | None:
+        fams = daemon.scrape()
+        if "claude_code_attributed_cost_usd" not in fams:
+            return None
+        got: dict[tuple[str, str], list[float]] = {}
+        for family, i in (("claude_code_attributed_requests", 0),
+                          ("claude_code_attributed_cost_usd", 1)):
+            for s in fams[family].samples:
+                if s.name.endswith("_total"):
+                    got.setdefault((s.labels["kind"], s.labels["name"]), [0.0, 0.0])[i] = s.value
+        wanted = {(k, n): (t["requests"], t["cost_usd"]) for k, names in want.items()
+                  for n, t in names.items() if n != "none"}
+        if set(got) != set(wanted) or any(got[k][0] != v[0] for k, v in wanted.items()):
+            return None
+        return {k: (v[0], v[1]) for k, v in got.items()}
+
+    daemon = Serve(tree, tmp_path / "state")
+    try:
+        first = poll(lambda: exposed(daemon), 60, "attributed families equal the truth")
+    finally:
+        daemon.stop()
+    for (kind, name), (_n, cost) in first.items():
+        assert cost == pytest.approx(want[kind][name]["cost_usd"], abs=1e-6), (kind, name)
+    again = Serve(tree, tmp_path / "state")  # a restart begins at the same values
+    try:
+        assert poll(lambda: exposed(again), 60, "restarted") == first
+    finally:
+        again.stop()

@@ -18,8 +18,10 @@ The sums are not in the ledger's rollups (their key has no attribution):
 start-up groups the ledger's requests once (O(requests): ~0.1 s per month of
 heavy use, docs/benchmarks.md), then each batch's new and upgraded rows are
 priced as they come. A first pass's batches (exporter.ledger_bulk) carry no
-rows: the sums are then read again from the ledger, at most once per
-:data:`RELOAD_SECONDS`, on the projection's next turn. A counter never goes
+row lists (``serve`` runs that pass before it loads the projection; this is
+for any such batch after): the sums are then read again from the ledger on
+the projection's first turn after them (it settles once a second), and during
+a long run of them at most once per :data:`RELOAD_SECONDS`. A counter never goes
 down: a request whose value changes moves no cost out of its old series.
 """
 
@@ -93,8 +95,10 @@ class Attributed:
         """One batch: its rows priced (``raw``: a first pass's batch, without rows)."""
         if raw:
             self._stale = True
-        if self._stale and self._read is not None \
-                and self._clock() - self._loaded_at >= RELOAD_SECONDS:
+        # Read again once the pass is over (a batch with rows, or the settling turn that
+        # follows every second), and during a long pass every RELOAD_SECONDS.
+        if self._stale and self._read is not None and (
+                not raw or self._clock() - self._loaded_at >= RELOAD_SECONDS):
             self._stale = False
             return self._grow(self._query())
         if self._stale:
