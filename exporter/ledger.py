@@ -34,9 +34,9 @@ from exporter.ledger_schema import (
     PAGE_SIZE,
     PASS_INDEXES,
     READER_INDEXES,
-    SCHEMA,
     V1_TABLES,
     WAL_CHECKPOINT_BYTES,
+    create,
     has_index,
     index_name,
     migrate_v1,
@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # the lock module builds on this one
     from exporter.ledger_lock import Holder, WriterLock
 
 APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3  # 3: the attribution columns (ledger_schema.create)
 _IN_CHUNK: Final = 500  # keys per "IN (…)" lookup, under SQLite's variable limit
 _FIELDS: Final = Request._fields  # requests columns after ``id``, in Request order
 _COLUMNS: Final = ", ".join(_FIELDS)
@@ -217,10 +217,10 @@ class Ledger:
         ledger_wal.configure(db)
         page = db.execute("PRAGMA page_size").fetchone()[0]
         db.execute(f"PRAGMA wal_autocheckpoint={max(1, WAL_CHECKPOINT_BYTES // page)}")
-        if version < SCHEMA_VERSION:
+        if version < SCHEMA_VERSION:  # (a v2 ledger's cut-short pass is then derived below)
             with self._transaction():
                 self._create_or_migrate()
-        else:
+        if version:
             if self._meta(ledger_bulk.RAW_PASS):
                 self._derive()  # a raw pass was cut short: derive what it committed
             # (A raw pass's other indexes: its derive, just above, builds the time's; the
@@ -312,8 +312,7 @@ class Ledger:
         v1 = tables >= V1_TABLES and "checkpoints" not in tables
         if v1:
             migrate_v1(db)
-        for statement in SCHEMA:
-            db.execute(statement)
+        create(db)
         if v1:
             v1_provenance(db)
             slots.rebuild(db)

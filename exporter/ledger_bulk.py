@@ -55,6 +55,7 @@ from exporter.ledger_schema import (
     index_name,
 )
 from exporter.records import (
+    ATTRIBUTION,
     COUNT_SUMS,
     Appearance,
     CountClass,
@@ -88,11 +89,16 @@ _WINS: Final = f"({_P['ts']} < ts OR ({_P['ts']} = ts AND {_P['session']} < sess
 _MERGE: Final = (
     "UPDATE requests SET "
     + ", ".join([*(f"{c} = CASE WHEN {_WINS} THEN {_P[c]} ELSE {c} END" for c in _DESCRIPTIVE),
+                 # Attribution: the earlier copy's value, but never a blank over a name.
+                 *(f"{c} = CASE WHEN {_P[c]} != '' AND ({c} = '' OR {_WINS}) THEN {_P[c]} "
+                   f"ELSE {c} END" for c in ATTRIBUTION),
                  *(f"{c} = max({c}, {_P[c]})" for c in _MAXED),
                  "context = " + " + ".join(f"max({c}, {_P[c]})" for c in _TOKENS),
                  f"roots = roots | {_P['roots']}"])
     + f" WHERE id = ?{len(_COLUMNS) + 1} AND ("
     + " OR ".join([*(f"{_P[c]} > {c}" for c in _MAXED),
+                   *(f"({_P[c]} != '' AND ({c} = '' OR ({_WINS} AND {_P[c]} != {c})))"
+                     for c in ATTRIBUTION),
                    f"(roots | {_P['roots']}) != roots",
                    f"({_WINS} AND ({', '.join(_P[c] for c in _DESCRIPTIVE)}) "
                    f"!= ({', '.join(_DESCRIPTIVE)}))"])
@@ -710,7 +716,7 @@ def _probe(group: Sequence[Any], context: int, ts: float, gap: float | None) -> 
     """A request with a group's fields (``_DIMS`` order) and one edge's context, time, gap."""
     _mask, model, project, source, geo, tier, speed = group[:7]
     return Request("", ts, model, "", project, _SOURCES[source], context, 0, 0, 0, 0, tier,
-                   geo, speed, 0.0, 0, gap)
+                   geo, speed, 0.0, 0, gap=gap)
 
 
 def _request(row: Sequence[Any]) -> Request:

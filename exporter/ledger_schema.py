@@ -1,4 +1,4 @@
-"""The ledger's schema (v2) and the in-place migration from v1.
+"""The ledger's schema (v3) and the in-place migrations from v1 and v2.
 
 One statement per item: the ledger runs them inside one transaction with the
 header pragmas, so a kill at any point leaves either no schema or all of it
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from exporter import slots
-from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, gap_seconds
+from exporter.records import ALL_ROOTS, ATTRIBUTION, COUNT_SUMS, CountClass, gap_seconds
 from exporter.sqlite import sqlite3
 
 # The pages of a new ledger (SQLite's default is 4096; a file keeps the size it was made
@@ -28,14 +28,15 @@ LEDGER_FILE: Final = "ledger.sqlite3"  # the ledger's name in the state director
 LEGACY_FILE: Final = ""  # the file of v1 requests, whose provenance was never recorded
 MAX_ROOT_BITS: Final = 62  # roots beyond the 62nd share the last bit (their scopes overlap)
 
-REQUESTS: Final = """CREATE TABLE IF NOT EXISTS requests (
+REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY, key TEXT NOT NULL, ts REAL NOT NULL, model TEXT NOT NULL,
     session TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
     input INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
     cache_write_5m INTEGER NOT NULL, cache_write_1h INTEGER NOT NULL,
     service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
     recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
-    context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0)"""
+    context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0,
+    {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)})"""
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
 # into an empty ledger drops it and builds it once at its end (exporter.ledger_bulk),
@@ -130,6 +131,22 @@ def migrate_v1(db: sqlite3.Connection) -> None:
         f"input + cache_read + cache_write_5m + cache_write_1h, {ALL_ROOTS} "
         "FROM requests_v1 ORDER BY ts, key")
     db.execute("DROP TABLE requests_v1")
+
+
+def create(db: sqlite3.Connection) -> None:
+    """Create what is missing of the schema (inside the caller's transaction).
+
+    v3 added the attribution columns (docs/figures.md, "Attribution"): a v2
+    ledger gets them by ``ALTER TABLE … ADD COLUMN`` (no row is rewritten) and
+    its rows read as "" ("none" in the views: they were stored before the
+    fields were read; forgetting the ledger reads them again from transcripts).
+    """
+    for statement in SCHEMA:
+        db.execute(statement)
+    have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
+    for column in ATTRIBUTION:
+        if column not in have:
+            db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
 
 
 def v1_provenance(db: sqlite3.Connection) -> None:

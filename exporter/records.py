@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class Source(IntEnum):
@@ -46,7 +46,9 @@ class Request(NamedTuple):
     ``key`` is ``message.id + "\x1f" + requestId`` (or ``message.id`` alone).
     Token fields merge by maximum, ``ts`` by minimum; the descriptive fields
     (model, session, project) come from the copy with the smallest
-    ``(ts, session)`` so the result does not depend on reading order.
+    ``(ts, session)`` so the result does not depend on reading order. An
+    attribution field comes from the earliest copy that has one (a streamed
+    response names its MCP server on the tool_use block's line only).
     """
 
     key: str
@@ -65,6 +67,13 @@ class Request(NamedTuple):
     speed: str = ""
     recorded_cost_usd: float = 0.0  # old builds' top-level costUSD, an aside only
     web_search: int = 0  # usage.server_tool_use.web_search_requests (billed per search)
+    # Attribution (docs/figures.md, "Attribution"): the line's attributionSkill,
+    # attributionPlugin, attributionMcpServer, attributionAgent and effort; "" when absent.
+    skill: str = ""
+    plugin: str = ""
+    mcp_server: str = ""
+    agent: str = ""
+    effort: str = ""
     # Set by the ledger only: seconds since the latest earlier main request of any
     # transcript holding this one (None: first of its conversation, or not main).
     gap: float | None = None
@@ -83,7 +92,8 @@ class Request(NamedTuple):
 def merge(a: Request, b: Request) -> Request:
     """Merge two copies of one request: per-field max, earliest time, stable labels.
 
-    ``gap`` is the ledger's to set; a merge leaves it unset.
+    ``gap`` is the ledger's to set; a merge leaves it unset. Attribution: the
+    earliest copy's value, else the other's (never a blank over a name).
     """
     if (b.ts, b.session) < (a.ts, a.session):
         a, b = b, a  # ``a`` is the earliest copy: its descriptive fields win
@@ -94,6 +104,8 @@ def merge(a: Request, b: Request) -> Request:
         max(a.cache_read, b.cache_read), max(a.cache_write_5m, b.cache_write_5m),
         max(a.cache_write_1h, b.cache_write_1h), a.service_tier, a.inference_geo, a.speed,
         max(a.recorded_cost_usd, b.recorded_cost_usd), max(a.web_search, b.web_search),
+        a.skill or b.skill, a.plugin or b.plugin, a.mcp_server or b.mcp_server,
+        a.agent or b.agent, a.effort or b.effort,
     )
 
 
@@ -104,6 +116,10 @@ def gap_seconds(later: float, earlier: float) -> float:
     noise of epoch seconds, so a 300.000 s gap is exactly 300 (bucket ``lt_5m``).
     """
     return round((later - earlier) * 1000) / 1000
+
+
+ATTRIBUTION: Final = ("skill", "plugin", "mcp_server", "agent", "effort")
+"""The attribution fields of a Request (and columns of the ledger's requests), in order."""
 
 
 class CountClass(NamedTuple):

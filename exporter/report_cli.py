@@ -1,7 +1,8 @@
 """The `report` command: its flags, their checks, and one run of a view.
 
 `report` ingests what is new, then prints the summary (no view) or one view —
-daily, weekly, monthly, session, project, blocks — as a table, JSON or CSV,
+daily, weekly, monthly, session, project, blocks, or per skill, plugin, MCP
+server or agent (exporter.projections.attribution) — as a table, JSON or CSV,
 over the requests that appeared under the transcript roots (``--data-dir`` or
 the defaults), in the range and zone asked for; or `limits`, the plan windows
 the status line recorded (the account's: the filters do not apply).
@@ -22,7 +23,7 @@ from typing import Any, Final
 from exporter import report, slots
 from exporter.config import Settings
 from exporter.ledger import Ledger
-from exporter.projections import caps, figures, views
+from exporter.projections import attribution, caps, figures, views
 from exporter.projections.facts import (
     CONTEXT_SQL,
     FilterError,
@@ -55,9 +56,11 @@ class UsageError(Exception):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `report` beyond the common ones."""
     parser.add_argument(
-        "view", nargs="?", default=SUMMARY, choices=(SUMMARY, *views.VIEWS, LIMITS),
+        "view", nargs="?", default=SUMMARY,
+        choices=(SUMMARY, *views.VIEWS, *attribution.VIEWS, LIMITS),
         help="what to show: the summary (default), or a table per day, week (Monday "
-             "first), month, session, project or 5-hour block, or the plan's 5-hour and "
+             "first), month, session, project or 5-hour block, per skill, plugin, MCP "
+             "server or agent the requests were made for, or the plan's 5-hour and "
              "weekly limits as the status line recorded them (limits)")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
@@ -90,6 +93,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--breakdown", action="store_true",
         help="views: a row per model inside each row (default: off)")
+    parser.add_argument(
+        "--breakdown-by", choices=attribution.BREAKDOWNS, metavar="WHAT",
+        help="skill, plugin, mcp and agent views: split each row by model, effort or "
+             "speed instead (implies --breakdown) (default: model)")
     parser.add_argument(
         "--limit", type=_count, metavar="N",
         help="views: show the first N rows only; totals still cover every row (default: all)")
@@ -130,16 +137,21 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ,
 
     ``warn`` hears about a ``TZ`` that is not understood (the days are then UTC's).
     """
+    by = getattr(args, "breakdown_by", None)
+    if by not in (None, "model") and args.view not in attribution.VIEWS:
+        raise UsageError(f"--breakdown-by {by} needs an attribution view: report "
+                         f"skill|plugin|mcp|agent --breakdown-by {by}")
     if args.view == SUMMARY:
-        for flag, given in (("--csv", args.csv), ("--breakdown", args.breakdown),
+        for flag, given in (("--csv", args.csv), ("--breakdown", args.breakdown or by),
                             ("--limit", args.limit is not None),
                             ("--order", args.order is not None)):
             if given:
                 views_of = "|limits" if flag == "--csv" else ""  # limits has a CSV too
                 raise UsageError(f"{flag} needs a view: report daily|weekly|monthly|session|"
-                                 f"project|blocks{views_of} {flag}")
+                                 f"project|blocks|skill|plugin|mcp|agent{views_of} {flag}")
     if args.view == LIMITS:  # one row per window instance: nothing to split, cut or order
-        for flag, given in (("--breakdown", args.breakdown), ("--limit", args.limit is not None),
+        for flag, given in (("--breakdown", args.breakdown or by),
+                            ("--limit", args.limit is not None),
                             ("--order", args.order is not None)):
             if given:
                 raise UsageError(f"{flag} does not apply to report limits (it lists every "
@@ -225,8 +237,13 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
     limit = args.limit
     if limit is None and req.output == "text":  # a table for people has a cap; JSON, CSV all
         limit = caps.view_rows(req.view)
-    options = views.Options(order=args.order, limit=limit, breakdown=args.breakdown,
+    by = getattr(args, "breakdown_by", None)
+    options = views.Options(order=args.order, limit=limit,
+                            breakdown=args.breakdown or by is not None,
                             block_rule=args.block_rule, now=now)
+    if req.view in attribution.VIEWS:
+        return _attributed(req, attribution.build(req.view, sel, prices, options,
+                                                  by or "model"), by or "model")
     view = views.build(req.view, sel, prices, options)
     from exporter import report_views  # noqa: PLC0415 - rich, for tables only
 
@@ -236,6 +253,19 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
         sys.stdout.write(report_views.view_csv(view))
     else:
         report_views.render_view(view, _console())
+    return 0
+
+
+def _attributed(req: Request, view: views.View, by: str) -> int:
+    """Print an attribution view (exporter.report_attribution)."""
+    from exporter import report_attribution  # noqa: PLC0415 - rich, for tables only
+
+    if req.output == "json":
+        sys.stdout.write(report.to_json(report_attribution.view_json(view, by)) + "\n")
+    elif req.output == "csv":
+        sys.stdout.write(report_attribution.view_csv(view, by))
+    else:
+        report_attribution.render(view, _console(), by)
     return 0
 
 

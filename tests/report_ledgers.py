@@ -22,9 +22,7 @@ from exporter.records import Appearance, Parsed, Request, Source, gap_seconds
 from exporter.sqlite import sqlite3
 
 ROOT = "/transcripts/projects"
-_COLUMNS = ("key, ts, model, session, project, source, input, output, cache_read, "
-            "cache_write_5m, cache_write_1h, service_tier, inference_geo, speed, "
-            "recorded_cost_usd, web_search, gap")
+_COLUMNS = ", ".join(Request._fields)  # the ledger's requests columns (gap last)
 
 
 def session_gaps(requests: Iterable[Request]) -> dict[str, float | None]:
@@ -66,7 +64,8 @@ def slotted(requests: Sequence[Request],
     db.execute(f"CREATE TABLE requests ({_COLUMNS}, roots INTEGER NOT NULL DEFAULT 1)")
     db.execute("CREATE INDEX requests_ts ON requests (ts)")
     gaps = session_gaps(requests)
-    db.executemany(f"INSERT INTO requests ({_COLUMNS}) VALUES ({','.join('?' * 17)})",
+    marks = ",".join("?" * len(Request._fields))
+    db.executemany(f"INSERT INTO requests ({_COLUMNS}) VALUES ({marks})",
                    [(*r[:-1], gaps.get(r.key)) for r in requests])
     slots.create(db)
     slots.rebuild(db)

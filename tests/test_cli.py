@@ -158,7 +158,8 @@ def test_missing_data_dir_is_exit_2_naming_it(tmp_path: Path) -> None:
                                   "--sinse; did you mean --since?"),
     (("report", "dayly"), "claude-code-exporter report: error: argument view: invalid choice: "
                           "'dayly' (choose from 'summary', 'daily', 'weekly', 'monthly', "
-                          "'session', 'project', 'blocks', 'limits'); did you mean 'daily'?"),
+                          "'session', 'project', 'blocks', 'skill', 'plugin', 'mcp', 'agent', "
+                          "'limits'); did you mean 'daily'?"),
     (("serve", "--lisen", "127.0.0.1:1"), "claude-code-exporter serve: error: unrecognized "
                                           "arguments: --lisen 127.0.0.1:1; did you mean --listen?"),
     (("reprot",), "claude-code-exporter: error: argument command: invalid choice: 'reprot' "
@@ -189,10 +190,10 @@ def test_a_typo_in_the_config_file_names_the_file(tmp_path: Path) -> None:
      "(2026-01-02T00:00:00Z)"),
     (("--timezone", "Europe/Berln"), "unknown time zone 'Europe/Berln'; did you mean "
                                      "Europe/Berlin?"),
-    (("--csv",), "--csv needs a view: report daily|weekly|monthly|session|project|blocks|limits "
-                 "--csv"),
+    (("--csv",), "--csv needs a view: report daily|weekly|monthly|session|project|blocks|"
+                 "skill|plugin|mcp|agent|limits --csv"),
     (("--breakdown",), "--breakdown needs a view: report daily|weekly|monthly|session|project|"
-                       "blocks --breakdown"),
+                       "blocks|skill|plugin|mcp|agent --breakdown"),
     (("limits", "--limit", "3"), "--limit does not apply to report limits (it lists every "
                                  "window instance in the range, by window and reset)"),
     (("daily", "--project", "nope"), "--project 'nope' matches nothing in the ledger "

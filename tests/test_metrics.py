@@ -84,9 +84,13 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 
 HISTORY = [
-    req("a", T0), req("b", T0 + 10, output=300), req("c", T0 + 400, w5=9_000, read=1_000),
-    req("d", T0 + 5_000, w1h=20_000, read=0), req("x", T0 + 20, source=Source.SUBAGENT,
-                                                 model="claude-haiku-4-5-20251001"),
+    # Two requests attributed (docs/figures.md, "Attribution"): the attributed_* families.
+    req("a", T0), req("b", T0 + 10, output=300)._replace(skill="conventional-commit",
+                                                         effort="high"),
+    req("c", T0 + 400, w5=9_000, read=1_000),
+    req("d", T0 + 5_000, w1h=20_000, read=0),
+    req("x", T0 + 20, source=Source.SUBAGENT, model="claude-haiku-4-5-20251001")._replace(
+        agent="Explore", mcp_server="github", effort="high"),
     req("u", T0 + 30, session="s2", model="claude-nova-9"),
 ]
 

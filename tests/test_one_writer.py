@@ -131,7 +131,7 @@ def test_two_processes_creating_a_fresh_ledger_at_once_both_succeed(tmp_path: Pa
             p.join(timeout=60)
         assert [p.exitcode for p in procs] == [0, 0], trial
         ledger = Ledger(path)
-        assert ledger.read("PRAGMA user_version") == [(2,)]
+        assert ledger.read("PRAGMA user_version") == [(3,)]
         ledger.close()
 
 
@@ -166,7 +166,7 @@ def test_a_creator_killed_at_any_step_leaves_a_usable_ledger(tmp_path: Path) -> 
                               check=False, capture_output=True)
         kills += proc.returncode == 9
         ledger = Ledger(path)
-        assert ledger.read("PRAGMA user_version") == [(2,)] and ledger.count() == 0
+        assert ledger.read("PRAGMA user_version") == [(3,)] and ledger.count() == 0
         ledger.close()
     assert kills >= 5  # most steps fell inside the creation
 

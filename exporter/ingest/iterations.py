@@ -96,7 +96,9 @@ def split(entries: Any, line: Request, kinds: Counter[str]) -> list[Request]:
             kinds[Kind.ADVISOR] += 1
             parts.append(Request(
                 f"{key}{PART_SEP}{kind}\x1f{model}\x1f{n}", line.ts, model, line.session,
-                line.project, Source.ADVISOR, *tokens, line.service_tier, line.inference_geo))
+                line.project, Source.ADVISOR, *tokens, line.service_tier, line.inference_geo,
+                skill=line.skill, plugin=line.plugin, mcp_server=line.mcp_server,
+                agent=line.agent, effort=line.effort))  # the line's attribution (docs/figures.md)
         elif kind in PARTS_OF_TOP:
             if kind == FALLBACK:
                 kinds[Kind.FALLBACK] += 1

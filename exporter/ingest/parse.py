@@ -82,6 +82,11 @@ class _Embedded(msgspec.Struct, gc=False):
     timestamp: Any = None
     requestId: Any = None  # noqa: N815 - the transcript's own field name
     agentId: Any = None  # noqa: N815
+    attributionSkill: Any = None  # noqa: N815 - attribution (docs/figures.md)
+    attributionPlugin: Any = None  # noqa: N815
+    attributionMcpServer: Any = None  # noqa: N815
+    attributionAgent: Any = None  # noqa: N815
+    effort: Any = None
     message: _Message | _AnyButObject = None
 
 
@@ -101,6 +106,11 @@ class _Line(msgspec.Struct, gc=False):
     requestId: Any = None  # noqa: N815
     timestamp: Any = None
     costUSD: Any = None  # noqa: N815
+    attributionSkill: Any = None  # noqa: N815 - attribution (docs/figures.md)
+    attributionPlugin: Any = None  # noqa: N815
+    attributionMcpServer: Any = None  # noqa: N815
+    attributionAgent: Any = None  # noqa: N815
+    effort: Any = None
     message: _Message | _AnyButObject = None
     data: _Data | _AnyButObject = None
 
@@ -154,6 +164,11 @@ class _FastMessage(_Message):
 class _FastEmbedded(_Embedded):
     timestamp: str | None = None
     requestId: str | None = None  # noqa: N815 - the transcript's own field name
+    attributionSkill: str | None = None  # noqa: N815 - attribution (docs/figures.md)
+    attributionPlugin: str | None = None  # noqa: N815
+    attributionMcpServer: str | None = None  # noqa: N815
+    attributionAgent: str | None = None  # noqa: N815
+    effort: str | None = None
     message: _FastMessage | _AnyButObject = None
 
 
@@ -166,6 +181,11 @@ class _FastLine(_Line):
     sessionId: str | None = None  # noqa: N815 - the transcript's own field name
     requestId: str | None = None  # noqa: N815
     timestamp: str | None = None
+    attributionSkill: str | None = None  # noqa: N815 - attribution (docs/figures.md)
+    attributionPlugin: str | None = None  # noqa: N815
+    attributionMcpServer: str | None = None  # noqa: N815
+    attributionAgent: str | None = None  # noqa: N815
+    effort: str | None = None
     message: _FastMessage | _AnyButObject = None
     data: _FastData | _AnyButObject = None
 
@@ -181,7 +201,9 @@ _TOLERANT: Final = msgspec.json.Decoder(_Line, float_hook=float)
 # two tuples per line (the line's request, then the merge). Indexes of the fields used.
 _State = list[Any]
 _TS, _SESSION, _SOURCE, _INPUT, _OUTPUT, _READ, _W5M, _W1H = 1, 3, 5, 6, 7, 8, 9, 10
-_COST, _SEARCHES, _GAP = 14, 15, 16
+_COST, _SEARCHES, _ATTRIBUTION, _GAP = 14, 15, 16, 21  # attribution: 16 to 20
+_NO_LABELS: Final = ("", "", "", "", "")
+MAX_LABEL_CHARS: Final = 256  # an attribution value longer than this is cut (hostile input)
 
 
 class _RejectError(Exception):
@@ -339,10 +361,22 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                                          compaction_file=compaction_file)
                     else:
                         source = main
+                    # Attribution, from the record itself (a progress copy's own fields).
+                    sk, pl, mc, ag, ef = (inner.attributionSkill, inner.attributionPlugin,
+                                          inner.attributionMcpServer, inner.attributionAgent,
+                                          inner.effort)
+                    if sk or pl or mc or ag or ef:
+                        labels = (sk or "", pl or "", mc or "", ag or "", ef or "")
+                        joined = "".join(labels)  # strings or None (the schema)
+                        if len(joined) > MAX_LABEL_CHARS or not joined.isascii():
+                            labels = _labels(inner)  # long or not ASCII: checked one by one
+                    else:
+                        labels = _NO_LABELS
                     if u.iterations:  # the parts billed on top, each a request of its own
                         _fold_parts(state, known, sink, u.iterations, Request(
                             key, ts, "", rec.sessionId or "", rec.cwd or "", source, inp, outp,
-                            read, w5, w1h, u.service_tier or "", u.inference_geo or ""))
+                            read, w5, w1h, u.service_tier or "", u.inference_geo or "", "",
+                            0.0, 0, *labels))
                     if (s := state.get(key)) is None:
                         if not known or (old := known.get(key)) is None:
                             # A new request: the line's values, as _from_record builds them.
@@ -350,7 +384,8 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                                 key, ts, msg.model or "", rec.sessionId or "", rec.cwd or "",
                                 source, inp, outp, read, w5, w1h, u.service_tier or "",
                                 u.inference_geo or "", u.speed or "",
-                                _cost(cost) if cost is not None else 0.0, searches, None,
+                                _cost(cost) if cost is not None else 0.0, searches, *labels,
+                                None,
                             ]
                             continue
                         s = state[key] = _seed(old)  # known from an earlier batch
@@ -377,6 +412,10 @@ def _parse_fast(  # noqa: PLR0912, PLR0915 - one inlined loop: this runs once pe
                         s[_COST] = c
                     if searches > s[_SEARCHES]:  # noqa: PLR1730
                         s[_SEARCHES] = searches
+                    if labels is not _NO_LABELS:  # a blank never hides a name (records.merge)
+                        for i, label in enumerate(labels, _ATTRIBUTION):
+                            if label and not s[i]:
+                                s[i] = label
                     continue
         carried = _judged(state, known, rejected, functools.partial(
             _mending, bytes(line), compaction_file, decode, horizon=horizon,
@@ -564,10 +603,31 @@ def _from_record(
         speed if type(speed) is str else "",
         _cost(outer.costUSD) if outer.costUSD is not None else 0.0,
         searches,
+        *_labels(rec),
     )
     if iterations and sink is not None:
         sink.parts = split(iterations, req, sink.kinds)
     return req
+
+
+def _labels(rec: _Line | _Embedded) -> tuple[str, str, str, str, str]:
+    """A record's attribution (``records.ATTRIBUTION`` order); "" for what is absent or not text.
+
+    Values are hostile strings: cut to ``MAX_LABEL_CHARS``, and a lone surrogate
+    (an escape no UTF-8 can hold, which SQLite would refuse) becomes ``?``.
+    """
+    return (_label(rec.attributionSkill), _label(rec.attributionPlugin),
+            _label(rec.attributionMcpServer), _label(rec.attributionAgent), _label(rec.effort))
+
+
+def _label(value: Any) -> str:
+    """One attribution value, checked (see ``_labels``)."""
+    if type(value) is not str or not value:
+        return ""
+    text: str = value[:MAX_LABEL_CHARS]
+    if not text.isascii():
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _searches(value: Any) -> int:

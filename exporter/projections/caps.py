@@ -23,7 +23,8 @@ SUMMARY_MODELS: Final = 20  # report (text): rows of the "By model" table
 UNPRICED_LINES: Final = 10  # report (text): "unpriced:" lines under the tables
 BREAKDOWN_MODELS: Final = 10  # report views (text, --breakdown): model rows in one row
 MODEL_NAMES: Final = 6  # report views (text): names in one row's "models" cell
-VIEW_ROWS: Final = {"session": 200, "project": 200}  # report views (text) without --limit
+#: Report views (text) without --limit: those whose rows are names from transcripts.
+VIEW_ROWS: Final = {name: 200 for name in ("session", "project", "skill", "plugin", "mcp", "agent")}
 PERIOD_ROWS: Final = 1000  # the other views (days, weeks, months, blocks): bounded by time
 API_ROWS: Final = 50  # /api/summary.json: entries of by_model and of by_project_cost_usd
 

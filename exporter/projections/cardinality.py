@@ -42,6 +42,7 @@ from opentelemetry.sdk.metrics.export import CardinalityLimits
 
 from exporter.ingest.iterations import Kind
 from exporter.ingest.parse import RejectReason
+from exporter.projections import attributed
 from exporter.projections.compat import genai, native
 from exporter.projections.counting import GAP_BUCKETS, PROMPT_TYPES, TOKEN_FIELDS
 from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS
@@ -95,6 +96,9 @@ TTL: Final = Dimension("ttl", 2)  # 5m, 1h
 PERIOD: Final = Dimension("period", 2)  # day, month
 RESULT: Final = Dimension("result", len(LINE_RESULTS))
 REASON: Final = Dimension("reason", len(REJECT_REASONS))
+ATTRIBUTION_KIND: Final = Dimension("kind", len(attributed.KINDS))
+#: Names per kind (skills, plugins, MCP servers, agents, efforts): capped like projects.
+ATTRIBUTED_NAME: Final = Dimension("name", attributed.MAX_NAMES + 1)
 MENDED_KIND: Final = Dimension("kind", 1)  # lone_surrogate
 ITERATION_KIND: Final = Dimension("kind", len(Kind.FIXED))  # undocumented types are `unknown`
 QUERY_SOURCE: Final = Dimension("query_source", len(Source))  # one value per source at most
@@ -129,6 +133,8 @@ class Caps:
             "prompt_tokens_after_gap": (GAP, PROMPT_TYPE), "requests_after_gap": (GAP,),
             "upload_bytes": (), "kv_recomputed_bytes": arch,
             "exporter_lines": (RESULT,), "exporter_rejected_lines": (REASON,),
+            "attributed_requests": (ATTRIBUTION_KIND, ATTRIBUTED_NAME),
+            "attributed_cost_usd": (ATTRIBUTION_KIND, ATTRIBUTED_NAME),
             "exporter_iterations": (ITERATION_KIND,), "exporter_mended_lines": (MENDED_KIND,),
             "exporter_bytes_read": (), "exporter_late_updates": (),
             "request_context_tokens": (MODEL, OWN_SOURCE),

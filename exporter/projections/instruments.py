@@ -61,6 +61,10 @@ COUNTERS: Final[dict[str, str]] = {
     "requests_after_gap": "Main-chain requests by the idle gap before them.",
     "upload_bytes": "Estimated bytes sent to the API (prompt tokens x bytes per token).",
     "kv_recomputed_bytes": "Estimated KV cache the provider computed (input + cache writes).",
+    "attributed_requests": "Requests by the skill, plugin, MCP server, agent or effort "
+                           "their lines named (kind, name).",
+    "attributed_cost_usd": "Estimated list-price cost in USD by the skill, plugin, MCP server, "
+                           "agent or effort its requests' lines named (kind, name).",
     "exporter_lines": "Transcript lines read, by result.",
     "exporter_rejected_lines": "Malformed transcript lines, by reason.",
     "exporter_iterations": "usage.iterations entries of transcript lines, by what they were.",

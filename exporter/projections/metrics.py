@@ -30,6 +30,7 @@ from exporter.ingest import mend
 from exporter.ingest.iterations import Kind
 from exporter.ledger import Applied, CountRow, HistRow, Ledger
 from exporter.projections import cardinality, instruments
+from exporter.projections.attributed import Attributed, Names
 from exporter.projections.compat import families
 from exporter.projections.counting import (
     HIST_BOUNDS,
@@ -134,6 +135,7 @@ class Projection:
                                       resource=resource,
                                       aggregations=families.aggregations(options.compat))
         self.compat = families.Families(options.compat, self.exposure, self.inst.provider)
+        self.attributed = Attributed(pricing, Names(options.project_label), clock=clock)
 
     # ----------------------------------------------------------------- loading
     def load(self, ledger: Ledger, view: str = "requests") -> None:
@@ -145,6 +147,7 @@ class Projection:
                     bytes_read=ledger.counters("bytes_read").get("", 0),
                     late=ledger.counters("late_updates").get("", 0),
                     iterations=ledger.counters("iterations"), mended=ledger.counters("mended"))
+        self._add(self.attributed.load(ledger.read, view))
         now = self._clock()
         # The live window only (bounded on both sides: a clock running behind the
         # transcripts must not turn start-up into a replay of "future" history).
@@ -196,6 +199,10 @@ class Projection:
                 for key, value in self.exposure.samples(cls, now):
                     adds[key] += value - before.get(key, 0)
         self._add(adds)
+        # A first pass's batch has no row lists: the attribution sums are read again.
+        self._add(self.attributed.apply(applied.new, applied.upgraded, raw=(
+            applied.new_count > len(applied.new)
+            or applied.upgraded_count > len(applied.upgraded))))
         self._seed(applied.hists)
         for req in applied.new:
             self.live.note(req)

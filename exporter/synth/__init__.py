@@ -56,6 +56,7 @@ class GenOptions:
     kv_bytes_per_token: Mapping[str, int] = field(default_factory=_default_kv)
     upload_bytes_per_token: float = 4.0
     iterations: bool = False  # advisor, fallback, compaction, unknown iterations (synth.iterations)
+    attribution: bool = False  # skill, plugin, MCP server, agent, effort (synth.attribution)
 
 
 def generate(root: Path, options: GenOptions = GenOptions()) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def generate(root: Path, options: GenOptions = GenOptions()) -> dict[str, Any]:
         Planner(rng, ids, start_ms, options.requests_per_session),
         Simulator(rng, ids),
         TreeWriter(projects, book, rng, ids, NoisePool(rng, ids, start_ms),
-                   iterations=options.iterations),
+                   iterations=options.iterations, attribution=options.attribution),
     )
     n = max(1, options.sessions)
     forced = assign_features(n)

@@ -97,4 +97,5 @@ def part(req: SimRequest) -> SimRequest | None:
     return SimRequest(
         msg_id=req.msg_id, request_id=req.request_id, model=ADVISOR_MODEL, input=req.context,
         output=advisor_output(req), cache_read=0, cache_write_5m=0, cache_write_1h=0,
-        geo=req.geo, part_key=f"{req.key}\x1eadvisor_message\x1f{ADVISOR_MODEL}\x1f0")
+        geo=req.geo, part_key=f"{req.key}\x1eadvisor_message\x1f{ADVISOR_MODEL}\x1f0",
+        attribution=req.attribution)  # the line's attribution (synth.attribution)

@@ -33,6 +33,7 @@ class SimRequest:
     legacy_usage: bool = False  # written without the cache_creation breakdown
     part_key: str = ""  # a part billed on top of a request (synth.iterations): its own key
     iterations: bool = False  # its lines carry ``usage.iterations`` (synth.iterations)
+    attribution: bool = False  # its lines carry attribution fields (synth.attribution)
 
     @property
     def key(self) -> str:

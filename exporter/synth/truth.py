@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from genai_prices import Usage, calc_price
 
+from exporter.synth import attribution
 from exporter.synth.book import SOURCES, Book, Entry
 from exporter.synth.model import NOVA, OPUS, SimRequest
 
@@ -130,7 +131,20 @@ def compute_truth(
             "rejected": sum(book.rejected.values()),
         },
         **({"iterations": dict(sorted(book.iterations.items()))} if book.iterations else {}),
+        **({"attribution": _attribution(entries)} if any(e.req.attribution for e in entries)
+           else {}),
     }
+
+
+def _attribution(entries: Sequence[Entry]) -> dict[str, dict[str, Any]]:
+    """``T`` per value of each attribution field ("none": requests without one)."""
+    out: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(attribution.FIELDS):
+        groups: dict[str, list[Entry]] = defaultdict(list)
+        for e in entries:
+            groups[attribution.labels(e.req)[i] or "none"].append(e)
+        out[name] = {value: _totals(group)[0] for value, group in sorted(groups.items())}
+    return out
 
 
 def _spread(values: Sequence[int]) -> dict[str, int]:

@@ -16,7 +16,7 @@ from typing import Final
 
 import msgspec
 
-from exporter.synth import lines, traps
+from exporter.synth import attribution, lines, traps
 from exporter.synth.agents import write_agent, write_compaction
 from exporter.synth.book import Book
 from exporter.synth.ids import Ids, encode_cwd
@@ -57,14 +57,16 @@ class TreeWriter:
 
     def __init__(
         self, projects: Path, book: Book, rng: random.Random, ids: Ids, noise: NoisePool,
-        *, iterations: bool = False,
+        *, iterations: bool = False, attribution: bool = False,
     ) -> None:
         """Write below ``projects``; count into ``book``; draw from ``rng``/``ids``/``noise``.
 
-        ``iterations``: the requests' lines carry ``usage.iterations`` (synth.iterations).
+        ``iterations``: the requests' lines carry ``usage.iterations`` (synth.iterations);
+        ``attribution``: their attribution fields (synth.attribution).
         """
         self.projects, self.book, self.rng, self.ids, self.noise = projects, book, rng, ids, noise
         self.iterations = iterations
+        self.attribution = attribution
         self.bytes_written = 0
         self._written: set[Path] = set()
         self._encode = msgspec.json.Encoder().encode
@@ -150,6 +152,7 @@ class TreeWriter:
         """The streamed lines of one call (and their progress copies); returns its tool id."""
         req, ids, noise, rng = call.req, self.ids, self.noise, self.rng
         req.iterations = self.iterations  # before its first line: every copy then agrees
+        req.attribution = self.attribution
         last, tool_id = len(call.times) - 1, ""
         for j, (ms, kind) in enumerate(zip(call.times, call.kinds, strict=True)):
             if kind == "tool_use":
@@ -161,12 +164,12 @@ class TreeWriter:
                 block = lines.block(kind, noise.text(), "")
             msg = lines.message(req, block, req.output if j == last else call.partial)
             at = self.at(f, ms)
-            self.emit(
-                f, lines.assistant(at, msg, req.request_id), (req, ms, source), spaced and j == 0
-            )
+            named = attribution.fields(req, j, last + 1)
+            self.emit(f, {**lines.assistant(at, msg, req.request_id), **named}, (req, ms, source),
+                      spaced and j == 0)
             if mirror is not None and (j == last or rng.random() < MIRROR_RATE):
                 # Claude Code mirrors a record a moment later: never the earliest copy.
-                self._mirror(mirror, ms + rng.randrange(1, 200), msg, req, at.uid)
+                self._mirror(mirror, ms + rng.randrange(1, 200), msg, req, at.uid, named=named)
         return tool_id
 
     def flush(self, f: FileOut) -> None:
@@ -183,10 +186,14 @@ class TreeWriter:
         """The project directory of a session."""
         return self.projects / encode_cwd(plan.cwd)
 
-    def _mirror(self, mirror: Mirror, ms: int, msg: Record, req: SimRequest, uid: str) -> None:
-        """An agent_progress line in the main file embedding one subagent record."""
+    def _mirror(self, mirror: Mirror, ms: int, msg: Record, req: SimRequest, uid: str, *,
+                named: Record) -> None:
+        """An agent_progress line in the main file embedding one subagent record.
+
+        ``named``: the record's attribution fields, on the embedded record.
+        """
         main, agent, tool_id = mirror
-        inner = lines.embedded_assistant(ms, msg, req.request_id, uid)
+        inner = {**lines.embedded_assistant(ms, msg, req.request_id, uid), **named}
         rec = lines.agent_progress(self.at(main, ms), inner, agent.agent_id, agent.prompt, tool_id)
         self.emit(main, rec, (req, ms, "subagent"))
 

@@ -1,0 +1,140 @@
+"""Render the attribution views (`report skill|plugin|mcp|agent`) as tables, JSON and CSV.
+
+The same shapes as the other views (exporter.report_views): the usage figures,
+the models, a totals row; the lead column names the skill, plugin, MCP server
+or agent ("none": requests without one), with its sessions and first and last
+request. ``--breakdown`` adds a row per model, effort or speed (``breakdown``
+in the JSON names which). The shapes are in docs/figures.md ("Attribution").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
+
+from exporter.projections.views import Row, View
+from exporter.report import header, when
+from exporter.report_views import (
+    LEVELS,
+    MODELS,
+    USAGE,
+    Column,
+    _csv,
+    _iso,
+    _usage_json,
+    short_model,
+)
+
+TITLES: Final = {"skill": "Skills", "plugin": "Plugins", "mcp": "MCP servers",
+                 "agent": "Agents"}
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+KEYS: Final = {"skill": "skill", "plugin": "plugin", "mcp": "mcp_server", "agent": "agent"}
+
+
+def shown(name: str) -> str:
+    """A name from a transcript as a table cell: no control characters, no rich markup.
+
+    A skill or plugin name is whatever a line said: it must not move the
+    cursor, clear the screen or style the table.
+    """
+    return escape(_CONTROL.sub("\uFFFD", name))
+
+
+def _lead(view: View) -> tuple[Column, ...]:
+    """The lead columns: the name, its sessions, its first and last request."""
+    zone = view.covered.range.zone
+    return (Column(KEYS[view.name].replace("_", " "), lambda v, r: shown(r.label)),
+            Column("sessions", lambda v, r: f"{r.sessions:,}", 2),
+            Column("first request", lambda v, r: when(r.first, zone), 3),
+            Column("last request", lambda v, r: when(r.last, zone), 3))
+
+
+def table(view: View, level: int, by: str = "model") -> Table:
+    """The view's table at one column priority: rows, their breakdown rows, the total."""
+    cols = [c for c in (*_lead(view), *USAGE, MODELS) if c.priority <= level]
+    out = Table(box=box.SIMPLE_HEAD)
+    for i, col in enumerate(cols):
+        last = col is MODELS
+        out.add_column(col.title, justify="left" if i == 0 or last else "right",
+                       no_wrap=not last, overflow="fold")
+    for row in view.rows:
+        out.add_row(*(c.cell(view, row) for c in cols))
+        for part, usage in row.breakdown:
+            name = short_model(part) if by == "model" else shown(part)
+            out.add_row(*_other(cols, f"  └ {name}", usage), style="dim")
+    out.add_section()
+    out.add_row(*_other(cols, "total", view.total), style="bold")
+    return out
+
+
+def _other(cols: list[Column], label: str, usage: Any) -> list[str]:
+    """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
+    cells = [c.usage(usage) if c.usage else "" for c in cols]
+    cells[0] = label
+    return cells
+
+
+def render(view: View, console: Console, by: str = "model") -> None:
+    """Print the view: the header line, the widest table that fits, the --limit note."""
+    console.print(header(TITLES[view.name], view.covered))
+    if not view.count:
+        console.print("No requests in this range.")
+        return
+    for level in LEVELS:
+        candidate = table(view, level, by)
+        natural = Measurement.get(console, console.options.update_width(10_000), candidate)
+        if natural.maximum <= console.width:
+            break
+    console.print(candidate)
+    if len(view.rows) < view.count:
+        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit); "
+                      "the total covers all of them")
+
+
+def _lead_json(view: View, row: Row) -> dict[str, Any]:
+    """What a row is: the name, its sessions, its first and last request."""
+    zone = view.covered.range.zone
+    return {KEYS[view.name]: row.label, "sessions": row.sessions,
+            "first_request": _iso(row.first, zone), "last_request": _iso(row.last, zone)}
+
+
+def view_json(view: View, by: str = "model") -> dict[str, Any]:
+    """The view as JSON: range, filters, rows, row count before --limit, totals."""
+    rows = []
+    for row in view.rows:
+        out = {**_lead_json(view, row), **_usage_json(row.usage), "models": list(row.models)}
+        if view.breakdown:
+            out["breakdown"] = [{by: p, **_usage_json(u)} for p, u in row.breakdown]
+        rows.append(out)
+    doc: dict[str, Any] = {
+        "view": view.name,
+        "range": view.covered.to_json(),
+        "filters": {k: list(v) for k, v in view.filters.items()},
+        "rows": rows,
+        "row_count": view.count,
+        "totals": _usage_json(view.total),
+    }
+    if view.breakdown:
+        doc["breakdown"] = by
+    return doc
+
+
+def view_csv(view: View, by: str = "model") -> str:
+    """The view as CSV: one line per row, or per row and breakdown value."""
+    lead = [KEYS[view.name], "sessions", "first_request", "last_request"]
+    usage = list(_usage_json(view.total))
+    head = [*lead, by, *usage] if view.breakdown else [*lead, *usage, "models"]
+    records: list[dict[str, Any]] = []
+    for row in view.rows:
+        first = _lead_json(view, row)
+        if view.breakdown:
+            records.extend({**first, by: p, **_usage_json(u)} for p, u in row.breakdown)
+        else:
+            records.append({**first, **_usage_json(row.usage), "models": ";".join(row.models)})
+    return _csv(records, head)
