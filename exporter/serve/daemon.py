@@ -48,9 +48,9 @@ VERIFY_SECONDS = 5.0
 # At most one pass over changed files per this many seconds (a quiet file's first line is
 # read at once): the lines of those seconds share one commit. A commit rewrites ~25-35 pages
 # of 16 KiB (rows, indexes, provenance, rollups, slots) however few lines it holds, so a
-# line a commit wrote ~0.4 MiB (docs/benchmarks-history.md, "Live writes"). 5 s: a third of
-# Prometheus' default scrape interval.
-LIVE_PASS_SECONDS = 5.0
+# line a commit wrote ~0.4 MiB (docs/benchmarks.md, "The daemon live"). 10 s keeps a line
+# under 64 KiB of WAL from one line a second up, within Prometheus' 15 s default scrape.
+LIVE_PASS_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
