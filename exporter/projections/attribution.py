@@ -5,11 +5,14 @@ Claude Code writes on each assistant line what the request was made for
 ``attributionAgent``) and at which ``effort``; the ledger keeps them per request
 (records.ATTRIBUTION). A view groups the selected requests by one of them,
 requests without it in one row named :data:`NONE`, so the rows add up to the
-summary over the same selection to the last pico-dollar. The slots do not
-keep attribution: these views group the requests themselves (a month of heavy
-use in well under a second, docs/benchmarks.md). ``--breakdown`` splits each
-row by model, or with ``by`` by effort or speed. See docs/figures.md,
-"Attribution".
+summary over the same selection to the last pico-dollar. Whole UTC days come
+from the ledger's attribution day sums (exporter.attribution_days: a few rows
+a day, so a year reads like a month), the partial days at the edges of a time
+range from the requests; all of it from the requests when the sums cannot
+answer (not kept, a price date or long-context threshold they do not split
+by), the rule of the slot-based views (exporter.projections.facts).
+``--breakdown`` splits each row by model, or with ``by`` by effort or speed.
+See docs/figures.md, "Attribution".
 """
 
 from __future__ import annotations
@@ -19,7 +22,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from exporter.projections.facts import NO_BUCKET, ZERO, Attrs, Fact, Prices, Selection, Usage
+from exporter import attribution_days
+from exporter.projections.facts import (
+    NO_BUCKET,
+    ZERO,
+    Attrs,
+    Fact,
+    Facts,
+    Prices,
+    Selection,
+    Usage,
+)
 from exporter.projections.figures import Covered
 from exporter.projections.views import Options, Row, View, order_rows
 from exporter.records import Source
@@ -32,6 +45,7 @@ DEFAULT_ORDER: Final = "cost"
 _SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
                 "sum(cache_write_1h), sum(web_search)")
 _SOURCES: Final = tuple(Source)
+_DAY: Final = 86_400
 
 
 def build(name: str, selection: Selection, prices: Prices, options: Options,
@@ -60,12 +74,99 @@ def build(name: str, selection: Selection, prices: Prices, options: Options,
 
 
 def _facts(column: str, selection: Selection, prices: Prices, by: str) -> list[Fact]:
-    """One priced fact per value, session, price class and breakdown value (``key``)."""
+    """One priced fact per value, session, price class and breakdown value (``key``).
+
+    Whole UTC days from the day sums when they answer, the rest from the requests.
+    """
+    if not days_answer(selection, prices):
+        return _row_facts(column, selection, prices, by, ())
+    interior, edges = day_split(selection)
+    out = [] if interior is None else _day_facts(column, selection, prices, by, interior)
+    for edge in edges:
+        out.extend(_row_facts(column, selection, prices, by, edge))
+    return out
+
+
+def days_answer(selection: Selection, prices: Prices) -> bool:
+    """Whether the attribution day sums can answer for whole days of ``selection``.
+
+    The slot-based views' rule: the sums are kept and current, split by (at
+    least) the price table's long-context thresholds, every price date a UTC
+    midnight. The filters and the scope are on the slot key and roots: any answer.
+    """
+    return (selection.slots and selection.days and prices.fits_slots(selection.slot_thresholds)
+            and prices.fits_days and attribution_days.current(selection.read))
+
+
+def day_split(selection: Selection) -> tuple[tuple[int | None, int | None] | None,
+                                             list[tuple[str, ...]]]:
+    """Whole UTC days ``[lo, hi)`` of the range (None: none), and the partial ones' conditions."""
+    since, until = selection.range.since, selection.range.until
+    lo = None if since is None else math.ceil(since / _DAY)
+    hi = None if until is None else math.floor(until / _DAY)
+    if lo is not None and hi is not None and lo >= hi:
+        return None, [()]  # inside one or two partial days: all from the requests
+    edges: list[tuple[str, ...]] = []
+    day = attribution_days.DAY_SQL.replace("r.ts", "ts")
+    if since is not None and lo is not None and lo * _DAY > since:
+        edges.append((f"{day} < {lo}",))
+    if until is not None and hi is not None and hi * _DAY < until:
+        edges.append((f"{day} >= {hi}",))
+    return (lo, hi), edges
+
+
+def day_where(selection: Selection, interior: tuple[int | None, int | None]
+              ) -> tuple[str, list[object]]:
+    """The WHERE condition on ``attr_days`` for whole days ``[lo, hi)`` of the selection."""
+    lo, hi = interior
+    parts = [*([f"day >= {int(lo)}"] if lo is not None else []),
+             *([f"day < {int(hi)}"] if hi is not None else [])]
+    params: list[object] = []
+    if selection.slot_scope:
+        parts.append(f"({selection.slot_scope})")
+    keys = []
+    for name, values in (("project", selection.projects), ("model", selection.models)):
+        if values:
+            keys.append(f"{name} IN ({','.join('?' * len(values))})")
+            params.extend(values)
+    if selection.sources:
+        keys.append(f"source IN ({','.join(str(int(s)) for s in selection.sources)})")
+    if keys:
+        parts.append(f"key IN (SELECT id FROM slot_keys WHERE {' AND '.join(keys)})")
+    return " AND ".join(parts) or "1", params
+
+
+def _day_facts(column: str, selection: Selection, prices: Prices, by: str,
+               interior: tuple[int | None, int | None]) -> list[Fact]:
+    """The facts of whole UTC days, from the day sums of the view's kind."""
+    cond, params = day_where(selection, interior)
+    kind = attribution_days.KINDS.index(column)
+    if by == "effort":  # the rows split by effort
+        kind += attribution_days.PAIRS
+    sums = ", ".join(f"sum({c})" for c in attribution_days.SUMS[1:])
+    found = selection.read(
+        f"SELECT value, effort, key, {prices.period_sql('day * 86400')}, min(first), max(last), "
+        f"sum(n), {sums} FROM attr_days WHERE kind = {kind} AND {cond} GROUP BY 1, 2, 3, 4",
+        params)
+    keys = Facts(selection, prices).keys()
+    out = []
+    for value, effort, key, period, first, last, n, *rest in found:
+        attrs = keys[key]
+        usage = prices.usage(attrs, int(period), float(first), int(n), [int(v) for v in rest])
+        split = {"model": attrs.model, "speed": attrs.speed}.get(by, effort)
+        out.append(Fact((value or NONE, split or NONE), attrs, NO_BUCKET, float(first),
+                        float(last), usage, 0))
+    return out
+
+
+def _row_facts(column: str, selection: Selection, prices: Prices, by: str,
+               extra: tuple[str, ...]) -> list[Fact]:
+    """The facts of the selection's requests that match ``extra`` (every one: ``()``)."""
     split = "model" if by == "model" else by
     found = selection.rows(
         f"{column}, {split}, session, project, model, source, service_tier, inference_geo, "
         f"speed, {prices.long_sql()}, {prices.period_sql('ts')}, min(ts), max(ts), count(*), "
-        f"{_SUMS}", tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
+        f"{_SUMS}", *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
     out = []
     for value, part, session, project, model, source, tier, geo, speed, long, period, \
             first, last, n, *sums in found:
