@@ -18,7 +18,7 @@ See docs/figures.md, "Attribution".
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -60,7 +60,7 @@ def build(name: str, selection: Selection, prices: Prices, options: Options,
         raise ValueError(f"unknown breakdown {by!r}; expected one of {', '.join(BREAKDOWNS)}")
     bounds = selection.bounds()
     covered = Covered(selection.range, *(bounds or (None, None)))
-    rows = _rows(_facts(VIEWS[name], selection, prices, by), options.breakdown)
+    rows = _rows(*_facts(VIEWS[name], selection, prices, by), options.breakdown)
     total = ZERO
     for row in rows:
         total = total + row.usage
@@ -73,18 +73,25 @@ def build(name: str, selection: Selection, prices: Prices, options: Options,
                 filters=filters)
 
 
-def _facts(column: str, selection: Selection, prices: Prices, by: str) -> list[Fact]:
-    """One priced fact per value, session, price class and breakdown value (``key``).
+def _facts(column: str, selection: Selection, prices: Prices, by: str
+           ) -> tuple[list[Fact], dict[str, set[str]]]:
+    """Priced facts per value, price class and breakdown value (``key``); each value's sessions.
 
     Whole UTC days from the day sums when they answer, the rest from the requests.
     """
-    if not days_answer(selection, prices):
-        return _row_facts(column, selection, prices, by, ())
-    interior, edges = day_split(selection)
-    out = [] if interior is None else _day_facts(column, selection, prices, by, interior)
+    sessions: dict[str, set[str]] = {}
+    out: list[Fact] = []
+    edges: list[tuple[str, ...]] = [()]
+    if days_answer(selection, prices):
+        interior, edges = day_split(selection)
+        if interior is not None:
+            out = _day_facts(column, selection, prices, by, interior, sessions=sessions)
     for edge in edges:
-        out.extend(_row_facts(column, selection, prices, by, edge))
-    return out
+        found = _row_facts(column, selection, prices, by, edge)
+        for f in found:
+            sessions.setdefault(f.key[0], set()).add(f.attrs.session)
+        out.extend(found)
+    return out, sessions
 
 
 def days_answer(selection: Selection, prices: Prices) -> bool:
@@ -137,25 +144,39 @@ def day_where(selection: Selection, interior: tuple[int | None, int | None]
 
 
 def _day_facts(column: str, selection: Selection, prices: Prices, by: str,
-               interior: tuple[int | None, int | None]) -> list[Fact]:
-    """The facts of whole UTC days, from the day sums of the view's kind."""
+               interior: tuple[int | None, int | None], *, sessions: dict[str, set[str]],
+               ) -> list[Fact]:
+    """The facts of whole UTC days from the day sums of the view's kind, per price class.
+
+    Summed per price class in SQL (a year's sessions never reach Python); each
+    value's sessions are added to ``sessions``.
+    """
     cond, params = day_where(selection, interior)
     kind = attribution_days.KINDS.index(column)
     if by == "effort":  # the rows split by effort
         kind += attribution_days.PAIRS
-    sums = ", ".join(f"sum({c})" for c in attribution_days.SUMS[1:])
+    inner = ", ".join(f"sum({c}) AS {c}" for c in attribution_days.SUMS)
+    outer = ", ".join(f"sum(x.{c})" for c in attribution_days.SUMS)
     found = selection.read(
-        f"SELECT value, effort, key, {prices.period_sql('day * 86400')}, min(first), max(last), "
-        f"sum(n), {sums} FROM attr_days WHERE kind = {kind} AND {cond} GROUP BY 1, 2, 3, 4",
-        params)
-    keys = Facts(selection, prices).keys()
+        f"WITH x AS MATERIALIZED (SELECT value, effort, key, {prices.period_sql('day * 86400')} "
+        f"AS period, min(first) AS first, max(last) AS last, {inner} FROM attr_days "
+        f"WHERE kind = {kind} AND {cond} GROUP BY 1, 2, 3, 4) "
+        "SELECT x.value, x.effort, k.model, k.source, k.service_tier, k.inference_geo, k.speed, "
+        f"k.long, x.period, min(x.first), max(x.last), {outer} FROM x "
+        "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9", params)
+    level = prices.relevel(selection.slot_thresholds)
     out = []
-    for value, effort, key, period, first, last, n, *rest in found:
-        attrs = keys[key]
+    for value, effort, model, source, tier, geo, speed, long, period, first, last, n, \
+            *rest in found:
+        attrs = Attrs("", "", model, _SOURCES[source], tier, geo, speed, level[long])
         usage = prices.usage(attrs, int(period), float(first), int(n), [int(v) for v in rest])
-        split = {"model": attrs.model, "speed": attrs.speed}.get(by, effort)
+        split = {"model": model, "speed": speed}.get(by, effort)
         out.append(Fact((value or NONE, split or NONE), attrs, NO_BUCKET, float(first),
                         float(last), usage, 0))
+    names = Facts(selection, prices).keys()
+    for value, key in selection.read(
+            f"SELECT DISTINCT value, key FROM attr_days WHERE kind = {kind} AND {cond}", params):
+        sessions.setdefault(value or NONE, set()).add(names[key].session)
     return out
 
 
@@ -185,13 +206,13 @@ class _Acc:
     usage: Usage = ZERO
     parts: dict[str, Usage] = field(default_factory=dict)
     models: set[str] = field(default_factory=set)
-    sessions: set[str] = field(default_factory=set)
     first: float = math.inf
     last: float = -math.inf
 
 
-def _rows(found: Sequence[Fact], breakdown: bool) -> list[Row]:
-    """Fold the facts into one row per value, with its breakdown when asked."""
+def _rows(found: Sequence[Fact], sessions: Mapping[str, set[str]], breakdown: bool
+          ) -> list[Row]:
+    """Fold the facts into one row per value (``sessions``: its sessions), with its breakdown."""
     accs: dict[str, _Acc] = {}
     for f in found:
         value, part = f.key
@@ -201,10 +222,9 @@ def _rows(found: Sequence[Fact], breakdown: bool) -> list[Row]:
         acc.usage = acc.usage + f.usage
         acc.parts[part] = acc.parts.get(part, ZERO) + f.usage
         acc.models.add(f.attrs.model)
-        acc.sessions.add(f.attrs.session)
         acc.first = min(acc.first, f.first)
         acc.last = max(acc.last, f.last)
     return [Row(value, a.first, a.last, a.usage, tuple(sorted(a.models)),
                 tuple(sorted(a.parts.items())) if breakdown else (), a.first, a.last,
-                sessions=len(a.sessions))
+                sessions=len(sessions.get(value, ())))
             for value, a in accs.items()]
