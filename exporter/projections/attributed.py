@@ -16,14 +16,15 @@ so a family has at most ``len(KINDS) × (MAX_NAMES + 1)`` series.
 
 The sums are not in the ledger's rollups (their key has no attribution):
 start-up reads the ledger's attribution day sums (exporter.attribution_days:
-a few rows a day, so a year starts like a month; the requests when the sums
-cannot answer, see :meth:`Attributed.load`), then each batch's new and
-upgraded rows are priced as they come. A first pass's batches (exporter.ledger_bulk) carry no
-row lists (``serve`` runs that pass before it loads the projection; this is
-for any such batch after): the sums are then read again from the ledger on
-the projection's first turn after them (it settles once a second), and during
-a long run of them at most once per :data:`RELOAD_SECONDS`. A counter never goes
-down: a request whose value changes moves no cost out of its old series.
+rows per day, session and value, summed per price class in SQL; the requests
+when the sums cannot answer, see :meth:`Attributed.load`), then each batch's
+new and upgraded rows are priced as they come. A first pass's batches
+(exporter.ledger_bulk) carry no row lists (``serve`` runs that pass before
+it loads the projection; this is for any such batch after): the sums are
+then read again from the ledger on the projection's first turn after them (it
+settles once a second), and during a long run of them at most once per
+:data:`RELOAD_SECONDS`. A counter never goes down: a request whose value
+changes moves no cost out of its old series.
 """
 
 from __future__ import annotations

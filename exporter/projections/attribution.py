@@ -6,8 +6,8 @@ Claude Code writes on each assistant line what the request was made for
 (records.ATTRIBUTION). A view groups the selected requests by one of them,
 requests without it in one row named :data:`NONE`, so the rows add up to the
 summary over the same selection to the last pico-dollar. Whole UTC days come
-from the ledger's attribution day sums (exporter.attribution_days: a few rows
-a day, so a year reads like a month), the partial days at the edges of a time
+from the ledger's attribution day sums (exporter.attribution_days: rows per
+day, session and value, not per request), the partial days at the edges of a time
 range from the requests; all of it from the requests when the sums cannot
 answer (not kept, a price date or long-context threshold they do not split
 by), the rule of the slot-based views (exporter.projections.facts).
