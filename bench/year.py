@@ -134,7 +134,8 @@ def ingest_month(root: Path, state: Path, month: int, args: argparse.Namespace,
     sessions = max(2, round(40 * mb / 300))
     truth = generate(root, GenOptions(seed=seed + month, sessions=sessions,
                                       requests_per_session=1200, start=start,
-                                      target_bytes=mb * 1_000_000))
+                                      target_bytes=mb * 1_000_000,
+                                      attribution=args.attribution))
     began = time.perf_counter()
     done = subprocess.run(exporter_cmd("report", "--json", "--data-dir", str(root),
                                        "--state-dir", str(state)), capture_output=True, text=True,
@@ -177,6 +178,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--attribution", action="store_true",
+                    help="lines name a skill, plugin, MCP server, agent and effort")
     ap.add_argument("--reuse", type=Path, help="measure a kept work directory again")
     args = ap.parse_args()
     if args.reuse:

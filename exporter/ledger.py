@@ -26,7 +26,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from exporter import ledger_bulk, ledger_health, ledger_wal, slots
+from exporter import attribution_days, ledger_bulk, ledger_health, ledger_wal, slots
 from exporter.ledger_health import LedgerError as LedgerError  # noqa: PLC0414 (re-exported)
 from exporter.ledger_schema import (
     LEGACY_FILE,
@@ -233,12 +233,12 @@ class Ledger:
         if self.rules is not None and self._meta("rollups") != self.rules.fingerprint:
             with self._transaction():
                 self._rebuild_rollups(self.rules)
-        # The report's slots: this build's layout, split by every long-context threshold of
-        # the price table (the rules know it), else rebuilt once (exporter.slots.ensure).
+        # The report's slots and attribution day sums: this build's layout, split by every
+        # long-context threshold of the price table (the rules know it), else rebuilt once.
         wanted = tuple(getattr(self.rules, "long_context_thresholds", ()))
-        if slots.needs_ensure(db, wanted):
+        if slots.needs_ensure(db, wanted) or attribution_days.needs_ensure(db):
             with self._transaction():
-                slots.ensure(db, wanted)
+                attribution_days.ensure(db, slots.ensure(db, wanted))
 
     def _wal(self, deadline_s: float = 10.0) -> None:
         """Switch to WAL mode, retrying while a twin process holds the file.
@@ -282,8 +282,7 @@ class Ledger:
         if tables and app_id != APPLICATION_ID and not half_made:
             raise LedgerError(
                 f"{self.path} is an SQLite file of another program (application_id {app_id});"
-                " refusing to touch it: point --state-dir elsewhere"
-            )
+                " refusing to touch it: point --state-dir elsewhere")
         # quick_check reads every page (O(history)); skipped when the file is exactly as a
         # verified close left it, or a live writer checked it (exporter.ledger_health).
         ledger_health.check_at_open(db, self.health, later=self._check_above,
@@ -293,8 +292,7 @@ class Ledger:
         if version > SCHEMA_VERSION:
             raise LedgerError(
                 f"ledger {self.path} has schema version {version}, this build knows "
-                f"{SCHEMA_VERSION}; upgrade claude-code-exporter"
-            )
+                f"{SCHEMA_VERSION}; upgrade claude-code-exporter")
         return version
 
     def _tables(self) -> frozenset[str]:
@@ -396,6 +394,7 @@ class Ledger:
                 if raw:
                     ledger_bulk.unkey(self._db)
                     self._set_meta(ledger_bulk.RAW_PASS, "1")
+                    attribution_days.forget(self._db)  # its batches do not keep the sums
                 if drop:
                     for statement in READER_INDEXES:
                         self._db.execute(f"DROP INDEX IF EXISTS {index_name(statement)}")
@@ -436,6 +435,7 @@ class Ledger:
                     db.execute(statement)
                 slots.rebuild(db, lambda: beside.result(bins, db),
                               lambda: beside.result(keys, db))
+                attribution_days.rebuild(db)
                 if rules is not None:  # the rollup classes from the slots just summed
                     self._rebuild_rollups(rules)
                     self._settle_due(rules, _Batch(), force=False)
@@ -501,12 +501,14 @@ class Ledger:
                 self._settle_due(self.rules, batch, force=False)
             elif batch.ids:
                 self._set_meta("rollups", "")  # stale: rebuilt by the next writer with rules
-            # The report's slots: appended rows by their own values, rewritten rows' slots
-            # summed again and their value bins moved, each touched day summed once.
+            # The report's slots (and attribution day sums): appended rows by their own values,
+            # rewritten rows' slots (session-days) summed again, each touched day summed once.
             touched = {slots.slot_of(ts) for ts in batch.slot_times}
             slots.update(self._db, batch.new_ids, touched, [
                 *(_bin_row(known, batch.before[rid], -1) for rid, known in batch.changed.items()),
                 *(_bin_row(batch.rows[rid], batch.masks[rid], 1) for rid in batch.changed)])
+            attribution_days.update(self._db, batch.new_ids, [(r.session, r.ts) for rid, known in
+                                    batch.changed.items() for r in (known, batch.rows[rid])])
             self._finish_batch(batch, parsed, checkpoints, bytes_read, sum(  # lines: not parts
                 batch.rows[rid].source is not Source.ADVISOR for rid in batch.new_ids))
         return batch.applied()
@@ -886,8 +888,7 @@ class Ledger:
             "first_ts = min(first_ts, excluded.first_ts), "
             "last_ts = max(last_ts, excluded.last_ts), "
             f"{', '.join(f'{c} = {c} + excluded.{c}' for c in COUNT_SUMS)}",
-            [(mask, *cls, first, last, *values) for mask, cls, first, last, values in rows],
-        )
+            [(mask, *cls, first, last, *values) for mask, cls, first, last, values in rows])
 
     def _write_hists(self, rows: Sequence[HistRow]) -> None:
         """Add histogram increments to the stored rollups."""
@@ -895,8 +896,7 @@ class Ledger:
             "INSERT INTO rollup_hist VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
             "(roots, name, model, source, arch, bucket) DO UPDATE SET value = value + "
             "excluded.value",
-            [(mask, *series, bucket, value) for mask, series, bucket, value in rows],
-        )
+            [(mask, *series, bucket, value) for mask, series, bucket, value in rows])
 
     def _settled(self, ids: Sequence[int]) -> set[int]:
         """Which of ``ids`` are already in the histograms."""

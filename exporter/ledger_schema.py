@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from exporter import slots
+from exporter import attribution_days, slots
 from exporter.records import ALL_ROOTS, ATTRIBUTION, COUNT_SUMS, CountClass, gap_seconds
 from exporter.sqlite import sqlite3
 
@@ -147,6 +147,8 @@ def create(db: sqlite3.Connection) -> None:
     for column in ATTRIBUTION:
         if column not in have:
             db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+    if not set(ATTRIBUTION) <= have:  # any attribution sums kept were of other columns
+        attribution_days.forget(db)
 
 
 def v1_provenance(db: sqlite3.Connection) -> None:

@@ -57,7 +57,7 @@ from exporter.records import ACTIVE_GAP_SECONDS, TTL_1H, TTL_5M, Source
 from exporter.sqlite import sqlite3
 
 SLOT_SECONDS: Final = 300
-VERSION: Final = 4  # slot_meta 'version': 4 has slot_hist, the blocks, slot_day_peaks
+VERSION: Final = 5  # slot_meta 'version': 4 slot_hist, the blocks, day peaks; 5 attr_days
 HIST_BITS: Final = 6  # a histogram bin keeps a value's top 6 bits (32 bins an octave)
 BLOCK_DAYS: Final = 16  # days per block (slot_blocks, and span 1 of slot_hist)
 HIST_BLOCK_DAYS: Final = BLOCK_DAYS

@@ -15,14 +15,16 @@ those kinds (effort, a closed vocabulary, always). Each kind keeps at most
 so a family has at most ``len(KINDS) × (MAX_NAMES + 1)`` series.
 
 The sums are not in the ledger's rollups (their key has no attribution):
-start-up groups the ledger's requests once (O(requests): ~0.1 s per month of
-heavy use, docs/benchmarks.md), then each batch's new and upgraded rows are
-priced as they come. A first pass's batches (exporter.ledger_bulk) carry no
-row lists (``serve`` runs that pass before it loads the projection; this is
-for any such batch after): the sums are then read again from the ledger on
-the projection's first turn after them (it settles once a second), and during
-a long run of them at most once per :data:`RELOAD_SECONDS`. A counter never goes
-down: a request whose value changes moves no cost out of its old series.
+start-up reads the ledger's attribution day sums (exporter.attribution_days:
+rows per day, session and value, summed per price class in SQL; the requests
+when the sums cannot answer, see :meth:`Attributed.load`), then each batch's
+new and upgraded rows are priced as they come. A first pass's batches
+(exporter.ledger_bulk) carry no row lists (``serve`` runs that pass before
+it loads the projection; this is for any such batch after): the sums are
+then read again from the ledger on the projection's first turn after them (it
+settles once a second), and during a long run of them at most once per
+:data:`RELOAD_SECONDS`. A counter never goes down: a request whose value
+changes moves no cost out of its old series.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from exporter import attribution_days, slots
 from exporter.projections.facts import Attrs, Prices
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing
 from exporter.records import ATTRIBUTION, Request, Source
+from exporter.sqlite import sqlite3
 
 KINDS: Final = ATTRIBUTION  # skill, plugin, mcp_server, agent, effort
 MAX_NAMES: Final = 64  # names per kind before ``other``
@@ -82,12 +86,19 @@ class Attributed:
         self._sums: dict[Key, list[int]] = {}  # [requests, cost in pico-USD]
         self._read: Reader | None = None
         self._view = "requests"
+        self._scope: str | None = None
         self._stale = False
         self._loaded_at = 0.0
 
-    def load(self, read: Reader, view: str) -> dict[Sample, float]:
-        """Start-up: the sums of every request of ``view`` (the scoped ledger); their samples."""
-        self._read, self._view = read, view
+    def load(self, read: Reader, view: str, scope: str | None = None) -> dict[Sample, float]:
+        """Start-up: the sums of every request of ``view`` (the scoped ledger); their samples.
+
+        ``scope``: the scope's condition on a roots bitmask ``roots``
+        (``Ledger.scope_filter``); with it, or for the whole ledger, the day
+        sums answer (when kept, and split as the price table needs: the
+        report's rule), else the requests of ``view`` are grouped.
+        """
+        self._read, self._view, self._scope = read, view, scope
         return self._grow(self._query())
 
     def apply(self, new: Sequence[Request], upgraded: Sequence[tuple[Request, Request]],
@@ -140,6 +151,8 @@ class Attributed:
         """Every attributed request's sums from the ledger, per (kind, value)."""
         assert self._read is not None
         self._loaded_at = self._clock()
+        if self._days_answer():
+            return self._query_days()
         p = self.prices
         rows = self._read(
             f"SELECT {', '.join(KINDS)}, model, source, service_tier, inference_geo, speed, "
@@ -158,6 +171,43 @@ class Attributed:
                     acc = out.setdefault((kind, value), [0, 0])
                     acc[0] += usage.requests
                     acc[1] += usage.cost_pico
+        return out
+
+    def _days_answer(self) -> bool:
+        """Whether the day sums hold this scope's figures, split as our prices need."""
+        assert self._read is not None
+        if self._view != "requests" and self._scope is None:
+            return False  # a scoped view without its condition on roots: the requests
+        try:
+            stored = slots.read_thresholds(self._read)
+            return (self.prices.fits_slots(stored) and self.prices.fits_days
+                    and attribution_days.current(self._read))
+        except sqlite3.OperationalError:  # an older layout without the slot tables
+            return False
+
+    def _query_days(self) -> dict[Key, list[int]]:
+        """:meth:`_query` from the day sums: per kind, value and price class, in SQL."""
+        assert self._read is not None
+        p = self.prices
+        level = p.relevel(slots.read_thresholds(self._read))
+        inner = ", ".join(f"sum({c}) AS {c}" for c in attribution_days.SUMS)
+        outer = ", ".join(f"sum(x.{c})" for c in attribution_days.SUMS)
+        scope = f" AND ({self._scope})" if self._view != "requests" and self._scope else ""
+        # Per key first (the table's rows), then per price class through the few keys.
+        rows = self._read(
+            f"WITH x AS MATERIALIZED (SELECT kind, value, key, {p.period_sql('day * 86400')} "
+            f"AS period, min(first) AS first, {inner} FROM attr_days "
+            f"WHERE kind < {attribution_days.PAIRS} AND value != ''{scope} GROUP BY 1, 2, 3, 4) "
+            "SELECT x.kind, x.value, k.model, k.source, k.service_tier, k.inference_geo, "
+            f"k.speed, k.long, x.period, min(x.first), {outer} FROM x "
+            "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9", [])
+        out: dict[Key, list[int]] = {}
+        for kind, value, model, source, tier, geo, speed, long, period, first, n, *rest in rows:
+            attrs = Attrs("", "", model, _SOURCES[source], tier, geo, speed, level[long])
+            usage = p.usage(attrs, int(period), float(first), int(n), [int(v) for v in rest])
+            acc = out.setdefault((KINDS[kind], value), [0, 0])
+            acc[0] += usage.requests
+            acc[1] += usage.cost_pico
         return out
 
     def _grow(self, target: dict[Key, list[int]], partial: bool = False) -> dict[Sample, float]:

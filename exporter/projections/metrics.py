@@ -138,8 +138,11 @@ class Projection:
         self.attributed = Attributed(pricing, Names(options.project_label), clock=clock)
 
     # ----------------------------------------------------------------- loading
-    def load(self, ledger: Ledger, view: str = "requests") -> None:
-        """Begin at the ledger's rollups (start-up); ``view`` holds the scoped requests."""
+    def load(self, ledger: Ledger, view: str = "requests", scope: str | None = None) -> None:
+        """Begin at the ledger's rollups (start-up); ``view`` holds the scoped requests.
+
+        ``scope``: the same scope as a condition on a roots bitmask (``Ledger.scope_filter``).
+        """
         rollups = ledger.rollups()
         self.scope.learn(rollups.roots)
         self._start(rollups.counts, rollups.hists, lines=ledger.counters("lines"),
@@ -147,7 +150,7 @@ class Projection:
                     bytes_read=ledger.counters("bytes_read").get("", 0),
                     late=ledger.counters("late_updates").get("", 0),
                     iterations=ledger.counters("iterations"), mended=ledger.counters("mended"))
-        self._add(self.attributed.load(ledger.read, view))
+        self._add(self.attributed.load(ledger.read, view, scope))
         now = self._clock()
         # The live window only (bounded on both sides: a clock running behind the
         # transcripts must not turn start-up into a replay of "future" history).

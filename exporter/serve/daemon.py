@@ -139,7 +139,8 @@ class Daemon:
             self._library_log.install()
             self.push.observe(self.projection.inst.provider.get_meter("claude_code_exporter.otlp"),
                               parts.metrics.namespace)
-        self.projection.load(ledger, view=ledger.scope(self.dirs))
+        self.projection.load(ledger, view=ledger.scope(self.dirs),
+                             scope=ledger.scope_filter(self.dirs))
         self.scanner = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock,
                                           workers=1, on_applied=self.projection.apply)
         # The status line's plan-limit samples: into the ledger, and out as metrics.
