@@ -326,12 +326,12 @@ def test_root_created_after_start_is_picked_up(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- full disk
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs (root only), unmounted afterwards: a ledger of a few files fits, not more."""
+    """A 3 MiB tmpfs (root only), unmounted afterwards: a ledger of a few files fits, not more."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs",
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs",
                            str(mnt)], capture_output=True, check=False)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
