@@ -9,15 +9,16 @@ in the JSON names which). The shapes are in docs/figures.md ("Attribution").
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
+from exporter.projections import caps
+from exporter.projections.facts import Usage
 from exporter.projections.views import Row, View
 from exporter.report import header, when
 from exporter.report_views import (
@@ -30,20 +31,20 @@ from exporter.report_views import (
     _usage_json,
     short_model,
 )
+from exporter.shown import clip, text
 
 TITLES: Final = {"skill": "Skills", "plugin": "Plugins", "mcp": "MCP servers",
                  "agent": "Agents"}
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 KEYS: Final = {"skill": "skill", "plugin": "plugin", "mcp": "mcp_server", "agent": "agent"}
 
 
 def shown(name: str) -> str:
-    """A name from a transcript as a table cell: no control characters, no rich markup.
+    """A name from a transcript as a table cell: control characters visible, cut to fit.
 
-    A skill or plugin name is whatever a line said: it must not move the
-    cursor, clear the screen or style the table.
+    A skill or plugin name is whatever a line said: it must not move the cursor,
+    clear the screen or style the table (cells are rich ``Text``, never markup).
     """
-    return escape(_CONTROL.sub("\uFFFD", name))
+    return clip(name)
 
 
 def _lead(view: View) -> tuple[Column, ...]:
@@ -64,20 +65,26 @@ def table(view: View, level: int, by: str = "model") -> Table:
         out.add_column(col.title, justify="left" if i == 0 or last else "right",
                        no_wrap=not last, overflow="fold")
     for row in view.rows:
-        out.add_row(*(c.cell(view, row) for c in cols))
-        for part, usage in row.breakdown:
+        out.add_row(*(text(c.cell(view, row)) for c in cols))
+        capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
+        for part, usage in capped.shown:
             name = short_model(part) if by == "model" else shown(part)
             out.add_row(*_other(cols, f"  └ {name}", usage), style="dim")
+        if capped.more:
+            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
+                        style="dim")
+    if len(view.rows) < view.count:
+        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
     out.add_section()
     out.add_row(*_other(cols, "total", view.total), style="bold")
     return out
 
 
-def _other(cols: list[Column], label: str, usage: Any) -> list[str]:
+def _other(cols: list[Column], label: str, usage: Usage) -> list[Text]:
     """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
     cells = [c.usage(usage) if c.usage else "" for c in cols]
     cells[0] = label
-    return cells
+    return [text(c) for c in cells]
 
 
 def render(view: View, console: Console, by: str = "model") -> None:
@@ -93,8 +100,8 @@ def render(view: View, console: Console, by: str = "model") -> None:
             break
     console.print(candidate)
     if len(view.rows) < view.count:
-        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit); "
-                      "the total covers all of them")
+        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit; --json and "
+                      "--csv list them all); the other row and the total cover all of them")
 
 
 def _lead_json(view: View, row: Row) -> dict[str, Any]:

@@ -38,6 +38,7 @@ FORMULA = '=HYPERLINK("http://evil.example","x")'
 OSC8 = "/home/u/\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\"
 CMD = "=cmd|' /C calc'!A0"
 VIEWS = ("daily", "weekly", "monthly", "session", "project", "blocks")
+ATTRIBUTION_VIEWS = ("skill", "plugin", "mcp", "agent")
 RAW = ("\x1b", "\x07", "\x9b", "\x9d")  # ESC, BEL, CSI and OSC in their one-byte C1 forms
 
 
@@ -48,9 +49,10 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     where = root / "projects" / "-home-u-p"
     where.mkdir(parents=True)
     (where / "s1.jsonl").write_bytes(jsonl(
-        assistant("m1", "r1", model=BOLD),
-        assistant("m2", "r2", model=LINK),
-        assistant("m4", "r4", model="-1+2", cwd=OSC8, session="s\x1b[31mred\u202e"),
+        assistant("m1", "r1", model=BOLD, attributionSkill=BOLD + TITLE),
+        assistant("m2", "r2", model=LINK, attributionMcpServer=LINK, attributionPlugin=FORMULA),
+        assistant("m4", "r4", model="-1+2", cwd=OSC8, session="s\x1b[31mred\u202e",
+                  attributionAgent=OSC8, effort=CMD),
         assistant("m5", "r5", model="\uff1dSUM(A1)", cwd="@SUM(1+1)"),
     ))
     (where / "s2.jsonl").write_bytes(jsonl(  # its own session: the project is its first's
@@ -73,7 +75,7 @@ def report(tree: Path, state: Path, *args: str, colour: bool = False,
         capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
-@pytest.mark.parametrize("view", ("summary", *VIEWS))
+@pytest.mark.parametrize("view", ("summary", *VIEWS, *ATTRIBUTION_VIEWS))
 def test_every_text_view_shows_hostile_names_as_text(hostile: tuple[Path, Path],
                                                      view: str) -> None:
     """Each text view exits 0, prints markup literally and control characters as escapes."""
@@ -100,11 +102,12 @@ def test_a_colour_terminal_gets_only_the_reports_own_styles(hostile: tuple[Path,
         assert raw not in proc.stdout, repr(raw)
 
 
-@pytest.mark.parametrize("view", ("project", "session"))
+@pytest.mark.parametrize("view", ("project", "session", *ATTRIBUTION_VIEWS))
 def test_csv_cells_are_never_formulas_nor_terminal_codes(hostile: tuple[Path, Path],
                                                          view: str) -> None:
     """No CSV cell starts a formula (ASCII or full width) or holds a control character."""
-    for flags in ((), ("--breakdown",)):
+    named = view in ATTRIBUTION_VIEWS  # rows named by a skill, plugin, MCP server or agent
+    for flags in ((), ("--breakdown",), *((("--breakdown-by", "effort"),) if named else ())):
         proc = report(*hostile, view, "--csv", *flags)
         assert proc.returncode == 0, proc.stderr
         for raw in RAW:
@@ -112,9 +115,14 @@ def test_csv_cells_are_never_formulas_nor_terminal_codes(hostile: tuple[Path, Pa
         cells = [c for row in csv.reader(io.StringIO(proc.stdout)) for c in row]
         starts = [c for c in cells if c[:1] in shown.FORMULA_START]
         assert starts == [], starts
-        assert any(c.startswith("'=cmd|") for c in cells)
-        assert any(c.startswith("'-1+2") for c in cells)
-        assert any(c.startswith("'@SUM") for c in cells) == (view == "project")
+        if not named:
+            assert any(c.startswith("'=cmd|") for c in cells)
+            assert any(c.startswith("'-1+2") for c in cells)
+            assert any(c.startswith("'@SUM") for c in cells) == (view == "project")
+        elif flags[:1] == ("--breakdown-by",):  # the effort CMD, a cell of its own
+            assert any(c.startswith("'=cmd|") for c in cells)
+        if view == "plugin":
+            assert any(c.startswith("'=HYPERLINK") for c in cells)
 
 
 def test_a_filter_error_names_the_ledgers_models_visibly(hostile: tuple[Path, Path]) -> None:
