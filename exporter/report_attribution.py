@@ -11,14 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-from rich.text import Text
 
-from exporter.projections import caps
-from exporter.projections.facts import Usage
 from exporter.projections.views import Row, View
 from exporter.report import header, when
 from exporter.report_views import (
@@ -29,9 +25,10 @@ from exporter.report_views import (
     _csv,
     _iso,
     _usage_json,
+    rows_table,
     short_model,
 )
-from exporter.shown import clip, text
+from exporter.shown import clip
 
 TITLES: Final = {"skill": "Skills", "plugin": "Plugins", "mcp": "MCP servers",
                  "agent": "Agents"}
@@ -59,32 +56,7 @@ def _lead(view: View) -> tuple[Column, ...]:
 def table(view: View, level: int, by: str = "model") -> Table:
     """The view's table at one column priority: rows, their breakdown rows, the total."""
     cols = [c for c in (*_lead(view), *USAGE, MODELS) if c.priority <= level]
-    out = Table(box=box.SIMPLE_HEAD)
-    for i, col in enumerate(cols):
-        last = col is MODELS
-        out.add_column(col.title, justify="left" if i == 0 or last else "right",
-                       no_wrap=not last, overflow="fold")
-    for row in view.rows:
-        out.add_row(*(text(c.cell(view, row)) for c in cols))
-        capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
-        for part, usage in capped.shown:
-            name = short_model(part) if by == "model" else shown(part)
-            out.add_row(*_other(cols, f"  └ {name}", usage), style="dim")
-        if capped.more:
-            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
-                        style="dim")
-    if len(view.rows) < view.count:
-        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
-    out.add_section()
-    out.add_row(*_other(cols, "total", view.total), style="bold")
-    return out
-
-
-def _other(cols: list[Column], label: str, usage: Usage) -> list[Text]:
-    """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
-    cells = [c.usage(usage) if c.usage else "" for c in cols]
-    cells[0] = label
-    return [text(c) for c in cells]
+    return rows_table(view, cols, short_model if by == "model" else shown)
 
 
 def render(view: View, console: Console, by: str = "model") -> None:

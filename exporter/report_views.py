@@ -15,7 +15,7 @@ import io
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -149,12 +149,17 @@ def fitting(view: View, console: Console) -> Table:
 
 
 def table(view: View, level: int) -> Table:
-    """The view's table: rows (and their per-model rows), the rows left out, then the total.
+    """The view's table at one column priority (:func:`rows_table`)."""
+    return rows_table(view, columns(view, level), short_model)
+
+
+def rows_table(view: View, cols: Sequence[Column], part_name: Callable[[str], str]) -> Table:
+    """A view's table: rows (and their breakdown rows), the rows left out, then the total.
 
     Rows past --limit (or :func:`caps.view_rows`) are summed in one row, and so
-    are a row's models past :data:`caps.BREAKDOWN_MODELS`: every column adds up.
+    are a row's breakdown values past :data:`caps.BREAKDOWN_MODELS`: every column
+    adds up. ``part_name`` shows a breakdown value (a model id, an effort, ...).
     """
-    cols = columns(view, level)
     out = Table(box=box.SIMPLE_HEAD)
     for i, col in enumerate(cols):
         last = col is MODELS
@@ -163,8 +168,8 @@ def table(view: View, level: int) -> Table:
     for row in view.rows:
         out.add_row(*(text(c.cell(view, row)) for c in cols))
         capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
-        for model, usage in capped.shown:
-            out.add_row(*_other(cols, f"  └ {short_model(model)}", usage), style="dim")
+        for part, usage in capped.shown:
+            out.add_row(*_other(cols, f"  └ {part_name(part)}", usage), style="dim")
         if capped.more:
             out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
                         style="dim")
