@@ -129,7 +129,7 @@ def _long_line(args: argparse.Namespace, work: Path, group: Cgroup) -> dict[str,
     (data / "ok.jsonl").write_bytes(jsonl(assistant("m0", "r0")))
     with (data / "huge.jsonl").open("wb") as fh:
         fh.truncate(args.gib * 1024 * MB)
-    cmd = [*group.prefix, sys.executable, "-m", "exporter.cli", "report", "--json",
+    cmd = [*group.prefix, sys.executable, "-m", "exporter", "report", "--json",
            "--data-dir", str(data.parent), "--state-dir", str(work / "state"),
            "--log-level", "error"]
     start = time.monotonic()

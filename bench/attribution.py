@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter import slots
-from exporter.ledger import Ledger
+from exporter.ledger import slots
+from exporter.ledger.store import Ledger
 from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
 from exporter.projections.facts import Prices, Selection

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.common import OUT, machine, month_tree
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.backfill import BackfillOptions, write_blocks, write_history
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing

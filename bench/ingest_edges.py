@@ -30,7 +30,7 @@ from typing import Any
 from bench.common import month_tree
 from bench.load import _now_iso, _request_lines
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 
 
 def _ms(seconds: float) -> float:

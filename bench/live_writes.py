@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.common import OUT
-from exporter.ledger_wal import committed_frames
+from exporter.ledger.wal import committed_frames
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.conftest import assistant, jsonl

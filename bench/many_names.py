@@ -27,7 +27,7 @@ _PAGE = """
 import resource, sys, time
 from pathlib import Path
 from exporter.ingest.discover import projects_dirs
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.facts import Prices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing

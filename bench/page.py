@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import exporter_cmd, machine
-from exporter import slots
+from exporter.ledger import slots
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 
@@ -73,7 +73,7 @@ def measure(tree: Path, state: Path) -> tuple[float, float, float, bool]:
     long-context threshold in it.
     """
     from exporter.ingest.discover import projects_dirs
-    from exporter.ledger import Ledger
+    from exporter.ledger.store import Ledger
     from exporter.projections.facts import Facts, Prices
     from exporter.projections.periods import UTC_ZONE
     from exporter.projections.pricing import Pricing

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.load import _now_iso, _request_lines
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent.parent
 
 def _report(code: Path, tree: Path, state: Path, cache: Path) -> tuple[list[str], dict[str, str]]:
     """The report command run from ``code`` with its own price cache directory."""
-    cmd = [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+    cmd = [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
            "--state-dir", str(state)]
     return cmd, {"PYTHONPATH": str(code), "XDG_CACHE_HOME": str(cache)}
 
@@ -50,7 +50,7 @@ def _round(code: Path, tree: Path, cache: Path) -> tuple[Run, Run]:
 _STAGES = """
 import json, sys, time
 from pathlib import Path
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.figures import compute
 from exporter.projections.pricing import Pricing
 

@@ -54,9 +54,9 @@ def _median(runs: list[Run]) -> Run:
 
 def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
     """Median seconds of the figures alone (no start-up, no ingest) per view."""
-    from exporter import report_cli
+    from exporter.cli import report_command as report_cli
     from exporter.ingest.discover import projects_dirs
-    from exporter.ledger import Ledger
+    from exporter.ledger.store import Ledger
     from exporter.projections import figures, views
     from exporter.projections.facts import Prices
     from exporter.projections.periods import UTC_ZONE, Range
@@ -82,7 +82,7 @@ def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
 
 def replicate(ledger: Path, times: int) -> int:
     """Copy the ledger's requests ``times`` times, a month apart; rebuild the slots."""
-    from exporter import slots
+    from exporter.ledger import slots
     from exporter.sqlite import sqlite3
 
     db = sqlite3.connect(ledger, isolation_level=None)

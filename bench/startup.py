@@ -7,7 +7,7 @@ Runs the command from this tree and from ``--baseline`` (another checkout, e.g.
 ``git archive main | tar -x -C DIR``) in alternating runs, each with its own
 bytecode cache (``PYTHONPYCACHEPREFIX``, warmed by one run first: an installed
 package has its bytecode) and price-table cache, and prints per tree the median wall time of the
-whole command and the median cumulative import time of ``exporter.cli``
+whole command and the median cumulative import time of ``exporter.cli.commands``
 (``-X importtime``). The machine is shared: read the two as a ratio.
 
 ``--cold`` gives every run a new, empty state directory in place of ``{state}``
@@ -53,7 +53,7 @@ def _cpu() -> float:
 
 def _run(tree: Path, cache: Path, argv: list[str],
          importtime: bool, bytecode: bool = True) -> tuple[float, float, float]:
-    """(wall seconds, CPU seconds, exporter.cli's cumulative import seconds or 0)."""
+    """(wall seconds, CPU seconds, exporter.cli.commands's cumulative import seconds or 0)."""
     cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "exporter",
            *argv]
     started, cpu = time.perf_counter(), _cpu()
@@ -63,7 +63,7 @@ def _run(tree: Path, cache: Path, argv: list[str],
     wall, cpu = time.perf_counter() - started, _cpu() - cpu
     if proc.returncode != 0:
         raise SystemExit(f"{tree}: exit {proc.returncode}: {proc.stderr[-2000:]}")
-    cli = [line for line in proc.stderr.splitlines() if line.endswith("| exporter.cli")]
+    cli = [line for line in proc.stderr.splitlines() if line.endswith("| exporter.cli.commands")]
     return wall, cpu, (int(cli[-1].split("|")[1]) / 1e6 if cli else 0.0)
 
 
@@ -120,7 +120,8 @@ def main() -> int:
         line = (f"{name}: wall {statistics.median(walls[name]):.3f} s, CPU "
                 f"{statistics.median(cpus[name]):.3f} s")
         if imports[name]:
-            line += f", exporter.cli imports {statistics.median(imports[name]) * 1000:.0f} ms"
+            line += (f", exporter.cli.commands imports "
+                     f"{statistics.median(imports[name]) * 1000:.0f} ms")
         print(f"{line} (median of {args.runs}; walls "
               f"{', '.join(f'{w:.2f}' for w in walls[name])})")
     base, this = (statistics.median(walls[n]) for n in ("baseline", "this tree"))

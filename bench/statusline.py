@@ -30,7 +30,7 @@ from bench.common import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CONSOLE = "import sys; from exporter.entry import main; sys.exit(main())"
+CONSOLE = "import sys; from exporter.cli.entry import main; sys.exit(main())"
 
 
 def payload(now: float) -> bytes:
@@ -106,14 +106,14 @@ def main() -> None:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work),
                "PYTHONPATH": path, "CLAUDE_CODE_EXPORTER_STATE_DIR": str(state)}
         now = time.time()
-        from exporter.plan import spool  # the exporter's own "today" file, as serve writes it
+        from exporter.ingest import spool  # the exporter's own "today" file, as serve writes it
 
         spool.write_today(str(state), spool.local_midnight(now), 12.34, now)
         commands = {
             "python -c pass (interpreter start, baseline)": [python, "-c", "pass"],
             "claude-code-exporter statusline (console-script path)":
                 [python, "-c", CONSOLE, "statusline"],
-            "python -m exporter.statusline": [python, "-m", "exporter.statusline"],
+            "python -m exporter.cli.statusline": [python, "-m", "exporter.cli.statusline"],
             "statusline --then 'cat >/dev/null; echo mine'":
                 [python, "-c", CONSOLE, "statusline", "--then", "cat >/dev/null; echo mine"],
         }

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import OUT, exporter_cmd, machine
 from exporter.synth import GenOptions, generate
-from exporter.synth.live import LiveSession
+from exporter.synth.demo import LiveSession
 from tests import teamstack
 from tests.support.exposition import total
 from tests.support.net import http_get

@@ -40,7 +40,7 @@ def _ledger(work: Path, copies: int, env: dict[str, str]) -> Path:
     """A large ledger with no clean-close stamp; its state dir."""
     generate(work / "tree", GenOptions(seed=5, sessions=40))
     state = work / "made"
-    subprocess.run([sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir",
+    subprocess.run([sys.executable, "-m", "exporter", "report", "--json", "--data-dir",
                     str(work / "tree" / "projects"), "--state-dir", str(state)],
                    check=True, capture_output=True, env=env, timeout=600)
     db = sqlite3.connect(state / "ledger.sqlite3", isolation_level=None)
@@ -61,7 +61,7 @@ def _first_scrape(tree: Path, state: Path, data: Path, work: Path) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "serve", "--data-dir", str(data), "--state-dir",
+        [sys.executable, "-m", "exporter", "serve", "--data-dir", str(data), "--state-dir",
          str(state), "--listen", f"{LOOPBACK}:{port}"], env=env, cwd=tree,
         stdout=subprocess.DEVNULL, stderr=(work / "serve.log").open("ab"), start_new_session=True)
     try:

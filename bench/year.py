@@ -36,9 +36,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import exporter_cmd, machine
-from exporter import report_cli
+from exporter.cli import report_command as report_cli
 from exporter.ingest.discover import projects_dirs
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections import figures
 from exporter.projections.facts import Prices
 from exporter.projections.periods import UTC_ZONE, Range

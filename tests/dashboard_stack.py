@@ -42,7 +42,7 @@ from typing import Any
 
 from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
-from exporter.synth.live import LiveSession
+from exporter.synth.demo import LiveSession
 from tests.conftest import ROOT
 from tests.support import plan
 from tests.support.net import LOOPBACK
@@ -167,7 +167,7 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Histor
     for state in (base / "backfill-state", base / "state"):
         plan.record(state, samples)
     history = base / "history.om"
-    _run([sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tree),
+    _run([sys.executable, "-m", "exporter", "backfill", "--data-dir", str(tree),
           "--state-dir", str(base / "backfill-state"), "--output", str(history),
           "--until", _iso(until), "--label", f"instance={INSTANCE}", "--label", f"user={USER}",
           "--log-level", "error"])

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Appearance, Parsed, Request

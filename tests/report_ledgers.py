@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from exporter import slots
-from exporter.ledger import Ledger
+from exporter.ledger import slots
+from exporter.ledger.store import Ledger
 from exporter.projections.facts import Selection
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.records import Appearance, Parsed, Request, Source, gap_seconds

@@ -51,7 +51,7 @@ def _report(data: Path, state: Path, *prefix: str, env: dict[str, str] | None = 
             ) -> subprocess.CompletedProcess[str]:
     """``report --json`` as a process (optionally under a prefix such as a cgroup)."""
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir",
+        [*prefix, sys.executable, "-m", "exporter", "report", "--json", "--data-dir",
          str(data), "--state-dir", str(state), "--log-format", "json"],
         capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
         env={**os.environ, **(env or {})},

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from exporter.cli import main
+from exporter.cli.commands import main
 from exporter.ingest.parse import MAX_LABEL_CHARS, parse_lines
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing

@@ -1,4 +1,4 @@
-"""Attribution day sums (exporter.attribution_days): kept with the rows, read by views and /metrics.
+"""Attribution day sums (exporter.ledger.attr_days): kept with the rows, read by views and /metrics.
 
 The table must always equal a GROUP BY of the requests (after incremental
 batches, upgraded rows, a first pass, a migration), and the views and the
@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from exporter import attribution_days, slots
-from exporter.ledger import Ledger
+from exporter.ledger import attr_days as attribution_days
+from exporter.ledger import slots
+from exporter.ledger.store import Ledger
 from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
 from exporter.projections.facts import Prices, Selection

@@ -21,7 +21,7 @@ import yaml
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.backfill import (
     BackfillError,
     BackfillOptions,
@@ -234,7 +234,7 @@ def test_cli_writes_the_file_and_names_the_next_step(tmp_path: Path) -> None:
     generate(tmp_path / "tree", GenOptions(seed=2, sessions=2))
     out = tmp_path / "history.om"
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tmp_path / "tree"),
+        [sys.executable, "-m", "exporter", "backfill", "--data-dir", str(tmp_path / "tree"),
          "--state-dir", str(tmp_path / "state"), "--output", str(out), "--until", "2026-10-03",
          "--label", "user=alice", "--log-level", "error"],
         capture_output=True, text=True, timeout=120, check=False,
@@ -246,7 +246,7 @@ def test_cli_writes_the_file_and_names_the_next_step(tmp_path: Path) -> None:
     some = labels_of(next(iter(points))[1])
     assert (some["job"], some["instance"], some["user"]) == ("claude-code", "127.0.0.1:9477",
                                                              "alice")
-    bad = subprocess.run([sys.executable, "-m", "exporter.cli", "backfill", "-o", str(out),
+    bad = subprocess.run([sys.executable, "-m", "exporter", "backfill", "-o", str(out),
                           "--step", "0m"], capture_output=True, text=True, timeout=60,
                          check=False)
     assert bad.returncode == 2 and "duration" in bad.stderr
@@ -256,7 +256,7 @@ def report_day(tree: Path, state: Path, day: datetime) -> dict[str, Any]:
     """`report --json` totals of one UTC day (the ledger's figures)."""
     until = datetime.fromtimestamp(day.timestamp() + DAY, UTC)
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+        [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
          "--state-dir", str(state), "--since", day.isoformat(), "--until", until.isoformat(),
          "--log-level", "error"],
         capture_output=True, text=True, timeout=120, check=True,
@@ -273,7 +273,7 @@ def test_prometheus_on_the_blocks_gives_the_ledger_figures_of_a_day(tmp_path: Pa
     truth = generate(tree, GenOptions(seed=5, sessions=30))  # ~60 h from 2026-10-01
     out = tmp_path / "history.om"
     subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tree),
+        [sys.executable, "-m", "exporter", "backfill", "--data-dir", str(tree),
          "--state-dir", str(state), "-o", str(out), "--until", "2026-10-06",
          "--log-level", "error"], check=True, timeout=300, capture_output=True,
     )
@@ -472,7 +472,7 @@ def test_cli_blocks_runs_promtool_and_leaves_no_text(tmp_path: Path) -> None:
     generate(tmp_path / "tree", GenOptions(seed=2, sessions=2))
     blocks = tmp_path / "blocks"
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tmp_path / "tree"),
+        [sys.executable, "-m", "exporter", "backfill", "--data-dir", str(tmp_path / "tree"),
          "--state-dir", str(tmp_path / "state"), "--blocks", str(blocks), "--until",
          "2026-11-03", "--log-level", "error"],
         capture_output=True, text=True, timeout=120, check=False,
@@ -484,11 +484,11 @@ def test_cli_blocks_runs_promtool_and_leaves_no_text(tmp_path: Path) -> None:
     assert all(m["maxTime"] - m["minTime"] <= 486 * 3600 * 1000 for m in metas)
     assert sum(m["stats"]["numSamples"] for m in metas) > 1000
     assert not list(tmp_path.glob("backfill-*")) and not list(tmp_path.rglob("*.om"))
-    both = subprocess.run([sys.executable, "-m", "exporter.cli", "backfill", "-o", "x.om",
+    both = subprocess.run([sys.executable, "-m", "exporter", "backfill", "-o", "x.om",
                            "--blocks", str(blocks)], capture_output=True, text=True,
                           timeout=60, check=False)
     assert both.returncode == 2
-    alone = subprocess.run([sys.executable, "-m", "exporter.cli", "backfill", "--blocks",
+    alone = subprocess.run([sys.executable, "-m", "exporter", "backfill", "--blocks",
                             str(tmp_path / "b2"), "--state-dir", str(tmp_path / "s2")],
                            capture_output=True, text=True, timeout=60, check=False,
                            env={**os.environ, "PATH": str(tmp_path / "nothing")})
@@ -537,9 +537,9 @@ def plan_ledger(state: Path, refreshes: list[tuple[float, dict[str, Any]]]) -> L
     """A ledger holding ``refreshes`` as the real status-line command records them."""
     import functools
 
-    from exporter import statusline
-    from exporter.plan import spool
-    from exporter.plan.store import ingest_samples
+    from exporter.cli import statusline
+    from exporter.ingest import spool
+    from exporter.ledger.plan_store import ingest_samples
 
     for t, d in refreshes:
         statusline.main([], io.BytesIO(json.dumps(d).encode()), io.BytesIO(),
@@ -552,7 +552,7 @@ def plan_ledger(state: Path, refreshes: list[tuple[float, dict[str, Any]]]) -> L
 
 def plan_shown(ledger: Ledger, now: float) -> dict[Any, float]:
     """The plan series serve shows at ``now`` over ``ledger`` (its figures, as /metrics has)."""
-    from exporter.plan.figures import plan_figures
+    from exporter.projections.plan.windows import plan_figures
 
     fig = plan_figures(ledger._db, now)
     out: dict[Any, float] = {}
@@ -572,7 +572,7 @@ def test_plan_history_is_what_serve_showed_at_every_boundary(tmp_path: Path) -> 
     Gauges are written from their first value on (no 0 before it); the window
     falls to 0 at its reset time, between two samples; counters only grow.
     """
-    from exporter.plan.figures import plan_history
+    from exporter.projections.plan.windows import plan_history
 
     refreshes = plan_refreshes()
     ledger = plan_ledger(tmp_path / "all", refreshes)
@@ -609,7 +609,7 @@ def test_plan_history_is_what_serve_showed_at_every_boundary(tmp_path: Path) -> 
 
 def test_backfill_without_samples_writes_no_plan_series(small: list[Request]) -> None:
     """A ledger the status line never fed: no plan family in the file."""
-    from exporter.plan.figures import PlanHistory
+    from exporter.projections.plan.windows import PlanHistory
 
     out = io.StringIO()
     write_history(small, Pricing.load(), MetricsOptions(), out, BackfillOptions(labels=TARGET),
@@ -621,8 +621,8 @@ def test_cli_backfill_ingests_the_spool_and_writes_the_plan_history(tmp_path: Pa
     """Samples recorded while no exporter ran: `backfill` moves them in and writes their history."""
     import functools
 
-    from exporter import statusline
-    from exporter.plan import spool
+    from exporter.cli import statusline
+    from exporter.ingest import spool
 
     generate(tmp_path / "tree", GenOptions(seed=2, sessions=2))
     state = tmp_path / "state"
@@ -632,7 +632,7 @@ def test_cli_backfill_ingests_the_spool_and_writes_the_plan_history(tmp_path: Pa
                         {spool.STATE_DIR_ENV: str(state)}, clock=functools.partial(float, t))
     out = tmp_path / "history.om"
     done = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "backfill", "--data-dir", str(tmp_path / "tree"),
+        [sys.executable, "-m", "exporter", "backfill", "--data-dir", str(tmp_path / "tree"),
          "--state-dir", str(state), "--output", str(out), "--log-level", "error"],
         capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from exporter.ingest.discover import projects_dirs
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections import caps
 from exporter.projections.facts import Prices, Usage
 from exporter.projections.periods import UTC_ZONE
@@ -55,7 +55,7 @@ def report(tree: Path, state: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
     env.update({"PYTHONPATH": str(ROOT), "TZ": "UTC", "COLUMNS": "160"})
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", *args, "--data-dir", str(tree),
+        [sys.executable, "-m", "exporter", "report", *args, "--data-dir", str(tree),
          "--state-dir", str(state), "--timezone", "UTC"],
         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr

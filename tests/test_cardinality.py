@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.projections import cardinality, instruments
 from exporter.projections.cardinality import SERIES_BUDGET, Caps
-from exporter.projections.compat import genai, native
+from exporter.projections.compat import genai_histogram as genai
+from exporter.projections.compat import native
 from exporter.projections.compat.history import FAMILIES as COMPAT_FAMILIES
 from exporter.projections.counting import TOKEN_FIELDS, USD_QUANTUM
 from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS, OTHER
@@ -314,7 +315,7 @@ def test_serve_says_why_it_will_not_run_with_the_sdk_off(tmp_path: Path) -> None
     (tmp_path / "data").mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_SDK_DISABLED": "true"}
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "serve", "--data-dir", str(tmp_path / "data"),
+        [sys.executable, "-m", "exporter", "serve", "--data-dir", str(tmp_path / "data"),
          "--state-dir", str(tmp_path / "state"), "--listen", f"127.0.0.1:{free_port()}"],
         capture_output=True, text=True, check=False, timeout=60, env=env)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -22,7 +22,7 @@ import pytest
 
 from exporter.ingest.discover import find_transcripts
 from exporter.ingest.parse import parse_lines
-from exporter.ledger_lock import WriterLock
+from exporter.ledger.lock import WriterLock
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
@@ -401,7 +401,7 @@ def _digest(path: Path) -> str:
 
 def _good_ledger(tmp_path: Path, tree: Path) -> Path:
     state = tmp_path / "made"
-    subprocess.run([sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir",
+    subprocess.run([sys.executable, "-m", "exporter", "report", "--json", "--data-dir",
                     str(tree), "--state-dir", str(state)], cwd=ROOT, check=True,
                    capture_output=True, timeout=120)
     return state / "ledger.sqlite3"
@@ -461,7 +461,7 @@ def test_bad_ledger_is_refused_untouched(tmp_path: Path, kind: str, message: str
         else:
             _future(ledger)
     before, listing = _digest(ledger), sorted(os.listdir(state))
-    args = [sys.executable, "-m", "exporter.cli", command, "--data-dir", str(tree),
+    args = [sys.executable, "-m", "exporter", command, "--data-dir", str(tree),
             "--state-dir", str(state), "--log-format", "json"]
     if command == "serve":
         args += ["--listen", "127.0.0.1:0"]

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, main
+from exporter.cli.commands import build_parser, main
 from exporter.sqlite import sqlite3
 from tests.conftest import assistant, jsonl
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The CLI as a separate process."""
-    return subprocess.run([sys.executable, "-m", "exporter.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True,
                           text=True, timeout=120, env=env, check=False)
 
 
@@ -249,7 +249,7 @@ def test_the_progress_bar_never_shares_a_line_with_a_log_message(tmp_path: Path)
     (proj / "gone.jsonl").symlink_to(tmp_path / "missing")  # listed, then unreadable: a warning
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "report", "--data-dir", str(tmp_path),
+        [sys.executable, "-m", "exporter", "report", "--data-dir", str(tmp_path),
          "--state-dir", str(tmp_path / "s"), "--log-format", "console"],
         stdout=follower, stderr=follower, env={**os.environ, "TERM": "xterm"})
     os.close(follower)

@@ -26,10 +26,11 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config import ConfigError, load_settings
-from exporter.ledger import HistRow, Ledger
+from exporter.cli.config import ConfigError, load_settings
+from exporter.ledger.store import HistRow, Ledger
 from exporter.projections.backfill import BackfillOptions, serve_samples, write_history
-from exporter.projections.compat import genai, native
+from exporter.projections.compat import genai_histogram as genai
+from exporter.projections.compat import native
 from exporter.projections.compat.families import Families, aggregations, check
 from exporter.projections.counting import Exposure
 from exporter.projections.labels import LabelPolicy
@@ -208,7 +209,7 @@ def test_settings_and_flag() -> None:
     assert load_settings({}, {}).compat == []
     with pytest.raises(ConfigError, match="compat"):
         load_settings({"compat": ["native", "prometheus"]}, {})
-    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", "--compat", "otel"],
+    proc = subprocess.run([sys.executable, "-m", "exporter", "serve", "--compat", "otel"],
                           capture_output=True, text=True, check=False, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert proc.returncode == 2 and "--compat" in proc.stderr
@@ -336,7 +337,7 @@ def test_dashboard_25255_on_backfilled_history(tmp_path: Path) -> None:
     requests = tree.write(CALLS, T0)
     out, blocks = tmp_path / "history.om", tmp_path / "blocks"
     until = T0 + 3_600
-    subprocess.run([sys.executable, "-m", "exporter.cli", "backfill", "--data-dir",
+    subprocess.run([sys.executable, "-m", "exporter", "backfill", "--data-dir",
                     str(tree.root), "--state-dir", str(tmp_path / "state"), "-o", str(out),
                     "--until", _iso(until), "--compat", "native", "--log-level", "error"],
                    check=True, timeout=300, capture_output=True,

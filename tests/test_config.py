@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, load_settings
+from exporter.cli.config import ConfigError, load_settings
 
 
 def test_defaults_bind_loopback_on_our_own_port() -> None:

@@ -183,7 +183,7 @@ class Tree:
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
     """A small generated transcript tree, readable by any uid as docs/deploy.md requires."""
     path = tmp_path_factory.mktemp("transcripts") / "claude"
-    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "generate", str(path),
+    proc = subprocess.run([sys.executable, "-m", "exporter", "generate", str(path),
                            "--seed", "7", "--sessions", "3"],
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)

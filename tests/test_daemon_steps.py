@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config import load_settings
+from exporter.cli.assemble import daemon_parts
+from exporter.cli.config import load_settings
 from exporter.ingest.discover import projects_dirs
-from exporter.parts import daemon_parts
 from exporter.serve.daemon import Daemon
 from tests.conftest import assistant, jsonl
 from tests.support.clock import Clock

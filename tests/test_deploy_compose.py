@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import ENV_PREFIX
+from exporter.cli.config import ENV_PREFIX
 from tests.conftest import ROOT
 from tests.support.deploy import (
     COMPOSE,

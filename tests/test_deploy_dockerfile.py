@@ -11,8 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from exporter.config import ENV_PREFIX, is_loopback, load_settings
-from exporter.parts import http_options
+from exporter.cli.assemble import http_options
+from exporter.cli.config import ENV_PREFIX, is_loopback, load_settings
 from tests.conftest import ROOT
 from tests.support.deploy import (
     DOCKERFILE,
@@ -95,7 +95,7 @@ def build_context_files() -> list[str]:
 def test_dockerignore_sends_the_wheel_sources_and_nothing_private() -> None:
     """The build context holds the package sources and pricing data, no tests, caches or git."""
     context = build_context_files()
-    assert {"pyproject.toml", "README.md", "exporter/cli.py",
+    assert {"pyproject.toml", "README.md", "exporter/cli/commands.py",
             "exporter/data/pricing.toml"} <= set(context)
     for rel in context:
         assert rel in ("pyproject.toml", "README.md") or rel.startswith("exporter/"), rel

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from exporter.config import ENV_PREFIX, ConfigError, Settings, load_settings
+from exporter.cli.config import ENV_PREFIX, ConfigError, Settings, load_settings
 from tests.support.deploy import (
     ENV_EXAMPLE,
     SYSTEM_UNIT,

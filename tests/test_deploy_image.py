@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from exporter import __version__
-from exporter.config import ENV_PREFIX
+from exporter.cli.config import ENV_PREFIX
 from tests.conftest import ROOT
 from tests.support.deploy import (
     dockerfile_env,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import EXIT_CONFIG
-from exporter.config import ENV_PREFIX, default_state_dir
+from exporter.cli.commands import EXIT_CONFIG
+from exporter.cli.config import ENV_PREFIX, default_state_dir
 from tests.support.deploy import (
     SYSTEM_UNIT,
     SYSUSERS,
@@ -235,7 +235,7 @@ def test_exporter_runs_under_memory_deny_write_execute(tmp_path: Path) -> None:
     # Set no_new_privs and MDWE, then exec a Python that checks MDWE is in force and runs serve.
     inner = (f"import ctypes, sys; libc = ctypes.CDLL(None); "
              f"assert libc.prctl({PR_GET_MDWE}, 0, 0, 0, 0) == {PR_MDWE_REFUSE_EXEC_GAIN}; "
-             f"from exporter.cli import main; "
+             f"from exporter.cli.commands import main; "
              f"sys.exit(main(['serve', '--demo', '--listen', '127.0.0.1:{port}']))")
     wrapper = (f"import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True); "
                f"assert libc.prctl({PR_SET_NO_NEW_PRIVS}, 1, 0, 0, 0) == 0; "

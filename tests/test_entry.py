@@ -11,13 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Run as the console script does (exporter.entry.main() with sys.argv); an atexit handler,
-# which exporter.entry.finish runs before ending the process, tells where pydantic's
+# Run as the console script does (exporter.cli.entry.main() with sys.argv); an atexit handler,
+# which exporter.cli.entry.finish runs before ending the process, tells where pydantic's
 # settings model is: a class the collector tracks, or frozen (absent from gc.get_objects).
 _SCRIPT = """
 import atexit, gc, sys
 def where():
-    model = sys.modules.get("exporter.config")
+    model = sys.modules.get("exporter.cli.config")
     if model is None:
         print("cli-not-imported", file=sys.stderr)
     else:
@@ -25,7 +25,7 @@ def where():
         print("tracked" if tracked else "frozen", file=sys.stderr)
 atexit.register(where)
 sys.argv = ["claude-code-exporter", *sys.argv[1:]]
-from exporter.entry import main
+from exporter.cli.entry import main
 main()
 """
 
@@ -72,7 +72,7 @@ def state():
     print(f"counted={counted} locked={locked}", file=sys.stderr)
 atexit.register(state)
 sys.argv = ["claude-code-exporter", *sys.argv[1:]]
-from exporter.entry import main
+from exporter.cli.entry import main
 main()
 """
 
@@ -107,7 +107,7 @@ def test_serve_keeps_sqlite_connection_locks() -> None:
 @linux_only
 def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> None:
     """With a connection open, SQLite cannot be shut down: nothing changes, and it says so."""
-    script = ("from exporter.sqlite import sqlite3\nfrom exporter.entry import tune_sqlite\n"
+    script = ("from exporter.sqlite import sqlite3\nfrom exporter.cli.entry import tune_sqlite\n"
               "db = sqlite3.connect(':memory:')\ndb.execute('SELECT 1')\n"
               "print(tune_sqlite(one_thread_each=True))\n"
               "print(db.execute('SELECT 2').fetchone()[0])\n")
@@ -118,6 +118,6 @@ def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> N
 
 def test_tune_sqlite_leaves_a_driver_without_a_library_file_alone() -> None:
     """A driver built into the interpreter (no file to load) is left as it is."""
-    from exporter.entry import tune_sqlite
+    from exporter.cli.entry import tune_sqlite
 
     assert tune_sqlite(one_thread_each=True, library="") is False

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.ingest.follow import Follower, public_error
-from exporter.ledger import LedgerError
+from exporter.ledger.store import LedgerError
 from tests.support.logs import Log
 from tests.support.wait import poll
 

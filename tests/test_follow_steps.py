@@ -12,7 +12,7 @@ import threading
 from collections.abc import Collection
 
 from exporter.ingest.follow import MAX_EVENT_PATHS, Follower
-from exporter.ledger import LedgerError
+from exporter.ledger.store import LedgerError
 from tests.support.clock import Clock
 from tests.support.logs import Log
 from tests.support.wait import poll

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
-from exporter.plan.metrics import PLAN_FAMILIES
+from exporter.projections.plan.gauges import PLAN_FAMILIES
 from grafana import render
 from grafana.draw import table_cells
 from grafana.query import (

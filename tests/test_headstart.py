@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter import cli
-from exporter.early import head_start
+from exporter.cli import commands as cli
+from exporter.cli.early import head_start
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.headstart import HeadStart, begin
 from exporter.ingest.scan import default_workers
-from exporter.ledger_schema import LEDGER_FILE
+from exporter.ledger.schema import LEDGER_FILE
 from tests.test_scan import REAL_TOTALS, scanner, totals
 
 POOLED = {"workers": 2, "parallel_min_bytes": 0}

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from exporter import shown
+from exporter.cli.logs import make_logger
 from exporter.ingest.discover import projects_dirs
-from exporter.ledger import Ledger
-from exporter.logs import make_logger
+from exporter.ledger.store import Ledger
 from exporter.projections.facts import Prices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
@@ -70,7 +70,7 @@ def report(tree: Path, state: Path, *args: str, colour: bool = False,
     if colour:
         env["FORCE_COLOR"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", *args, "--data-dir", str(tree),
+        [sys.executable, "-m", "exporter", "report", *args, "--data-dir", str(tree),
          "--state-dir", str(state), "--timezone", "UTC"],
         capture_output=True, text=True, env=env, timeout=300, check=False)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.config import ConfigError, load_settings
+from exporter.cli.config import ConfigError, load_settings
 from exporter.serve.hosts import HostPolicy
 from exporter.synth import GenOptions, generate
 from tests.support.net import LOOPBACK

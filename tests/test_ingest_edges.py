@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.ingest.parse import parse_lines
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from tests.conftest import assistant, jsonl

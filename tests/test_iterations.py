@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from exporter.cli import main
+from exporter.cli.commands import main
 from exporter.ingest.parse import parse_lines
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
 from tests import test_backfill as backfill

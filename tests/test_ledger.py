@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exporter.ingest.parse import parse_lines
-from exporter.ledger import Ledger, LedgerError
+from exporter.ledger.store import Ledger, LedgerError
 from exporter.records import Checkpoint
 from exporter.sqlite import sqlite3
 from tests.conftest import assistant, jsonl

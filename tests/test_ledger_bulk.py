@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from exporter import ledger_bulk, slots
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Applied, Ledger, LedgerError
-from exporter.ledger_bulk import RAW_PASS
+from exporter.ledger import bulk as ledger_bulk
+from exporter.ledger import slots
+from exporter.ledger.bulk import RAW_PASS
+from exporter.ledger.store import Applied, Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
@@ -437,7 +438,7 @@ def test_a_raw_pass_settles_each_row_after_its_last_change(tmp_path: Path) -> No
 
 def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
     """The pass's key filter never forgets a staged key (a miss would insert it twice)."""
-    from exporter.ledger_bulk import Keys
+    from exporter.ledger.bulk import Keys
 
     keys = Keys()
     staged = [f"msg_{i:06d}\x1freq_{i:06d}" for i in range(20_000)]

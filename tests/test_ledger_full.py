@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 
@@ -42,7 +42,7 @@ def test_the_v1_migration_on_a_nearly_full_disk_says_disk_full(nearly_full: Path
     data = tmp_path / "projects"
     data.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(data),
+        [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(data),
          "--state-dir", str(nearly_full)], cwd=ROOT, capture_output=True, text=True,
         timeout=60, check=False)
     assert proc.returncode == 3, proc.stderr[-2000:]

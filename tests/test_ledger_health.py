@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from exporter.ingest.parse import parse_lines
-from exporter.ledger import Ledger
-from exporter.ledger_health import Health, check_in_background, corrupt_marker
-from exporter.ledger_wal import broken_frame, committed_frames
+from exporter.ledger.health import Health, check_in_background, corrupt_marker
+from exporter.ledger.store import Ledger
+from exporter.ledger.wal import broken_frame, committed_frames
 from exporter.sqlite import sqlite3
 from tests.conftest import ROOT, assistant, jsonl
 from tests.support.process import Serve
@@ -44,7 +44,7 @@ def _flip(wal: Path, flips: int, seed: int = 5) -> None:
 def _run(command: str, data: Path, state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """One command of the CLI over ``data`` with ``state``."""
     return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", command, *extra, "--data-dir", str(data),
+        [sys.executable, "-m", "exporter", command, *extra, "--data-dir", str(data),
          "--state-dir", str(state)], cwd=ROOT, capture_output=True, text=True, timeout=120,
         check=False)
 

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Applied, Ledger
-from exporter.ledger_bulk import STAGED, STAGED_SCHEMA, _staged
-from exporter.ledger_schema import (
+from exporter.ledger.bulk import STAGED, STAGED_SCHEMA, _staged
+from exporter.ledger.schema import (
     KEY_AUTOINDEX,
     KEY_INDEX_NAME,
     PASS_INDEXES,
@@ -19,6 +18,7 @@ from exporter.ledger_schema import (
     WRITE_INDEXES,
     index_name,
 )
+from exporter.ledger.store import Applied, Ledger
 from exporter.sqlite import sqlite3
 from tests.test_ledger_bulk import _killed_pass, _ledger
 from tests.test_scan import REAL_TOTALS, totals

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger_schema import PAGE_SIZE
+from exporter.ledger.schema import PAGE_SIZE
 from exporter.sqlite import sqlite3
 from tests.test_ledger_bulk import _ledger
 from tests.test_scan import REAL_TOTALS, totals

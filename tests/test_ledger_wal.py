@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.ledger_wal import JOURNAL_LIMIT
+from exporter.ledger.wal import JOURNAL_LIMIT
 from exporter.sqlite import sqlite3
 from tests.conftest import assistant, jsonl
 from tests.support.process import Serve

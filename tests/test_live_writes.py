@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.ledger_schema import PAGE_SIZE
-from exporter.ledger_wal import committed_frames
+from exporter.ledger.schema import PAGE_SIZE
+from exporter.ledger.wal import committed_frames
 from tests.test_daemon_steps import Driven
 
 LINES = 40
@@ -51,7 +51,7 @@ def test_lines_appended_a_second_apart_or_closer_write_under_64_kib_each(
 
 def test_lines_waiting_for_their_batch_are_read_at_a_clean_stop(tmp_path: Path) -> None:
     """A line whose pass was put off is in the ledger once the daemon closes."""
-    from exporter.ledger import Ledger
+    from exporter.ledger.store import Ledger
 
     d = Driven(tmp_path)
     d.step()

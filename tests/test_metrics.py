@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.labels import MAX_MODELS
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from exporter.ledger import Ledger
-from exporter.ledger_lock import LedgerBusyError, WriterLock, open_ledger
+from exporter.ledger.lock import LedgerBusyError, WriterLock, open_ledger
+from exporter.ledger.store import Ledger
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
@@ -25,7 +25,7 @@ LEDGER = "ledger.sqlite3"
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the command line as a process."""
-    return subprocess.run([sys.executable, "-m", "exporter.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "exporter", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -151,7 +151,7 @@ def crashing(*a, **k):
     con.set_progress_handler(tick, 1)
     return con
 sqlite3.connect = crashing
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 Ledger(Path(sys.argv[1]))
 """
 

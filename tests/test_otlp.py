@@ -17,10 +17,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from prometheus_client import CollectorRegistry
 
-from exporter.config import ConfigError, load_settings
+from exporter.cli.config import ConfigError, load_settings
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections import instruments
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing

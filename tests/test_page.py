@@ -101,7 +101,7 @@ def _get(url: str, *, headers: dict[str, str] | None = None,
 def _report(state: Path, data: Path, *flags: str) -> dict[str, Any]:
     """`report --json` beside the running serve (it reads serve's ledger)."""
     out = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(data),
+        [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(data),
          "--state-dir", str(state), "--timezone", "UTC", *flags],
         capture_output=True, text=True, timeout=120, check=True,
         env={**os.environ, "TZ": "UTC"})
@@ -266,9 +266,9 @@ def _sample(requests: int = 0) -> page.PageData:
 
 def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     """Where the status line fed samples, the page shows both windows with their resets."""
-    from exporter.ledger import Ledger
-    from exporter.plan import spool
-    from exporter.plan.store import ingest_samples
+    from exporter.ingest import spool
+    from exporter.ledger.plan_store import ingest_samples
+    from exporter.ledger.store import Ledger
 
     t0, resets = 1_790_000_000.0, 1_790_018_000
     payload = {"session_id": "s1", "model": {"id": "claude-opus-4-6"}, "version": "2.1.90",

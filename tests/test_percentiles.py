@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from exporter import slots
-from exporter.ledger import Ledger
+from exporter.ledger import slots
+from exporter.ledger.store import Ledger
 from exporter.projections.counting import Counting
 from exporter.projections.facts import Prices, Selection
 from exporter.projections.figures import Histograms, percentile

@@ -19,14 +19,14 @@ from typing import Any
 
 import pytest
 
-from exporter import statusline
-from exporter.ledger import Ledger
-from exporter.plan import spool
-from exporter.plan.cost import ledger_cost, publish_today
-from exporter.plan.estimate import change_points, usd_per_percent
-from exporter.plan.figures import DAY, plan_figures
-from exporter.plan.store import ingest_samples
+from exporter.cli import statusline
+from exporter.ingest import spool
+from exporter.ledger.plan_store import ingest_samples
+from exporter.ledger.store import Ledger
 from exporter.projections.facts import Prices
+from exporter.projections.plan.cost import ledger_cost, publish_today
+from exporter.projections.plan.estimate import change_points, usd_per_percent
+from exporter.projections.plan.windows import DAY, plan_figures
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from tests.support.plan import T0, Run, generate, store_requests

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter import statusline
-from exporter.ledger import Ledger
-from exporter.plan import spool, store
-from exporter.plan.metrics import PLAN_FAMILIES
+from exporter.cli import statusline
+from exporter.ingest import spool
+from exporter.ledger import plan_store as store
+from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.plan.gauges import PLAN_FAMILIES
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from exporter.serve.plan_link import PlanLink

@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from exporter import cli
-from exporter.config import ConfigError
-from exporter.ledger import Ledger
-from exporter.plan import metrics, plausible, spool
-from exporter.plan.figures import PlanFigures, plan_figures, plan_history
-from exporter.plan.store import ingest_samples
+from exporter.cli import commands as cli
+from exporter.cli.config import ConfigError
+from exporter.ingest import plausible, spool
+from exporter.ledger.plan_store import ingest_samples
+from exporter.ledger.store import Ledger
+from exporter.projections.plan import gauges as metrics
+from exporter.projections.plan.windows import PlanFigures, plan_figures, plan_history
 from tests.conftest import assistant, jsonl
 from tests.support.exposition import total
 from tests.support.logs import Log
@@ -47,7 +48,7 @@ def rejected(serve: Serve, reason: str) -> float:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``report``/``backfill`` as a separate process."""
-    return subprocess.run([sys.executable, "-m", "exporter.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True,
                           text=True, timeout=120, check=False)
 
 
@@ -308,7 +309,7 @@ def test_a_fifo_spool_never_hangs_the_ingest(tmp_path: Path) -> None:
     state.mkdir(mode=0o700)
     make("fifo", state / spool.SPOOL_NAME)
     try:
-        proc = subprocess.run([sys.executable, "-m", "exporter.cli", "report", "--json",
+        proc = subprocess.run([sys.executable, "-m", "exporter", "report", "--json",
                                "--data-dir", str(data), "--state-dir", str(state)],
                               capture_output=True, text=True, timeout=60, check=False)
     except subprocess.TimeoutExpired:

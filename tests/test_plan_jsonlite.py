@@ -1,4 +1,4 @@
-"""exporter.plan.jsonlite agrees with the json package, value for value and error for error."""
+"""exporter.ingest.jsonlite agrees with the json package, value for value and error for error."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.plan import jsonlite
+from exporter.ingest import jsonlite
 from tests.conftest import ROOT
 
 scalars = (st.none() | st.booleans() | st.integers()
@@ -70,7 +70,7 @@ def test_non_json_values_are_refused() -> None:
 
 def test_errors_are_value_errors_in_a_fresh_interpreter() -> None:
     """Without the json package loaded (as in the status-line command), errors are ValueErrors."""
-    code = ("import sys\nfrom exporter.plan import jsonlite\nassert 'json' not in sys.modules\n"
+    code = ("import sys\nfrom exporter.ingest import jsonlite\nassert 'json' not in sys.modules\n"
             "for t in ('{oops', '[1,]', '{\"a\": 1', '', '1 2'):\n"
             "    try:\n        jsonlite.loads(t)\n    except ValueError:\n        print('ok')\n")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from exporter.ledger import Ledger
-from exporter.plan import spool
+from exporter.ingest import spool
+from exporter.ledger.store import Ledger
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
 from exporter.serve.plan_link import PlanLink

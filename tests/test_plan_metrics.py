@@ -9,10 +9,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.plan import spool, store
-from exporter.plan.estimate import Estimate
-from exporter.plan.figures import PlanFigures, WindowFigures
-from exporter.plan.metrics import PLAN_FAMILIES, FiguresCache, observers, register
+from exporter.ingest import spool
+from exporter.ledger import plan_store as store
+from exporter.projections.plan.estimate import Estimate
+from exporter.projections.plan.gauges import PLAN_FAMILIES, FiguresCache, observers, register
+from exporter.projections.plan.windows import PlanFigures, WindowFigures
 from tests.conftest import ROOT
 
 DOC = ROOT / "docs" / "plan-limits.md"

@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 
-from exporter import statusline
-from exporter.ledger import Ledger
-from exporter.plan import spool, store
+from exporter.cli import statusline
+from exporter.ingest import spool
+from exporter.ledger import plan_store as store
+from exporter.ledger.store import Ledger
 from exporter.projections.pricing import Pricing
-from exporter.report_views import INSTANCE_FIELDS
+from exporter.report.tables import INSTANCE_FIELDS
 from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 from tests.support.plan import FIVE_HOURS, Run, generate, store_requests
@@ -58,7 +59,7 @@ def report(state: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
     env.update({"PYTHONPATH": str(ROOT), "TZ": "UTC"})
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", *args, "--state-dir", str(state),
+        [sys.executable, "-m", "exporter", "report", *args, "--state-dir", str(state),
          "--data-dir", str(data), "--timezone", "UTC"],
         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.plan.metrics import PLAN_FAMILIES
+from exporter.projections.plan.gauges import PLAN_FAMILIES
 from tests.conftest import ROOT
 from tests.support.prometheus import require_binary
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from exporter.ledger import Ledger
-from exporter.plan import spool, store
-from exporter.plan.figures import limits_rows, plan_figures, window_history
-from exporter.plan.store import ingest_samples
+from exporter.ingest import spool
+from exporter.ledger import plan_store as store
+from exporter.ledger.plan_store import ingest_samples
+from exporter.ledger.store import Ledger
+from exporter.projections.plan.windows import limits_rows, plan_figures, window_history
 from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 
@@ -111,8 +112,8 @@ def test_inside_the_callers_transaction_rollback_leaves_nothing(
 _KILLED_INGEST = """
 import signal, sys
 from pathlib import Path
-from exporter.ledger import Ledger
-from exporter.plan.store import ingest_samples
+from exporter.ledger.store import Ledger
+from exporter.ledger.plan_store import ingest_samples
 led = Ledger(Path(sys.argv[1]))
 led._db.execute("BEGIN IMMEDIATE")
 ingest_samples(led._db)

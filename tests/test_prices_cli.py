@@ -16,7 +16,7 @@ def _report(tree: Path, state: Path, *args: str) -> subprocess.CompletedProcess[
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
     env.update({"PYTHONPATH": str(ROOT), "COLUMNS": "160"})
     return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--data-dir", str(tree),
+        [sys.executable, "-m", "exporter", "report", "--data-dir", str(tree),
          "--state-dir", str(state), *args],
         capture_output=True, text=True, env=env, timeout=120, check=False)
 

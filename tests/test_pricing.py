@@ -19,7 +19,7 @@ import pytest
 from genai_prices import Usage, calc_price
 from genai_prices.data import providers
 
-from exporter.projections.prices import genai
+from exporter.projections.prices import genai_table as genai
 from exporter.projections.pricing import (
     MAX_CACHED_IDS,
     MAX_MODEL_ID,

@@ -16,7 +16,16 @@ from exporter.projections.facts import Prices
 from exporter.projections.figures import Summary, summary
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
-from exporter.report import duration, pct, render_text, size, to_json, tokens, transfer_time, usd
+from exporter.report.summary import (
+    duration,
+    pct,
+    render_text,
+    size,
+    to_json,
+    tokens,
+    transfer_time,
+    usd,
+)
 from tests import report_ledgers
 from tests.conftest import request
 

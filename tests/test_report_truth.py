@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from exporter.cli import main
+from exporter.cli.commands import main
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.support.wait import poll
@@ -91,7 +91,7 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
         have = _rows(state)
         target = rng.randint(have + 1, total) if have < total else total
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+            [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
              "--state-dir", str(state), "--batch-mb", "0.25", "--workers", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -112,7 +112,7 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
 
 def _raw_pending(state: Path) -> bool:
     """Whether the ledger holds a first pass whose derived state is not yet computed."""
-    from exporter.ledger_bulk import RAW_PASS
+    from exporter.ledger.bulk import RAW_PASS
 
     con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
     try:

@@ -16,14 +16,14 @@ from rich.console import Console
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections import views
 from exporter.projections.facts import Prices, Selection
 from exporter.projections.figures import summary
 from exporter.projections.periods import UTC_ZONE, Range, resolve_zone
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
-from exporter.report_views import render_view, view_csv, view_json
+from exporter.report.tables import render_view, view_csv, view_json
 from exporter.synth import GenOptions, generate
 from tests import report_ledgers
 from tests.conftest import request
@@ -307,10 +307,10 @@ def test_unknown_view_and_order_are_refused(prices: Prices) -> None:
 
 def limits_sample() -> object:
     """A `report limits` view by hand: two windows now, three instances (one at the limit)."""
-    from exporter.plan.estimate import Estimate
-    from exporter.plan.figures import Instance, PlanFigures, WindowFigures
     from exporter.projections.figures import Covered
-    from exporter.report_views import Limits
+    from exporter.projections.plan.estimate import Estimate
+    from exporter.projections.plan.windows import Instance, PlanFigures, WindowFigures
+    from exporter.report.tables import Limits
 
     now = 1_790_050_000.0
     est = Estimate(2.4012, 1234, 5, 1000.0, 416.4)
@@ -330,7 +330,7 @@ def limits_sample() -> object:
 @pytest.mark.parametrize("width", [80, 160])
 def test_limits_table_never_cuts_a_figure(width: int) -> None:
     """At 80 and 160 columns every figure of `report limits` shows in full; wide has them all."""
-    from exporter.report_views import render_limits
+    from exporter.report.tables import render_limits
 
     out = io.StringIO()
     view: Any = limits_sample()

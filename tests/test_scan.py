@@ -9,7 +9,7 @@ from typing import Any
 
 from exporter.ingest.discover import find_transcripts, projects_dirs
 from exporter.ingest.scan import Pooled, Scanner, _Batch
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.records import Request
 from tests.conftest import assistant, jsonl
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from tests.conftest import assistant, jsonl
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.backfill import exposed
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 
 def report(data: Path, state: Path) -> dict[str, Any]:
     """`report --json` over one data dir."""
-    done = subprocess.run([sys.executable, "-m", "exporter.cli", "report", "--json",
+    done = subprocess.run([sys.executable, "-m", "exporter", "report", "--json",
                            "--data-dir", str(data), "--state-dir", str(state)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import DEFAULT_PORT, load_settings
+from exporter.cli.config import DEFAULT_PORT, load_settings
 from exporter.projections.labels import MAX_VALUE_LEN, LabelPolicy
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl
@@ -179,7 +179,7 @@ def test_secrets_stay_out_of_configuration_errors(tmp_path: Path) -> None:
         (["--listen", "nowhere:1", "--basic-auth-user", "prom"],
          {"CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD": PASSWORD}),
     ):
-        proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", *args],
+        proc = subprocess.run([sys.executable, "-m", "exporter", "serve", *args],
                               cwd=ROOT, env={**os.environ, **env}, capture_output=True,
                               text=True, timeout=60, check=False)
         assert proc.returncode == 2, proc.stderr
@@ -259,7 +259,7 @@ def test_default_bind_is_loopback_and_telemetry_port_refused() -> None:
     assert load_settings({}, {}).listen == f"127.0.0.1:{DEFAULT_PORT}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER_")}
     for listen in ("127.0.0.1:9464", "example.com:9477", "0.0.0.0:99999"):
-        proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", "--listen", listen],
+        proc = subprocess.run([sys.executable, "-m", "exporter", "serve", "--listen", listen],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
                               check=False)
         assert proc.returncode == 2, (listen, proc.stderr)

@@ -6,7 +6,7 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.sqlite import sqlite3
 
 REQUESTS = """CREATE TABLE requests (

@@ -24,7 +24,7 @@ def said():
                       "current": "pysqlite3._sqlite3" in sys.modules}), file=sys.stderr)
 atexit.register(said)
 sys.argv = ["claude-code-exporter", *sys.argv[2:]]
-from exporter.entry import main
+from exporter.cli.entry import main
 main()
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.projections.counting import GAP_BUCKETS, gap_bucket
 from exporter.projections.facts import Facts, Prices
 from exporter.projections.figures import percentile, summary

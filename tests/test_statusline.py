@@ -1,7 +1,7 @@
 """The status-line command as Claude Code runs it: a process, JSON on stdin, one line out.
 
 Whatever the input or the state directory, it prints a line and exits 0;
-samples land in the spool (and, through exporter.plan.store, in the ledger)
+samples land in the spool (and, through exporter.ledger.plan_store, in the ledger)
 exactly once; ``--then`` passes stdin through to the user's own command.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from exporter import statusline
-from exporter.config import default_state_dir
-from exporter.ledger import Ledger
-from exporter.plan import spool
-from exporter.plan.store import ingest_samples
+from exporter.cli import statusline
+from exporter.cli.config import default_state_dir
+from exporter.ingest import spool
+from exporter.ledger.plan_store import ingest_samples
+from exporter.ledger.store import Ledger
 from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 
@@ -71,14 +71,14 @@ def run(
     stdin: bytes, *args: str, state: Path | None, env: dict[str, str] | None = None,
     timeout: float = 30,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``python -m exporter.statusline`` as Claude Code would."""
+    """Run ``python -m exporter.cli.statusline`` as Claude Code would."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
     environ["PYTHONPATH"] = str(ROOT)
     if state is not None:
         environ[spool.STATE_DIR_ENV] = str(state)
     environ.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "exporter.statusline", *args], input=stdin,
+        [sys.executable, "-m", "exporter.cli.statusline", *args], input=stdin,
         capture_output=True, env=environ, timeout=timeout, check=False,
     )
 
@@ -405,8 +405,8 @@ def test_in_process_main_is_what_the_cli_calls(tmp_path: Path) -> None:
 
 HEAVY = ("opentelemetry", "pydantic", "rich", "msgspec", "structlog", "prometheus_client",
          "argparse", "sqlite3", "pysqlite3", "subprocess", "importlib.metadata", "typing",
-         "pathlib", "dataclasses", "re", "json", "enum", "collections", "exporter.config",
-         "exporter.cli", "exporter.ledger", "exporter.projections")
+         "pathlib", "dataclasses", "re", "json", "enum", "collections", "exporter.cli.config",
+         "exporter.cli.commands", "exporter.ledger.store", "exporter.projections")
 
 
 def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:
@@ -414,7 +414,7 @@ def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:
 
     ``-S`` leaves out site-packages' start-up hooks, which are this machine's, not ours.
     """
-    script = "import sys; from exporter.entry import main; sys.exit(main(['statusline']))"
+    script = "import sys; from exporter.cli.entry import main; sys.exit(main(['statusline']))"
     environ = {**os.environ, "PYTHONPATH": str(ROOT), spool.STATE_DIR_ENV: str(tmp_path)}
     proc = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c", script],
                           input=json.dumps(payload()).encode(), capture_output=True, env=environ,
@@ -423,6 +423,6 @@ def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:
     assert proc.stdout.decode().startswith("Opus 4.6 · ctx 42%")
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.decode().splitlines()
                 if line.startswith("import time:")}
-    assert {"exporter.entry", "exporter.statusline", "exporter.plan.spool"} <= imported
+    assert {"exporter.cli.entry", "exporter.cli.statusline", "exporter.ingest.spool"} <= imported
     heavy = {m for m in imported if any(m == h or m.startswith(h + ".") for h in HEAVY)}
     assert heavy == set()

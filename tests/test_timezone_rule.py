@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cliparse import glue_negative_values
+from exporter.cli.argv import glue_negative_values
 from exporter.projections.periods import UTC_ZONE, date_day, local_zone, resolve_zone
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT
@@ -38,7 +38,7 @@ def _libc(tz: str, script: str, values: list[object]) -> list[int]:
 def test_report_midnights_are_the_status_lines(tz: str) -> None:
     """For each TZ, report's local midnights equal the status line's (libc) to the second."""
     midnights = _libc(tz, "import json, sys, time\n"
-                          "from exporter.plan.spool import local_midnight\n"
+                          "from exporter.ingest.spool import local_midnight\n"
                           "print(json.dumps([local_midnight(time.mktime((y, m, d, 12, 0, 0, 0, 0,"
                           " -1))) for y, m, d in json.load(sys.stdin)]))",
                       [[d.year, d.month, d.day] for d in DAYS])
@@ -90,7 +90,7 @@ def _report(tmp_path: Path, *args: str, tz: str) -> subprocess.CompletedProcess[
         generate(tree, GenOptions(seed=3, sessions=1, requests_per_session=4))
     env = {**os.environ, "TZ": tz, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+        [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
          "--state-dir", str(tmp_path / "state"), "--log-format", "json", *args],
         env=env, capture_output=True, text=True, timeout=120, check=False)
 

@@ -17,7 +17,7 @@ would have run (exporter.ingest.scan). Otherwise the head start is stopped
 (the units not begun are dropped) and the pass runs as always. The walk's
 time stands for the pass's: a file written after it is read by the next pass.
 
-``exporter.early`` makes the guess from the command line; this module only
+``exporter.cli.early`` makes the guess from the command line; this module only
 walks, plans and forks.
 """
 

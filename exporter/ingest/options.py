@@ -17,7 +17,7 @@ from typing import Any
 from exporter.ingest.headstart import HeadStart
 from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.scan import BATCH_BYTES, Scanner
-from exporter.ledger import Applied, Ledger
+from exporter.ledger.store import Applied, Ledger
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,11 @@ those kinds (effort, a closed vocabulary, always). Each kind keeps at most
 so a family has at most ``len(KINDS) × (MAX_NAMES + 1)`` series.
 
 The sums are not in the ledger's rollups (their key has no attribution):
-start-up reads the ledger's attribution day sums (exporter.attribution_days:
+start-up reads the ledger's attribution day sums (exporter.ledger.attr_days:
 rows per day, session and value, summed per price class in SQL; the requests
 when the sums cannot answer, see :meth:`Attributed.load`), then each batch's
 new and upgraded rows are priced as they come. A first pass's batches
-(exporter.ledger_bulk) carry no row lists (``serve`` runs that pass before
+(exporter.ledger.bulk) carry no row lists (``serve`` runs that pass before
 it loads the projection; this is for any such batch after): the sums are
 then read again from the ledger on the projection's first turn after them (it
 settles once a second), and during a long run of them at most once per
@@ -34,7 +34,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from exporter import attribution_days, slots
+from exporter.ledger import attr_days as attribution_days
+from exporter.ledger import slots
 from exporter.projections.facts import Attrs, Prices
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing

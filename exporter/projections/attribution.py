@@ -6,7 +6,7 @@ Claude Code writes on each assistant line what the request was made for
 (records.ATTRIBUTION). A view groups the selected requests by one of them,
 requests without it in one row named :data:`NONE`, so the rows add up to the
 summary over the same selection to the last pico-dollar. Whole UTC days come
-from the ledger's attribution day sums (exporter.attribution_days: rows per
+from the ledger's attribution day sums (exporter.ledger.attr_days: rows per
 day, session and value, not per request), the partial days at the edges of a time
 range from the requests; all of it from the requests when the sums cannot
 answer (not kept, a price date or long-context threshold they do not split
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from exporter import attribution_days
+from exporter.ledger import attr_days as attribution_days
 from exporter.projections.facts import (
     NO_BUCKET,
     ZERO,

@@ -52,12 +52,12 @@ from typing import IO, Final
 
 from prometheus_client import CollectorRegistry
 
-from exporter.ledger import Ledger
-from exporter.plan.figures import PlanHistory
-from exporter.plan.metrics import PLAN_FAMILIES
+from exporter.ledger.store import Ledger
 from exporter.projections import instruments
 from exporter.projections.compat import history as compat_history
 from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.plan.gauges import PLAN_FAMILIES
+from exporter.projections.plan.windows import PlanHistory
 from exporter.projections.pricing import Pricing
 from exporter.projections.timeline import GAUGE, SampleKey, Timeline, Unit, plan_units
 from exporter.records import Request
@@ -151,7 +151,7 @@ def write_history(
     ``serve``: the samples a ``serve`` starting now would expose
     (:func:`serve_samples`); when the history reaches the newest request, its
     end must equal them, or nothing is written. ``plan``: the status line's
-    samples (``exporter.plan.figures.plan_history``), for the plan-limit series.
+    samples (``exporter.projections.plan.windows.plan_history``), for the plan-limit series.
     """
     replay = _replay(requests, pricing, metrics, opts, now=now, serve=serve, plan=plan)
     written = _write(replay.timeline.units.values(), out, opts, start=replay.start,

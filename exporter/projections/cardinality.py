@@ -43,7 +43,8 @@ from opentelemetry.sdk.metrics.export import CardinalityLimits
 from exporter.ingest.iterations import Kind
 from exporter.ingest.parse import RejectReason
 from exporter.projections import attributed
-from exporter.projections.compat import genai, native
+from exporter.projections.compat import genai_histogram as genai
+from exporter.projections.compat import native
 from exporter.projections.counting import GAP_BUCKETS, PROMPT_TYPES, TOKEN_FIELDS
 from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS
 from exporter.records import LineResult, Source

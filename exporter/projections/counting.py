@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from exporter.projections.compat import genai
+from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.facts import long_thresholds
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing, Rates
@@ -111,7 +111,7 @@ class Counting:
         # prices, which the fingerprint covers).
         self._edges: dict[str, tuple[float, tuple[float, ...]]] = {}
         self.fingerprint = self._fingerprint()
-        # The ledger splits the report's slots by these (exporter.slots.ensure).
+        # The ledger splits the report's slots by these (exporter.ledger.slots.ensure).
         self.long_context_thresholds = long_thresholds(pricing)
 
     def klass(self, req: Request) -> CountClass:

@@ -7,7 +7,7 @@ a price: model, source, geo, tier, speed, long context) and price period, and
 prices each distinct class once.
 
 Two producers give the same facts:
-- the ledger's usage slots (:mod:`exporter.slots`: sums per 5 minutes and key,
+- the ledger's usage slots (:mod:`exporter.ledger.slots`: sums per 5 minutes and key,
   kept with the rows), for whole slots, and their sums per UTC day and per
   16-day block (per key, per price class, per session) for whole days and
   blocks. A year's summary groups a few thousand block rows instead of sorting
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.projections.periods import Range
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import reread_ratio, saved
@@ -164,7 +164,7 @@ class Fact:
 
     key: Any  # the TimeKey's value (a day number, …), or None
     attrs: Attrs
-    bucket: int  # exporter.slots bucket (-1 not main, 0 first, 1..4 by gap), or NO_BUCKET
+    bucket: int  # exporter.ledger.slots bucket (-1 not main, 0 first, 1..4 by gap), or NO_BUCKET
     first: float
     last: float
     usage: Usage
@@ -196,7 +196,7 @@ class Selection:
     projects: tuple[str, ...] = ()  # exact project paths (see :func:`resolve_projects`)
     models: tuple[str, ...] = ()  # exact model ids
     sources: tuple[Source, ...] = ()
-    slots: bool = False  # the ledger keeps usage slots (exporter.slots)
+    slots: bool = False  # the ledger keeps usage slots (exporter.ledger.slots)
     days: bool = False  # … and their sums per UTC day
     slot_thresholds: tuple[int, ...] = _THRESHOLDS  # the long-context split of the slot sums
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.projections.counting import GAP_BUCKETS
 from exporter.projections.facts import (
     ZERO,
@@ -45,7 +45,7 @@ CONTEXT_COST_MODELS: Final = 3  # models in the "cost per request at your contex
 LINE_RESULTS: Final = ("usage", "duplicate", "other", "rejected")
 __all__ = ["GAP_BUCKETS", "Summary", "percentile", "summary"]
 
-# exporter.slots' buckets of main requests (0 first, 1 <= 120 s, 2 <= 300 s, 3 <= 1 h,
+# exporter.ledger.slots' buckets of main requests (0 first, 1 <= 120 s, 2 <= 300 s, 3 <= 1 h,
 # 4 > 1 h; inclusive above, like the histogram's le="300") -> GAP_BUCKETS index.
 _BUCKET_OF: Final = (0, 1, 1, 2, 3)  # SQL bucket -> GAP_BUCKETS index
 _MAIN: Final = f"source = {int(Source.MAIN)}"
@@ -319,7 +319,7 @@ def _kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
 
 _DAY: Final = 86_400
 _BLOCK: Final = slots.HIST_BLOCK_DAYS
-# exporter.slots histograms: the value as the ledger's index holds it, and which rows count.
+# exporter.ledger.slots histograms: the value as the ledger's index holds it, and which rows count.
 _HIST_ROWS: Final = {slots.OUTPUT_HIST: ("output", ()),
                      slots.GAP_HIST: ("gap", (_MAIN, "gap IS NOT NULL"))}
 

@@ -22,14 +22,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from exporter.projections.prices.genai import (
+from exporter.projections.prices.genai_table import (
     PriceData,
     PriceUpdateError,
     bundled,
     default_cache_dir,
     fetch_latest,
 )
-from exporter.projections.prices.ids import MAX_MODEL_ID, normalise_model_id
+from exporter.projections.prices.model_ids import MAX_MODEL_ID, normalise_model_id
 from exporter.projections.prices.rates import RATE_NAMES, Family, ModelPrice, Rates
 from exporter.projections.prices.rules import MULTIPLIER_FIELDS, apply
 from exporter.records import Request

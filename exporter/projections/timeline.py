@@ -31,8 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.plan.figures import PlanHistory
-from exporter.plan.store import window_instance
+from exporter.ledger.plan_store import window_instance
 from exporter.projections.compat.history import History
 from exporter.projections.counting import (
     HIST_BOUNDS,
@@ -44,6 +43,7 @@ from exporter.projections.counting import (
 )
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions
+from exporter.projections.plan.windows import PlanHistory
 from exporter.projections.pricing import Pricing
 from exporter.records import COUNT_SUMS, CountClass, Request
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.projections import caps, periods
 from exporter.projections.facts import ZERO, Fact, Facts, Prices, Selection, TimeKey, Usage
 from exporter.projections.figures import Covered, gap_counts, session_medians

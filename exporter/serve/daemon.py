@@ -7,7 +7,7 @@ SIGTERM/SIGINT, when the current pass completes, the ledger is closed and the
 process exits 0.
 
 The daemon is handed its parts (:class:`DaemonParts`, built once from the
-settings by :func:`exporter.parts.daemon_parts`) and builds nothing from the
+settings by :func:`exporter.cli.assemble.daemon_parts`) and builds nothing from the
 settings itself; its clocks are arguments, so tests drive it in-process.
 """
 
@@ -25,13 +25,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from exporter import __version__
-from exporter.config import ConfigError, Settings, is_loopback
+from exporter.cli.config import ConfigError, Settings, is_loopback
 from exporter.ingest.follow import Follower
 from exporter.ingest.options import ScanOptions
 from exporter.ingest.scan import Scanner
-from exporter.ledger import Ledger, LedgerError
-from exporter.ledger_health import CHECK_AT_OPEN_BYTES, check_in_background
-from exporter.ledger_lock import WriterLock
+from exporter.ledger.health import CHECK_AT_OPEN_BYTES, check_in_background
+from exporter.ledger.lock import WriterLock
+from exporter.ledger.store import Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
@@ -170,7 +170,7 @@ class Daemon:
                       requests=ledger.count(), files=first.files,
                       startup_seconds=round(time.perf_counter() - started, 3),
                       verified=ledger.health.verified)
-        # From here the WAL is verified before each fold-in (exporter.ledger_wal); a ledger
+        # From here the WAL is verified before each fold-in (exporter.ledger.wal); a ledger
         # not known sound is read whole beside the serving (figures withdrawn if it fails).
         ledger.live()
         if not ledger.health.verified:
@@ -250,7 +250,7 @@ class Daemon:
             return 0
         if self._deferred and self._mono() >= self._next_live:
             self.follower.run_pass(set(self._deferred))  # (its health recorded as any pass's)
-        # The WAL verified every few seconds, and before it is folded in (exporter.ledger_wal).
+        # The WAL verified every few seconds, and before it is folded in (exporter.ledger.wal).
         verify = self._mono() >= self._next_verify
         if verify:
             self._next_verify = self._mono() + VERIFY_SECONDS

@@ -38,7 +38,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExp
 from opentelemetry.sdk.resources import Resource
 
 from exporter import __version__
-from exporter.config import Settings
+from exporter.cli.config import Settings
 from exporter.serve.push import GuardedExporter, PushState, WatchedSession
 
 SERVICE_NAME: Final = "claude-code-exporter"

@@ -27,9 +27,9 @@ from html import escape
 from pathlib import Path
 from typing import Any, Final, cast
 
-from exporter import report, slots
-from exporter.config import Settings
-from exporter.ledger import Ledger
+from exporter.cli.config import Settings
+from exporter.ledger import slots
+from exporter.ledger.store import Ledger
 from exporter.projections import caps, figures
 from exporter.projections.facts import (
     CONTEXT_SQL,
@@ -57,6 +57,7 @@ from exporter.projections.periods import (
 )
 from exporter.projections.pricing import Pricing
 from exporter.records import TTL_1H, TTL_5M
+from exporter.report import summary as report
 from exporter.serve import svg
 from exporter.sqlite import sqlite3
 
@@ -211,7 +212,7 @@ class LedgerSource:
         """The plan-limit windows, where the status line has fed any."""
         if not self._plan:
             return ()
-        from exporter.plan.figures import plan_figures  # noqa: PLC0415 - only with plan tables
+        from exporter.projections.plan.windows import plan_figures  # noqa: PLC0415 - only with plan tables
 
         conn = cast(sqlite3.Connection, _ReadConnection(self._ledger))
         found = plan_figures(conn, now).windows

@@ -22,9 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.plan import cost, metrics, spool, store
-from exporter.plan.figures import PlanFigures, plan_figures
+from exporter.ingest import spool
+from exporter.ledger import plan_store as store
 from exporter.projections.facts import Prices
+from exporter.projections.plan import cost
+from exporter.projections.plan import gauges as metrics
+from exporter.projections.plan.windows import PlanFigures, plan_figures
 from exporter.projections.pricing import Pricing
 from exporter.sqlite import sqlite3
 

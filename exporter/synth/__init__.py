@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from exporter.synth.book import Book
-from exporter.synth.ids import Ids
+from exporter.synth.identifiers import Ids
 from exporter.synth.model import ResumePoint
 from exporter.synth.noise import NoisePool
 from exporter.synth.plan import Planner, SessionPlan, assign_features

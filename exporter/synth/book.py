@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
-from exporter.synth import iterations
+from exporter.synth import iteration_parts as iterations
 from exporter.synth.model import SimRequest
 
 SOURCES: Final = ("main", "subagent", "compaction", "advisor")  # merge order: a later one wins

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from exporter.synth import iterations
-from exporter.synth.ids import iso
+from exporter.synth import iteration_parts as iterations
+from exporter.synth.identifiers import iso
 from exporter.synth.model import SYNTHETIC, SimRequest
 
 Record = dict[str, Any]

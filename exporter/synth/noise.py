@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from exporter.synth.ids import Ids, iso
+from exporter.synth.identifiers import Ids, iso
 
 # Words of the code-like filler text (a tuple literal, split for readability).
 _VOCAB: Final = tuple(

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from exporter.synth.ids import Ids
+from exporter.synth.identifiers import Ids
 from exporter.synth.model import HAIKU, NOVA, OPUS, SONNET
 
 # Several projects, some with "_" or "." in the path (the encoded dir name is lossy).

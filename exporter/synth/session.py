@@ -14,7 +14,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from exporter.synth.ids import Ids
+from exporter.synth.identifiers import Ids
 from exporter.synth.model import (
     AgentRun,
     Call,

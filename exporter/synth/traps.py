@@ -12,7 +12,7 @@ from typing import Final
 import msgspec
 
 from exporter.synth import lines
-from exporter.synth.ids import Ids
+from exporter.synth.identifiers import Ids
 from exporter.synth.lines import Record
 from exporter.synth.model import OPUS, SimRequest
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from genai_prices import Usage, calc_price
 
-from exporter.synth import attribution
+from exporter.synth import attribution_fields as attribution
 from exporter.synth.book import SOURCES, Book, Entry
 from exporter.synth.model import NOVA, OPUS, SimRequest
 

@@ -16,10 +16,11 @@ from typing import Final
 
 import msgspec
 
-from exporter.synth import attribution, lines, traps
+from exporter.synth import attribution_fields as attribution
+from exporter.synth import lines, traps
 from exporter.synth.agents import write_agent, write_compaction
 from exporter.synth.book import Book
-from exporter.synth.ids import Ids, encode_cwd
+from exporter.synth.identifiers import Ids, encode_cwd
 from exporter.synth.lines import At, Record
 from exporter.synth.model import AgentRun, Call, SessionSim, SimRequest, Turn
 from exporter.synth.noise import NoisePool

@@ -69,7 +69,7 @@ def ledger_report(state: Path, tree: Path) -> Any:
     tree.mkdir()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "exporter.cli", "report", "--json", "--data-dir", str(tree),
+            [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
              "--state-dir", str(state), "--log-level", "error"],
             capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
         )

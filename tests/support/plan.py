@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter import statusline
-from exporter.ledger import Ledger
-from exporter.plan import spool
+from exporter.cli import statusline
+from exporter.ingest import spool
+from exporter.ledger.store import Ledger
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
 
@@ -95,10 +95,10 @@ def record(state: Path, found: Iterable[tuple[float, dict[str, Any]]]) -> None:
 
 
 def record_now(state: Path, doc: Mapping[str, Any]) -> str:
-    """Run ``python -m exporter.statusline`` as Claude Code does on a refresh; its line."""
+    """Run ``python -m exporter.cli.statusline`` as Claude Code does on a refresh; its line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLAUDE_CODE_EXPORTER")}
     env.update({"PYTHONPATH": str(ROOT), spool.STATE_DIR_ENV: str(state)})
-    proc = subprocess.run([sys.executable, "-m", "exporter.statusline"],
+    proc = subprocess.run([sys.executable, "-m", "exporter.cli.statusline"],
                           input=json.dumps(doc).encode(), capture_output=True, env=env,
                           timeout=30, check=False)
     assert proc.returncode == 0 and proc.stdout.strip(), proc.stderr.decode()
@@ -109,7 +109,7 @@ def requests_of(tree: Path, scratch: Path) -> list[Request]:
     """The requests of a transcript tree in time order (read into a scratch ledger)."""
     from exporter.ingest.discover import projects_dirs
     from exporter.ingest.scan import Scanner
-    from exporter.ledger import Ledger
+    from exporter.ledger.store import Ledger
 
     ledger = Ledger(scratch / "ledger.sqlite3")
     try:

@@ -139,7 +139,7 @@ class Serve(Process):
         self.url = f"{scheme}://{LOOPBACK}:{self.port}"
         self.auth, self.context = auth, context
         dirs = [data] if isinstance(data, Path) else list(data)
-        args = [*prefix, sys.executable, "-m", "exporter.cli", "serve",
+        args = [*prefix, sys.executable, "-m", "exporter", "serve",
                 *(a for d in dirs for a in ("--data-dir", str(d))), "--state-dir", str(state),
                 "--listen", f"{LOOPBACK}:{self.port}", "--settle-seconds", settle,
                 "--log-format", "json", *extra]

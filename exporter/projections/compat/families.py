@@ -8,7 +8,7 @@
   live batch. A restart therefore begins where the last process ended (no
   counter reset for Prometheus), exactly like the catalogue's counters;
 - histogram (``genai``): the ledger keeps the bucket counts of every settled
-  request's :func:`~exporter.projections.compat.genai.observations` in its
+  request's :func:`~exporter.projections.compat.genai_histogram.observations` in its
   histogram rollups; :meth:`Families.seed` takes those rows (at start-up and
   per batch) and seeds ``gen_ai.client.token.usage`` with them, through the
   same seedable aggregation the catalogue's histograms use.
@@ -26,9 +26,10 @@ from typing import Any, Protocol
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import Aggregation
 
-from exporter.ledger import HistRow
+from exporter.ledger.store import HistRow
 from exporter.projections import instruments
-from exporter.projections.compat import MODES, genai, native
+from exporter.projections.compat import MODES, native
+from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.counting import Exposure, SampleKey, Sums
 from exporter.records import CountClass, HistSeries
 

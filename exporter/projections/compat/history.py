@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from exporter.projections.compat import genai, native
+from exporter.projections.compat import genai_histogram as genai
+from exporter.projections.compat import native
 from exporter.projections.compat.families import check
 from exporter.projections.counting import Exposure, Labels, Sums
 from exporter.records import CountClass, HistSeries

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
-from exporter.projections.prices.ids import normalise_model_id
+from exporter.projections.prices.model_ids import normalise_model_id
 from exporter.projections.prices.rates import RATE_NAMES, Family, ModelPrice, Rates
 
 MULTIPLIER_FIELDS: Final = ("inference_geo", "service_tier")

@@ -1,6 +1,6 @@
 """Render the attribution views (`report skill|plugin|mcp|agent`) as tables, JSON and CSV.
 
-The same shapes as the other views (exporter.report_views): the usage figures,
+The same shapes as the other views (exporter.report.tables): the usage figures,
 the models, a totals row; the lead column names the skill, plugin, MCP server
 or agent ("none": requests without one), with its sessions and first and last
 request. ``--breakdown`` adds a row per model, effort or speed (``breakdown``
@@ -16,8 +16,8 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from exporter.projections.views import Row, View
-from exporter.report import header, when
-from exporter.report_views import (
+from exporter.report.summary import header, when
+from exporter.report.tables import (
     LEVELS,
     MODELS,
     USAGE,

@@ -3,7 +3,7 @@
 ``report`` and ``backfill`` take the scan options (and backfill the metrics
 options); ``serve`` takes :func:`daemon_parts`, everything a
 :class:`~exporter.serve.daemon.Daemon` runs with. Each stage's options type
-lives in that stage; this module only reads :class:`~exporter.config.Settings`.
+lives in that stage; this module only reads :class:`~exporter.cli.config.Settings`.
 
 The projection and HTTP modules pull in OpenTelemetry and prometheus-client,
 which ``report`` never needs: they are imported inside the functions that
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import exporter
-from exporter.config import ConfigError, Settings, split_listen
+from exporter.cli.config import ConfigError, Settings, split_listen
 from exporter.ingest.options import ScanOptions
 
 if TYPE_CHECKING:

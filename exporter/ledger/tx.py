@@ -1,7 +1,7 @@
 """The ledger's write transaction: BEGIN IMMEDIATE … COMMIT, and what its failures mean.
 
 Every SQLite failure becomes a LedgerError naming the file; one that says
-the file is damaged also marks the ledger corrupt (exporter.ledger_health).
+the file is damaged also marks the ledger corrupt (exporter.ledger.health).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from exporter.ledger_health import Health, LedgerError
+from exporter.ledger.health import Health, LedgerError
 from exporter.sqlite import sqlite3
 
 

@@ -20,17 +20,17 @@ from pathlib import Path
 
 from exporter.ingest.discover import present, transcript_dirs
 from exporter.ingest.headstart import HeadStart, begin
-from exporter.ledger_schema import LEDGER_FILE
-from exporter.plan.spool import default_state_dir
+from exporter.ingest.spool import default_state_dir
+from exporter.ledger.schema import LEDGER_FILE
 
 TYPE_CHECKING = False  # collections.abc costs milliseconds at run time; annotations only
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 # Flags after which the guess would be wrong or useless: settings from a file, the scan's
-# options (exporter.parts.scan_options), a help text instead of a report.
+# options (exporter.cli.assemble.scan_options), a help text instead of a report.
 _UNMODELLED_FLAGS = ("--config", "--workers", "--batch-mb", "-h", "--help")
-# The same settings from the environment (exporter.config's CLAUDE_CODE_EXPORTER_*).
+# The same settings from the environment (exporter.cli.config's CLAUDE_CODE_EXPORTER_*).
 _UNMODELLED_ENV = tuple(f"CLAUDE_CODE_EXPORTER_{name}" for name in (
     "DATA_DIRS", "WORKERS", "BATCH_MB", "MAX_LINE_BYTES"))
 
@@ -54,7 +54,7 @@ def head_start(argv: Sequence[str], environ: Mapping[str, str], home: Path, *,
     if (state_dir / LEDGER_FILE).exists():
         return None  # a warm report: it reads what is new, which its ledger knows
     dirs = transcript_dirs([Path(v) for v in _values(words, "--data-dir")], environ, home)
-    found = present(dirs)  # as the report walks them (exporter.cli)
+    found = present(dirs)  # as the report walks them (exporter.cli.commands)
     return start(found) if found else None
 
 

@@ -9,7 +9,7 @@ table ``attr_days``: per UTC day, *kind* (:data:`KINDS`: 0-3 the views'
 columns, every request in each, ``''`` for none; 4 effort, requests with one
 only; 5-8 the views' columns again split by effort, which only ``--breakdown-by
 effort`` reads: the others read a quarter of the rows), value, effort, slot key
-(exporter.slots: session, project and the price attributes, long-context
+(exporter.ledger.slots: session, project and the price attributes, long-context
 level by the slots' thresholds) and roots bitmask (the scope), the request
 count, token sums and the first and last request's time. A report or a
 start-up then reads a few rows per day, not every request.
@@ -25,8 +25,8 @@ requests, so a reader gets the same figures from it as from the requests.
 thresholds]``. A reader uses the table only when that matches the slots'
 layout and thresholds (:func:`current`), else the requests. A raw first pass
 clears it (:func:`forget`) until its end sums the table again; a build that
-does not know the table resets the slots' version (exporter.slots
-:data:`~exporter.slots.VERSION` 5 came with this table), so the next writer
+does not know the table resets the slots' version (exporter.ledger.slots
+:data:`~exporter.ledger.slots.VERSION` 5 came with this table), so the next writer
 that knows it sums it again (:func:`ensure`).
 """
 
@@ -36,7 +36,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from exporter import slots
+from exporter.ledger import slots
 from exporter.records import ATTRIBUTION
 from exporter.sqlite import sqlite3
 
@@ -46,7 +46,7 @@ KINDS: Final = ATTRIBUTION  # skill, plugin, mcp_server, agent, effort: kind is 
 EFFORT: Final = KINDS.index("effort")
 PAIRS: Final = len(KINDS)  # kind PAIRS + i: kind i's value and the effort, for --breakdown-by
 DAY_SQL: Final = f"(CAST(r.ts / {slots.SLOT_SECONDS} AS INTEGER) / {slots.SLOTS_PER_DAY})"
-"""A request's UTC day as its slot's (exporter.slots): the same day on either side."""
+"""A request's UTC day as its slot's (exporter.ledger.slots): the same day on either side."""
 SUMS: Final = ("n", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
                "web_search")
 TABLE: Final = """CREATE TABLE IF NOT EXISTS attr_days (

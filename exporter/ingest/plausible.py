@@ -1,6 +1,6 @@
 """What a spooled sample must be, beyond well-formed, before its figures reach the gauges.
 
-:mod:`exporter.plan.spool` checks a record's shape (types, loose bounds); this
+:mod:`exporter.ingest.spool` checks a record's shape (types, loose bounds); this
 module judges whether its content can be true, at ingest time, where a
 rejection is counted by reason (``plan_counters``, exposed as
 ``claude_code_exporter_plan_spool_rejected_lines_total``). One bad sample must

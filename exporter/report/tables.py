@@ -26,14 +26,20 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from exporter.plan.cost import ledger_cost
-from exporter.plan.figures import Instance, PlanFigures, instances, limits_rows, plan_figures
 from exporter.projections import caps
 from exporter.projections.facts import Prices, Usage
 from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
+from exporter.projections.plan.cost import ledger_cost
+from exporter.projections.plan.windows import (
+    Instance,
+    PlanFigures,
+    instances,
+    limits_rows,
+    plan_figures,
+)
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report import cost_cell, duration, header, pct, to_json, tokens, usd, when
+from exporter.report.summary import cost_cell, duration, header, pct, to_json, tokens, usd, when
 from exporter.shown import clip, csv_cell, text
 from exporter.sqlite import sqlite3
 

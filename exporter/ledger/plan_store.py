@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.plan import plausible, spool
+from exporter.ingest import plausible, spool
 from exporter.sqlite import sqlite3
 
 ROTATE_BYTES: Final = 1 << 20
@@ -48,7 +48,7 @@ MAX_READ: Final = 64 << 20  # per call; ``Ingested.more`` says there is more
 FP_LEN: Final = 64  # first bytes identifying a spool file (its first record has a µs time)
 RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbing jitter
 
-#: Why a spool line was rejected (``window_cap``: cut, see exporter.plan.plausible).
+#: Why a spool line was rejected (``window_cap``: cut, see exporter.ingest.plausible).
 REJECT_REASONS: Final = ("too_long", "not_json", "bad_record", *plausible.REASONS)
 
 _SCHEMA: Final = (

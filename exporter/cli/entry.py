@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``statusline`` → exporter.statusline; anything else → exporter.cli.
+    """``statusline`` → exporter.cli.statusline; anything else → exporter.cli.commands.
 
     Without ``argv`` this process is the command: it runs through :func:`run`,
     and a cold ``report`` gets its parsing started before the CLI is imported
-    (exporter.early).
+    (exporter.cli.early).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if argv is None:
@@ -37,12 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A cold report's parsing begins now, on the core the imports leave idle.
             from pathlib import Path  # noqa: PLC0415 -- not for the status line
 
-            from exporter.early import head_start  # noqa: PLC0415
+            from exporter.cli.early import head_start  # noqa: PLC0415
 
             head = head_start(args, os.environ, Path.home())
             # Imported before run() freezes the heap: the CLI's modules (pydantic's settings
             # model among them) are most of what the freeze is for.
-            from exporter import cli  # noqa: F401, PLC0415
+            from exporter.cli import commands as cli  # noqa: F401, PLC0415
         run(lambda: _command(args, head))
     return _command(args)
 
@@ -50,14 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _command(args: list[str], head: HeadStart | None = None) -> int:
     """Run one command line (without the program name); its exit code.
 
-    ``head``: a report's parsing begun already (exporter.early), which the
+    ``head``: a report's parsing begun already (exporter.cli.early), which the
     command takes over or stops.
     """
     if args[:1] == ["statusline"]:
-        from exporter import statusline  # noqa: PLC0415 -- the point of this module
+        from exporter.cli import statusline  # noqa: PLC0415 -- the point of this module
 
         return statusline.main(args[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
-    from exporter import cli  # noqa: PLC0415
+    from exporter.cli import commands as cli  # noqa: PLC0415
 
     code: int = cli.main(args, head_start=head)
     return code

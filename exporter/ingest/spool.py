@@ -2,7 +2,7 @@
 
 The command appends each record with one ``write`` on an ``O_APPEND`` file
 descriptor, so concurrent Claude Code sessions never interleave partial lines;
-:mod:`exporter.plan.store` moves the lines into the ledger. A record keeps only
+:mod:`exporter.ledger.plan_store` moves the lines into the ledger. A record keeps only
 the figures the exporter needs, each checked and bounded, never the whole
 payload (no working directory, no transcript path):
 
@@ -13,7 +13,7 @@ or, when the command could not record a sample, ``{"v":1,"t":…,"failure":<reas
 
 This module is imported on every status-line refresh: standard library only,
 and nothing slow to import (no ``re``, hence no ``json`` package: see
-:mod:`exporter.plan.jsonlite`; no ``pathlib``, no ``dataclasses``).
+:mod:`exporter.ingest.jsonlite`; no ``pathlib``, no ``dataclasses``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 import stat
 import time
 
-from exporter.plan import jsonlite
+from exporter.ingest import jsonlite
 
 # typing costs milliseconds to import and annotations are never evaluated here
 # (postponed): mypy reads this block, the interpreter skips it.
@@ -66,7 +66,7 @@ def default_state_dir(environ: Mapping[str, str]) -> str:
     """The exporter's state directory, resolved as its configuration does.
 
     ``CLAUDE_CODE_EXPORTER_STATE_DIR``, else ``$XDG_STATE_HOME/claude-code-exporter``,
-    else ``~/.local/state/claude-code-exporter`` (see exporter.config).
+    else ``~/.local/state/claude-code-exporter`` (see exporter.cli.config).
     """
     explicit = environ.get(STATE_DIR_ENV, "").strip()
     if explicit:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from exporter import report, slots
-from exporter.config import Settings
-from exporter.ledger import Ledger
+from exporter.cli.config import Settings
+from exporter.ledger import slots
+from exporter.ledger.store import Ledger
 from exporter.projections import attribution, caps, figures, views
 from exporter.projections.facts import (
     CONTEXT_SQL,
@@ -35,6 +35,7 @@ from exporter.projections.facts import (
 )
 from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
 from exporter.records import Source
+from exporter.report import summary as report
 from exporter.shown import visible
 
 SUMMARY: Final = "summary"
@@ -231,7 +232,7 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
             report.render_prices(result, prices.pricing, console)
         return 0
     if req.view == LIMITS:
-        from exporter import report_views  # noqa: PLC0415 - rich, for tables only
+        from exporter.report import tables as report_views  # noqa: PLC0415 - rich, for tables only
 
         return report_views.run_limits(req.output, req.range, settings.ledger_path, prices, now)
     limit = args.limit
@@ -245,7 +246,7 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
         return _attributed(req, attribution.build(req.view, sel, prices, options,
                                                   by or "model"), by or "model")
     view = views.build(req.view, sel, prices, options)
-    from exporter import report_views  # noqa: PLC0415 - rich, for tables only
+    from exporter.report import tables as report_views  # noqa: PLC0415 - rich, for tables only
 
     if req.output == "json":
         sys.stdout.write(report.to_json(report_views.view_json(view)) + "\n")
@@ -257,8 +258,8 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
 
 
 def _attributed(req: Request, view: views.View, by: str) -> int:
-    """Print an attribution view (exporter.report_attribution)."""
-    from exporter import report_attribution  # noqa: PLC0415 - rich, for tables only
+    """Print an attribution view (exporter.report.attribution_tables)."""
+    from exporter.report import attribution_tables as report_attribution  # noqa: PLC0415 - rich, for tables only
 
     if req.output == "json":
         sys.stdout.write(report.to_json(report_attribution.view_json(view, by)) + "\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from exporter.synth.ids import encode_cwd, iso
+from exporter.synth.identifiers import encode_cwd, iso
 
 DEMO_CWD = "/home/demo/live-project"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-TYPE_CHECKING = False  # typing imports re: not at run time (see exporter.plan.spool)
+TYPE_CHECKING = False  # typing imports re: not at run time (see exporter.ingest.spool)
 if TYPE_CHECKING:
     from typing import Any
 

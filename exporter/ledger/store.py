@@ -26,9 +26,13 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from exporter import attribution_days, ledger_bulk, ledger_health, ledger_wal, slots
-from exporter.ledger_health import LedgerError as LedgerError  # noqa: PLC0414 (re-exported)
-from exporter.ledger_schema import (
+from exporter.ledger import attr_days as attribution_days
+from exporter.ledger import bulk as ledger_bulk
+from exporter.ledger import health as ledger_health
+from exporter.ledger import slots
+from exporter.ledger import wal as ledger_wal
+from exporter.ledger.health import LedgerError as LedgerError  # noqa: PLC0414 (re-exported)
+from exporter.ledger.schema import (
     LEGACY_FILE,
     MAX_ROOT_BITS,
     PAGE_SIZE,
@@ -42,7 +46,7 @@ from exporter.ledger_schema import (
     migrate_v1,
     v1_provenance,
 )
-from exporter.ledger_tx import Tx
+from exporter.ledger.tx import Tx
 from exporter.records import (
     ALL_ROOTS,
     COUNT_SUMS,
@@ -60,7 +64,7 @@ from exporter.records import (
 from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:  # the lock module builds on this one
-    from exporter.ledger_lock import Holder, WriterLock
+    from exporter.ledger.lock import Holder, WriterLock
 
 APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
 SCHEMA_VERSION: Final = 3  # 3: the attribution columns (ledger_schema.create)
@@ -284,7 +288,7 @@ class Ledger:
                 f"{self.path} is an SQLite file of another program (application_id {app_id});"
                 " refusing to touch it: point --state-dir elsewhere")
         # quick_check reads every page (O(history)); skipped when the file is exactly as a
-        # verified close left it, or a live writer checked it (exporter.ledger_health).
+        # verified close left it, or a live writer checked it (exporter.ledger.health).
         ledger_health.check_at_open(db, self.health, later=self._check_above,
                                     trusted=self.readonly and self.holder is not None)
         if half_made:
@@ -322,7 +326,7 @@ class Ledger:
 
         A writer that closes the last connection (SQLite then folds the WAL in)
         stamps a verified file whose WAL frames all hold, so the next open can
-        skip reading every page (exporter.ledger_health).
+        skip reading every page (exporter.ledger.health).
         """
         with self._lock:
             sound = not self.readonly and self.health.verified and self._keeper.verified()
@@ -342,13 +346,13 @@ class Ledger:
         inserts into five B-trees). A pass cut short leaves them to the next
         open, which builds them. A raw pass also drops the indexes only the
         incremental path reads (the key's unique index, the appearances' file
-        index), which its first write builds (exporter.ledger_bulk.rekey).
+        index), which its first write builds (exporter.ledger.bulk.rekey).
 
         ``raw`` (the caller needs no per-batch :class:`Applied` rows or rollup
         increments): if the ledger holds no request, each :meth:`apply` only
         stores rows and provenance (and chains its own files), and owners,
         rollups, slots and what later batches left stale are derived once
-        when the pass ends (exporter.ledger_bulk); a pass cut short is
+        when the pass ends (exporter.ledger.bulk); a pass cut short is
         derived by the next open.
         """
         if self.readonly:
@@ -386,7 +390,7 @@ class Ledger:
         """The start of :meth:`bulk`: the indexes it builds once after, dropped; a raw pass marked.
 
         A raw pass also drops the indexes its staging never reads
-        (exporter.ledger_bulk.unkey), the key's among them, and keeps what it
+        (exporter.ledger.bulk.unkey), the key's among them, and keeps what it
         staged in a table of this connection's own instead.
         """
         if raw or drop:

@@ -1,8 +1,8 @@
 """Command line: parses flags, builds the settings, wires the stages together.
 
 Exit codes: 0 ok, 2 bad configuration or usage, 3 unusable ledger, 70 internal error. A mistyped
-option or choice is answered with the nearest valid one (:mod:`exporter.cliparse`);
-`report` itself lives in :mod:`exporter.report_cli`.
+option or choice is answered with the nearest valid one (:mod:`exporter.cli.argv`);
+`report` itself lives in :mod:`exporter.cli.report_command`.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import exporter
-from exporter import report_cli
-from exporter.cliparse import Parser
-from exporter.config import ConfigError, Settings, load_settings
+from exporter.cli import report_command as report_cli
+from exporter.cli.argv import Parser
+from exporter.cli.assemble import daemon_parts, metrics_options, scan_options
+from exporter.cli.config import ConfigError, Settings, load_settings
+from exporter.cli.logs import make_logger
 from exporter.ingest import discover
 from exporter.ingest.headstart import HeadStart
 from exporter.ingest.scan import ScanResult
-from exporter.ledger import Ledger, LedgerError
-from exporter.logs import make_logger
-from exporter.parts import daemon_parts, metrics_options, scan_options
+from exporter.ledger.store import Ledger, LedgerError
 from exporter.progress import progress_bar
 from exporter.projections.facts import Prices
 from exporter.projections.instruments import MetricsDisabledError
@@ -143,7 +143,7 @@ def build_parser() -> Parser:
                     "every transcript still on disk into a new ledger. Requests whose "
                     "transcripts are gone are not in the new one (docs/reliability.md)."))
 
-    # Listed for --help only: main() hands `statusline` over before parsing (exporter.entry
+    # Listed for --help only: main() hands `statusline` over before parsing (exporter.cli.entry
     # does the same without importing this module, which is the fast path).
     parser.add_command(sub, "statusline", add_help=False,
                        help="Claude Code's statusLine command: record the plan-limit figures, "
@@ -330,7 +330,7 @@ def ingest_plan_samples(settings: Settings, log: Any) -> None:
     A failure (a locked or full disk) is logged and the command goes on: the
     samples stay in the spool for the next run (docs/plan-limits.md).
     """
-    from exporter.plan.store import ingest_spool
+    from exporter.ledger.plan_store import ingest_spool
     from exporter.sqlite import sqlite3
 
     try:
@@ -347,9 +347,9 @@ def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
     """The ledger, keeping its rollups by the counting rules ``serve`` uses.
 
     Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
-    nothing is ingested, serve does that (exporter.ledger.open_ledger).
+    nothing is ingested, serve does that (exporter.ledger.store.open_ledger).
     """
-    from exporter.ledger_lock import open_ledger as open_for
+    from exporter.ledger.lock import open_ledger as open_for
     from exporter.projections.counting import Counting
 
     rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)
@@ -444,7 +444,7 @@ def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
 
 def _start_live_demo(root: Path, stop: threading.Event) -> None:
     """Keep one demo session alive: a new request every few seconds until stop."""
-    from exporter.synth.live import LiveSession, run_live
+    from exporter.synth.demo import LiveSession, run_live
 
     session = LiveSession(root, seed=int(time.time()))
     threading.Thread(target=run_live, args=(session, stop), name="demo", daemon=True).start()
@@ -453,7 +453,6 @@ def _start_live_demo(root: Path, stop: threading.Event) -> None:
 def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any,
                  environ: Environ) -> int:
     """Ingest what is new, then write the ledger's history as OpenMetrics text."""
-    from exporter.plan.figures import plan_history
     from exporter.projections.backfill import (
         DEFAULT_LABELS,
         BackfillError,
@@ -461,6 +460,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings, log: Any,
         serve_samples,
         write_history,
     )
+    from exporter.projections.plan.windows import plan_history
 
     if args.blocks is not None and shutil.which("promtool") is None:
         print("claude-code-exporter: --blocks needs promtool on PATH (Debian: apt-get install "
@@ -538,7 +538,7 @@ def _utc(ts: float) -> str:
 def cmd_rebuild(args: argparse.Namespace, settings: Settings, log: Any,
                 environ: Environ) -> int:
     """Move the ledger aside, then ingest every transcript on disk into a new one."""
-    from exporter.ledger_rebuild import move_aside
+    from exporter.ledger.rebuild import move_aside
 
     aside = move_aside(settings.ledger_path, time.time())
     dirs = transcript_dirs(settings, environ)
@@ -572,7 +572,7 @@ def main(argv: Sequence[str] | None = None, environ: Environ | None = None, *,
     """Entry point of the ``claude-code-exporter`` command (``environ``: default os.environ).
 
     ``head_start``: a report's parsing begun before this was imported
-    (exporter.early): the report's pass takes it over if it fits; whatever
+    (exporter.cli.early): the report's pass takes it over if it fits; whatever
     happens, it is stopped before this returns.
     """
     try:
@@ -588,7 +588,7 @@ def _main(argv: Sequence[str] | None, environ: Environ | None,
     words = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
     if words[:1] == ["statusline"]:
-        from exporter import statusline
+        from exporter.cli import statusline
 
         return statusline.main(words[1:], sys.stdin.buffer, sys.stdout.buffer, env)
     args = build_parser().parse_args(words)
@@ -636,6 +636,6 @@ def _failed(command: str, exc: Exception, log: Any) -> int:
 
 
 if __name__ == "__main__":
-    from exporter.entry import run
+    from exporter.cli.entry import run
 
-    run(main)  # as the process's whole job (exporter.entry.run)
+    run(main)  # as the process's whole job (exporter.cli.entry.run)

@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.plan import plausible, spool, store
-from exporter.plan.estimate import CostBetween, Estimate, usd_per_percent
+from exporter.ingest import plausible, spool
+from exporter.ledger import plan_store as store
+from exporter.projections.plan.estimate import CostBetween, Estimate, usd_per_percent
 from exporter.sqlite import sqlite3
 
 DAY: Final = 86_400.0

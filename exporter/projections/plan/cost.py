@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from exporter.plan import spool
+from exporter.ingest import spool
 from exporter.projections.facts import Facts, Prices, Reader, Selection, usd
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.sqlite import sqlite3

@@ -2,7 +2,7 @@
 
 Set as Claude Code's ``statusLine`` command, it runs on every refresh with the
 session's JSON on stdin. It appends one sample (the rate-limit windows, the
-context window, session, model and version; see :mod:`exporter.plan.spool`)
+context window, session, model and version; see :mod:`exporter.ingest.spool`)
 to the state directory and prints one line::
 
     Opus 4.6 · ctx 42% · 5h 35% ↻2h30m · 7d 17% · today $12.34
@@ -24,9 +24,9 @@ import os
 import sys
 import time
 
-from exporter.plan import jsonlite, spool
+from exporter.ingest import jsonlite, spool
 
-TYPE_CHECKING = False  # as in exporter.plan.spool: typing is not imported at run time
+TYPE_CHECKING = False  # as in exporter.ingest.spool: typing is not imported at run time
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any, BinaryIO, Final
@@ -302,7 +302,7 @@ def _write(stdout: BinaryIO, data: bytes) -> None:
 
 
 def cli() -> int:
-    """Entry point for ``python -m exporter.statusline``."""
+    """Entry point for ``python -m exporter.cli.statusline``."""
     return main(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
 
 

@@ -31,7 +31,7 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from exporter.projections.prices.ids import is_family_key, normalise_model_id
+from exporter.projections.prices.model_ids import is_family_key, normalise_model_id
 from exporter.projections.prices.rates import Family, ModelPrice, Rates
 
 if TYPE_CHECKING:  # imported lazily at run time: see the module docstring

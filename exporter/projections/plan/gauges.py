@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from exporter.plan.figures import PlanFigures
+from exporter.projections.plan.windows import PlanFigures
 
 Series = list[tuple[float, dict[str, str]]]
 

@@ -30,7 +30,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-from exporter.ledger_schema import LEDGER_FILE
+from exporter.ledger.schema import LEDGER_FILE
 
 ENV_PREFIX = "CLAUDE_CODE_EXPORTER_"
 DEFAULT_PORT = 9477

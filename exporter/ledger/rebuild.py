@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from exporter.ledger_health import LedgerError, marked, quick_check
-from exporter.ledger_lock import WriterLock
+from exporter.ledger.health import LedgerError, marked, quick_check
+from exporter.ledger.lock import WriterLock
 
 # The ledger's own files; the lock file stays (it is held while they move).
 _SUFFIXES = ("", "-wal", "-shm", ".clean", ".corrupt")

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from exporter.ledger_health import Health
-from exporter.ledger_schema import WAL_CHECKPOINT_BYTES
+from exporter.ledger.health import Health
+from exporter.ledger.schema import WAL_CHECKPOINT_BYTES
 from exporter.sqlite import sqlite3
 
 # What SQLite leaves of the WAL after a checkpoint reset (it keeps the file, for reuse).

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from exporter import attribution_days, slots
+from exporter.ledger import attr_days as attribution_days
+from exporter.ledger import slots
 from exporter.records import ALL_ROOTS, ATTRIBUTION, COUNT_SUMS, CountClass, gap_seconds
 from exporter.sqlite import sqlite3
 
@@ -39,7 +40,7 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)})"""
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
-# into an empty ledger drops it and builds it once at its end (exporter.ledger_bulk),
+# into an empty ledger drops it and builds it once at its end (exporter.ledger.bulk),
 # since sorting a month's keys costs a third of inserting them one by one at random.
 KEY_INDEX_NAME: Final = "requests_key"
 KEY_INDEX: Final = f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_INDEX_NAME} ON requests (key)"
@@ -101,14 +102,14 @@ READER_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX
                                                          "requests_context",
                                                          "requests_output", "requests_gap",
                                                          "requests_session_gap")))
-# The index a raw pass (exporter.ledger_bulk) never reads while it stages, whose entries its
+# The index a raw pass (exporter.ledger.bulk) never reads while it stages, whose entries its
 # batches would add in random order (a row's time): each batch's commit rewrote most of its
 # pages. The pass drops it with the key's index and builds it once as it ends (sorted),
 # before anything reads it (docs/benchmarks-history.md).
 PASS_INDEXES: Final = tuple(st for st in SCHEMA if " requests_ts ON " in st)
 # Indexes only the incremental path reads (a row by its key, appearances by their file):
 # no report and no projection does. A raw pass drops them, and the first incremental write
-# builds them (exporter.ledger_bulk.rekey): a command that only reads, or finds nothing new,
+# builds them (exporter.ledger.bulk.rekey): a command that only reads, or finds nothing new,
 # never pays for them. (The key's own index is KEY_INDEX, or an older ledger's UNIQUE.)
 WRITE_INDEXES: Final = tuple(st for st in SCHEMA if " appearances_file ON " in st)
 

@@ -1,0 +1,1 @@
+"""Report renderers: the ledger's figures as tables, JSON and CSV for ``report``."""
