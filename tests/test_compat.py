@@ -27,7 +27,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.cli.config import ConfigError, load_settings
-from exporter.ledger.store import HistRow, Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections.backfill import BackfillOptions, serve_samples, write_history
 from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.compat import native
@@ -36,7 +36,7 @@ from exporter.projections.counting import Exposure
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
-from exporter.records import CountClass, HistSeries, Parsed, Request, Source
+from exporter.records import CountClass, HistRow, HistSeries, Parsed, Request, Source
 from tests.ledgers import appearances, ledger_of
 from tests.support.process import Serve
 from tests.support.prometheus import PromServer, prometheus_config, require_binary, static_job

@@ -16,10 +16,10 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger import bulk as ledger_bulk
 from exporter.ledger import slots
 from exporter.ledger.bulk import RAW_PASS
-from exporter.ledger.store import Applied, Ledger, LedgerError
+from exporter.ledger.store import Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
-from exporter.records import Parsed, Request, Source
+from exporter.records import Applied, Parsed, Request, Source
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.ledgers import appearances, ledger_of

@@ -18,7 +18,8 @@ from exporter.ledger.schema import (
     WRITE_INDEXES,
     index_name,
 )
-from exporter.ledger.store import Applied, Ledger
+from exporter.ledger.store import Ledger
+from exporter.records import Applied
 from exporter.sqlite import sqlite3
 from tests.test_ledger_bulk import _killed_pass, _ledger
 from tests.test_scan import REAL_TOTALS, totals

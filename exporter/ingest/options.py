@@ -17,7 +17,8 @@ from typing import Any
 from exporter.ingest.headstart import HeadStart
 from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.scan import BATCH_BYTES, Scanner
-from exporter.ledger.store import Applied, Ledger
+from exporter.ledger.store import Ledger
+from exporter.records import Applied
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,8 @@ from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
 # modules (~8 ms they need not wait for).
 if TYPE_CHECKING:
     from exporter.ingest.headstart import HeadStart
-    from exporter.ledger.store import Applied, Ledger
+    from exporter.ledger.store import Ledger
+    from exporter.records import Applied
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process

@@ -67,7 +67,7 @@ from exporter.records import (
 from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:  # the ledger imports this module
-    from exporter.ledger.store import CountRow, Rules
+    from exporter.records import CountRow, Rules
 
 RAW_PASS: Final = "raw_pass"  # meta name: a raw pass began and is not yet derived
 
@@ -598,7 +598,7 @@ def _classes_of_rows(db: sqlite3.Connection, rules: Rules) -> list[CountRow]:
 
     SQL groups the rows by the fields a class takes as they are; a class
     depends on a request's context, time and gap only through thresholds
-    (:class:`exporter.ledger.store.Rules`), so a group whose least and greatest
+    (:class:`exporter.records.Rules`), so a group whose least and greatest
     values fall in one class is one class whole, and only a group that
     straddles a threshold is classed row by row.
     """

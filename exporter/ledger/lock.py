@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.ledger.store import Ledger, LedgerError, Rules
+from exporter.ledger.store import Ledger, LedgerError
+from exporter.records import Rules
 
 
 def open_ledger(path: Path, role: str, roots: Sequence[str | Path] = (), *,

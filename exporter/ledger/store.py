@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from exporter.ledger import attr_days as attribution_days
 from exporter.ledger import bulk as ledger_bulk
@@ -51,12 +51,16 @@ from exporter.records import (
     ALL_ROOTS,
     COUNT_SUMS,
     Appearance,
+    Applied,
     Checkpoint,
     CountClass,
+    CountRow,
+    HistRow,
     HistSeries,
     LineResult,
     Parsed,
     Request,
+    Rules,
     Source,
     gap_seconds,
     merge,
@@ -80,67 +84,6 @@ _SESSION: Final = Request._fields.index("session")
 def _line_fields(req: Request) -> tuple[Any, ...]:
     """What lines can change in a request: not its gap nor its owner (the ledger's to set)."""
     return req[:_SESSION] + req[_SESSION + 1 : _GAP]
-
-CountRow = tuple[int, CountClass, float, float, tuple[int, ...]]
-"""A counter rollup row or increment: roots bitmask, class, first and last request time, sums."""
-HistRow = tuple[int, HistSeries, int, float]
-"""A histogram rollup row or increment: roots bitmask, series, bucket (-1: the sum), value."""
-
-
-class Rules(Protocol):
-    """The counting rules the rollups follow (exporter.projections.counting.Counting).
-
-    A class depends on a request's context, time and gap only through
-    thresholds (a long-context limit, price-change dates, gap buckets: each
-    non-decreasing in its value), and on its other fields by value; the sums
-    are the :data:`COUNT_SUMS` fields (the count, then the request's fields of
-    those names). The raw pass counts whole groups of rows on that basis.
-    """
-
-    fingerprint: str
-
-    def klass(self, req: Request) -> CountClass:
-        """The class a request counts under."""
-
-    def sums(self, req: Request, count: int = 1) -> tuple[int, ...]:
-        """The sums a request adds (``count`` requests)."""
-
-    def cuts(self, model: str) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-        """Context sizes, times and gaps where a request of ``model`` may change class.
-
-        A hint for grouping rows: each group is classed at its edges and
-        row by row should they differ, so a wrong hint costs time, not exactness.
-        """
-
-    def observations(self, req: Request) -> list[tuple[HistSeries, int, int | float]]:
-        """The histogram values of a settled request, with their buckets."""
-
-
-@dataclass(slots=True)
-class Applied:
-    """What one batch changed: rows, and the rollup increments they made.
-
-    ``counts`` and ``hists`` are exactly what was added to the stored rollups,
-    so a projection that starts from the rollups and adds these stays equal
-    to one started later. ``roots`` maps each root path to its bit.
-    """
-
-    new: list[Request] = field(default_factory=list)
-    upgraded: list[tuple[Request, Request]] = field(default_factory=list)  # (old, new)
-    lines: dict[str, int] = field(default_factory=dict)  # by result label
-    rejected: dict[str, int] = field(default_factory=dict)  # by reason
-    bytes_read: int = 0
-    counts: list[CountRow] = field(default_factory=list)
-    hists: list[HistRow] = field(default_factory=list)
-    late: int = 0  # upgrades of requests already in the histograms
-    roots: dict[str, int] = field(default_factory=dict)
-    # How many rows the batch added and changed: ``new`` and ``upgraded`` list them, but a
-    # raw pass (see Ledger.bulk) has no per-row lists, only these counts.
-    new_count: int = 0
-    upgraded_count: int = 0
-    iterations: dict[str, int] = field(default_factory=dict)  # usage.iterations entries, by kind
-    mended: dict[str, int] = field(default_factory=dict)  # lines read once an oddity was mended
-
 
 @dataclass(frozen=True, slots=True)
 class Rollups:

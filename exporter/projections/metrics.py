@@ -4,7 +4,7 @@ Start-up reads the rollups (O(classes x root sets + series x buckets), never
 O(requests)), keeps the rows whose root set lies in the daemon's scope, and
 begins every instrument at their totals: a restart is no counter reset for
 Prometheus. Afterwards each committed batch brings its rollup increments
-(:class:`exporter.ledger.store.Applied`), which move the counters at once; requests
+(:class:`exporter.records.Applied`), which move the counters at once; requests
 enter the histograms when the ledger settles them, with their final values.
 
 What counts where is decided once, in :mod:`exporter.projections.counting`;
@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.ingest import mend
 from exporter.ingest.iterations import Kind
-from exporter.ledger.store import Applied, CountRow, HistRow, Ledger
+from exporter.ledger.store import Ledger
 from exporter.projections import cardinality, instruments
 from exporter.projections.attributed import Attributed, Names
 from exporter.projections.compat import families
@@ -45,7 +45,16 @@ from exporter.projections.counting import (
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.live import LiveSessions
 from exporter.projections.pricing import Pricing
-from exporter.records import ALL_ROOTS, COUNT_SUMS, CountClass, HistSeries, Source
+from exporter.records import (
+    ALL_ROOTS,
+    COUNT_SUMS,
+    Applied,
+    CountClass,
+    CountRow,
+    HistRow,
+    HistSeries,
+    Source,
+)
 
 LINE_RESULTS = cardinality.LINE_RESULTS
 MENDED_KINDS = (mend.LONE_SURROGATE,)

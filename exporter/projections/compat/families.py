@@ -26,12 +26,11 @@ from typing import Any, Protocol
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import Aggregation
 
-from exporter.ledger.store import HistRow
 from exporter.projections import instruments
 from exporter.projections.compat import MODES, native
 from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.counting import Exposure, SampleKey, Sums
-from exporter.records import CountClass, HistSeries
+from exporter.records import CountClass, HistRow, HistSeries
 
 SCOPE = "claude_code_exporter.compat"
 
