@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from exporter.ingest.parse import RejectReason, parse_lines
-from exporter.records import Source
+from exporter.ingest.parse import parse_lines
+from exporter.records import RejectReason, Source
 from tests.conftest import assistant, jsonl
 
 

@@ -30,10 +30,17 @@ from exporter.ingest.discover import (
     is_compaction_file,
     projects_dirs,
 )
-from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason
+from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ingest.workers import die_with_parent, gc_paused
-from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
+from exporter.records import (
+    Appearance,
+    Checkpoint,
+    LineCounts,
+    Parsed,
+    RejectReason,
+    Request,
+)
 
 # Annotations only. The head start's module imports this one; and a cold report's head
 # start imports this module before it forks the parsers, which need none of the ledger's
