@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter.ingest.destination import Destination
 from exporter.ingest.headstart import HeadStart
 from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.scan import BATCH_BYTES, Scanner
-from exporter.ledger.store import Ledger
 from exporter.records import Applied
 
 
@@ -30,7 +30,7 @@ class ScanOptions:
     max_line_bytes: int = MAX_LINE_BYTES
 
     def scanner(
-        self, ledger: Ledger, dirs: Sequence[Path], *, log: Any,
+        self, ledger: Destination, dirs: Sequence[Path], *, log: Any,
         clock: Callable[[], float] = time.time, workers: int | None = None,
         on_applied: Callable[[Applied], None] | None = None,
         head_start: HeadStart | None = None,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from exporter.ingest.ahead import parse_chunk
+from exporter.ingest.destination import Destination
 from exporter.ingest.discover import (
     canonical_key,
     find_transcripts,
@@ -35,6 +36,7 @@ from exporter.ingest.tail import read_new, unchanged
 from exporter.ingest.workers import die_with_parent, gc_paused
 from exporter.records import (
     Appearance,
+    Applied,
     Checkpoint,
     LineCounts,
     Parsed,
@@ -42,13 +44,9 @@ from exporter.records import (
     Request,
 )
 
-# Annotations only. The head start's module imports this one; and a cold report's head
-# start imports this module before it forks the parsers, which need none of the ledger's
-# modules (~8 ms they need not wait for).
+# Annotations only: the head start's module imports this one.
 if TYPE_CHECKING:
     from exporter.ingest.headstart import HeadStart
-    from exporter.ledger.store import Ledger
-    from exporter.records import Applied
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
@@ -270,7 +268,7 @@ class Scanner:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: Destination,
         dirs: Sequence[Path],
         *,
         workers: int | None = None,
