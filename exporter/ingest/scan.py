@@ -52,7 +52,7 @@ BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
 # The first work units are smaller, doubling up to GROUP_BYTES (a raw pass's commits too):
 # the ledger, which a cold pass waits on, starts on the first megabyte instead of idling
-# until two 16 MB units are parsed (~0.12 s on two cores).
+# until two 16 MB units are parsed.
 FIRST_GROUP_BYTES: Final = 1024 * 1024
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
 BYTES_PER_REQUEST: Final = 5_000  # transcript bytes per new request, roughly (a month's mean)
@@ -101,11 +101,11 @@ class _Batch:
         """Pickled (a worker's result to the parent) with its requests as one msgpack blob.
 
         Pickle stores a named tuple field by field and rebuilds it through a
-        Python-level ``__new__``: for a month's ~60k requests that is ~0.25 s of
-        a worker's CPU and as much of the parent's, which the ledger's commits
-        compete for. msgspec encodes the same list in C in a tenth of it and
-        decodes it straight into :class:`Request` values (floats and integers
-        exactly). A value it cannot encode (none the parser makes) goes by pickle.
+        Python-level ``__new__``, which costs a worker's CPU and as much of the
+        parent's, which the ledger's commits compete for. msgspec encodes the
+        same list in C and decodes it straight into :class:`Request` values
+        (floats and integers exactly). A value it cannot encode (none the parser
+        makes) goes by pickle.
         """
         state = (self.parsed.counts, self.checkpoints, self.bytes_read, self.errors,
                  self.seen, self.rereads, self.ahead)
@@ -244,7 +244,7 @@ class Pooled:
             for fut in as_completed(self._futures):
                 # Each batch is let go once the caller is done with it, not all at the end:
                 # the pass holds one batch at a time, and does not free them all at once
-                # (~10 ms of a month's pass) before its last transaction.
+                # before its last transaction.
                 self._futures.remove(fut)
                 yield fut.result()
         finally:
@@ -302,7 +302,7 @@ class Scanner:
         self.dirs = list(dirs)
         self.workers = workers if workers is not None else default_workers()
         self.on_applied = on_applied
-        if log is None:  # imported only then: structlog imports rich (0.1 s of start-up)
+        if log is None:  # imported only then: structlog imports rich, slow to import
             import structlog  # noqa: PLC0415
 
             log = structlog.get_logger()
