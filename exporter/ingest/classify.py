@@ -94,10 +94,10 @@ def _classify_once(
         raise RejectError(RejectReason.INVALID_JSON) from None
     except RecursionError:  # nested deeper than the decoder's stack allows
         raise RejectError(RejectReason.INVALID_JSON) from None
-    return dispatch(rec, compaction_file, horizon, sink)
+    return classify_decoded(rec, compaction_file, horizon, sink)
 
 
-def dispatch(
+def classify_decoded(
     rec: Line, compaction_file: bool, horizon: float, sink: Sink | None = None,
 ) -> Request | None:
     """The request a decoded line carries (an assistant record, or one inside progress).

@@ -30,7 +30,7 @@ from exporter.ingest.classify import (
     RejectError,
     attribution_of,
     classify,
-    dispatch,
+    classify_decoded,
     from_record,
     recorded_cost,
     source_of,
@@ -151,7 +151,7 @@ def _parse_fast(
                 carried = _fold_common(drafts, known, sink, rec, copy, True, horizon,
                                        compaction_file)
             else:
-                other += 1  # a user, system, snapshot... line: no request (as in dispatch)
+                other += 1  # a user, system, snapshot... line: no request (as in classify_decoded)
                 continue
             if carried:
                 usage += 1
@@ -159,7 +159,7 @@ def _parse_fast(
             if carried is False:
                 other += 1
                 continue
-            judge = functools.partial(dispatch, rec, compaction_file, horizon, sink)
+            judge = functools.partial(classify_decoded, rec, compaction_file, horizon, sink)
         carried = _judge_and_fold(drafts, known, rejected, judge, sink)
         other += carried is False
         usage += carried is True
