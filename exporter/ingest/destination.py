@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from exporter.records import Appearance, Applied, Checkpoint, Parsed
 
@@ -39,3 +39,7 @@ class Destination(Protocol):
     def raw(self) -> bool:
         """Whether a raw pass is under way (its batches cost little to commit)."""
         ...
+
+
+DestinationT = TypeVar("DestinationT", bound=Destination)
+"""A scanner's destination as its caller typed it (a scanner hands back what it was given)."""

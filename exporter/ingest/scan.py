@@ -18,12 +18,12 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic
 
 import msgspec
 
 from exporter.ingest.ahead import parse_chunk
-from exporter.ingest.destination import Destination
+from exporter.ingest.destination import DestinationT
 from exporter.ingest.discover import (
     canonical_key,
     find_transcripts,
@@ -263,12 +263,12 @@ def pool_for(work: Work, total: int, *, now: float, max_line_bytes: int, workers
     return Pooled(now, max_line_bytes, min(workers, len(work)), parser_nice)
 
 
-class Scanner:
+class Scanner(Generic[DestinationT]):
     """Runs ingestion passes over some transcript directories into a ledger."""
 
     def __init__(
         self,
-        ledger: Destination,
+        ledger: DestinationT,
         dirs: Sequence[Path],
         *,
         workers: int | None = None,

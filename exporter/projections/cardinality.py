@@ -99,7 +99,8 @@ ATTRIBUTION_KIND: Final = Dimension("kind", len(attributed.KINDS))
 #: Names per kind (skills, plugins, MCP servers, agents, efforts): capped like projects.
 ATTRIBUTED_NAME: Final = Dimension("name", attributed.MAX_NAMES + 1)
 MENDED_KIND: Final = Dimension("kind", 1)  # lone_surrogate
-ITERATION_KIND: Final = Dimension("kind", len(IterationKind.FIXED))  # undocumented types are `unknown`
+# undocumented types are `unknown`
+ITERATION_KIND: Final = Dimension("kind", len(IterationKind.FIXED))
 QUERY_SOURCE: Final = Dimension("query_source", len(Source))  # one value per source at most
 NATIVE_TYPE: Final = Dimension("type", len(set(native.TOKEN_TYPE.values())))
 GENAI_MODEL: Final = Dimension("gen_ai.request.model", MODEL.values)  # the model label's value
