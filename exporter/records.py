@@ -40,6 +40,41 @@ class LineResult:
     REJECTED = "rejected"
 
 
+class RejectReason:
+    """Values of the ``reason`` label of rejected lines (``LineCounts.rejected``)."""
+
+    INVALID_UTF8 = "invalid_utf8"
+    INVALID_JSON = "invalid_json"
+    NOT_OBJECT = "not_object"
+    TOO_LONG = "too_long"
+    BAD_MESSAGE = "bad_message"
+    BAD_USAGE = "bad_usage"
+    NEGATIVE_TOKENS = "negative_tokens"
+    MISSING_ID = "missing_id"
+    BAD_TIMESTAMP = "bad_timestamp"
+
+
+class MendKind:
+    """Values of the ``kind`` label of mended lines (``LineCounts.mended``)."""
+
+    LONE_SURROGATE = "lone_surrogate"  # a string cut mid-emoji (exporter.ingest.mend)
+
+    ALL = (LONE_SURROGATE,)
+
+
+class IterationKind:
+    """What ``LineCounts.iterations`` counts, by key (unknown types: ``unknown:<name>``)."""
+
+    ADVISOR = "advisor"  # consultations billed on top (one per entry per line)
+    FALLBACK = "fallback"  # attempts a server-side fallback served
+    SUPERSEDED = "superseded"  # attempts a fallback replaced: not billed
+    MISMATCH = "mismatch"  # lines whose parts do not add up to their top-level usage
+    BAD = "bad"  # entries that are not objects with valid counts
+    UNKNOWN = "unknown"  # prefix of an undocumented type's key; the name if it is a plain one
+
+    FIXED = (ADVISOR, FALLBACK, SUPERSEDED, MISMATCH, BAD, UNKNOWN)
+
+
 class Request(NamedTuple):
     r"""One API request as seen on one transcript line (or as merged in the ledger).
 
@@ -192,7 +227,7 @@ class LineCounts:
     # ``usage.iterations`` entries by what was made of them (exporter.ingest.iterations):
     # not lines, so not in ``total``.
     iterations: Counter[str] = field(default_factory=Counter)
-    # Lines read despite an oddity that was mended (by kind, e.g. "lone_surrogate"): each
+    # Lines read despite an oddity that was mended (by MendKind): each
     # is also counted above, as whatever it turned out to be.
     mended: Counter[str] = field(default_factory=Counter)
 

@@ -16,7 +16,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from exporter.cli.commands import main
-from exporter.ingest.parse import MAX_LABEL_CHARS, parse_lines
+from exporter.ingest.classify import MAX_LABEL_CHARS
+from exporter.ingest.parse import parse_lines
 from exporter.ledger.store import Ledger
 from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
 from exporter.projections.metrics import MetricsOptions

@@ -22,9 +22,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from exporter.ingest import parse
-from exporter.ingest.parse import MAX_LINE_BYTES, MAX_TOKENS, RejectReason, parse_lines
-from exporter.records import Request, Source, merge
+from exporter.ingest import line_schema
+from exporter.ingest.line_schema import MAX_TOKENS
+from exporter.ingest.parse import MAX_LINE_BYTES, parse_lines
+from exporter.records import RejectReason, Request, Source, merge
 from exporter.synth import GenOptions, generate
 from tests.conftest import REAL, assistant, jsonl
 
@@ -346,10 +347,11 @@ def test_fast_schema_domain_matches_tolerant_and_oracle(usage: dict[str, Any], s
     counts = [v for v in [*usage.values(), *(usage.get("cache_creation") or {}).values()]
               if type(v) is int]
     if all(0 <= v <= MAX_TOKENS for v in counts):
-        assert isinstance(parse._FAST.decode(line).message, parse._FastMessage)  # fast path
+        fast = line_schema.FAST.decode(line).message
+        assert isinstance(fast, line_schema.FastMessage)  # the fast path
     else:  # the schema checks the range: the tolerant path names the reason
         with pytest.raises(msgspec.ValidationError):
-            parse._FAST.decode(line)
+            line_schema.FAST.decode(line)
     assert classify_both(line) == oracle(record)
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from exporter.ingest.parse import RejectReason, parse_lines
-from exporter.records import Source
+from exporter.ingest.parse import parse_lines
+from exporter.records import RejectReason, Source
 from tests.conftest import assistant, jsonl
 
 
@@ -169,3 +169,15 @@ def test_timestamp_is_earliest_line() -> None:
     b = assistant(ts="2026-10-01T12:00:00.250Z")
     (req,) = parse_lines(jsonl(a, b)).requests.values()
     assert req.ts == pytest.approx(1790856000.25)
+
+
+@pytest.mark.parametrize("searches", [3, 0, -1, 2**53 + 1, 10**30])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_web_search_count_out_of_range_bills_none(searches: int, fast: bool) -> None:
+    """A web-search count out of range is 0 searches on either path; its line's request stays."""
+    tools = {"web_search_requests": searches}
+    usage = {"input_tokens": 5, "output_tokens": 1, "server_tool_use": tools}
+    parsed = parse_lines(jsonl(assistant(usage=usage)), fast=fast)
+    (req,) = parsed.requests.values()
+    assert (req.input, req.web_search) == (5, searches if 0 <= searches <= 2**53 else 0)
+    assert parsed.counts.usage_lines == 1 and not parsed.counts.rejected

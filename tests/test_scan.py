@@ -28,7 +28,7 @@ def totals(reqs: list[Request]) -> tuple[int, ...]:
     )
 
 
-def scanner(tree: Path, state: Path, **kw: Any) -> Scanner:
+def scanner(tree: Path, state: Path, **kw: Any) -> Scanner[Ledger]:
     """A scanner over one tree with its ledger in ``state``."""
     return Scanner(Ledger(state / "ledger.sqlite3"), projects_dirs([tree]), **kw)
 

@@ -7,10 +7,10 @@ import os
 import zlib
 from pathlib import Path
 
-from exporter.ingest.parse import RejectReason, parse_lines
+from exporter.ingest.parse import parse_lines
 from exporter.ingest.scan import read_files
 from exporter.ingest.tail import FINGERPRINT_BYTES, REWRITTEN, fingerprint, read_new
-from exporter.records import Checkpoint, Chunk
+from exporter.records import Checkpoint, Chunk, RejectReason
 from tests.conftest import assistant, jsonl
 
 

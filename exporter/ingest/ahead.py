@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from exporter.ingest.parse import FUTURE_SLACK_SECONDS, RejectReason, parse_lines
+from exporter.ingest.parse import FUTURE_SLACK_SECONDS, parse_lines
 from exporter.ingest.tail import cut_chunk
-from exporter.records import Checkpoint, Chunk, Parsed
+from exporter.records import Checkpoint, Chunk, Parsed, RejectReason
 
 AHEAD_LIMIT_SECONDS: Final = 366 * 86_400.0  # a clock behind by more is not told from bad lines
 

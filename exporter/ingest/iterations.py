@@ -26,28 +26,15 @@ import re
 from collections import Counter
 from typing import Any, Final
 
-from exporter.records import Request, Source
+from exporter.ingest.line_schema import MAX_TOKENS
+from exporter.records import IterationKind, Request, Source
 
-MAX_TOKENS: Final = 2**53  # as the parser's bound on a token count
 PART_SEP: Final = "\x1e"  # between a request's key and a part's (the key uses \x1f)
 ADVISOR: Final = "advisor_message"
 FALLBACK: Final = "fallback_message"
 PARTS_OF_TOP: Final = frozenset(("message", "compaction", FALLBACK))
 MAX_ENTRIES: Final = 256  # entries read per line; the rest are counted as ``bad``
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,39}")
-
-
-class Kind:
-    """What ``LineCounts.iterations`` counts, by key (unknown types: ``unknown:<name>``)."""
-
-    ADVISOR = "advisor"  # consultations billed on top (one per entry per line)
-    FALLBACK = "fallback"  # attempts a server-side fallback served
-    SUPERSEDED = "superseded"  # attempts a fallback replaced: not billed
-    MISMATCH = "mismatch"  # lines whose parts do not add up to their top-level usage
-    BAD = "bad"  # entries that are not objects with valid counts
-    UNKNOWN = "unknown"  # prefix of an undocumented type's key; the name if it is a plain one
-
-    FIXED = (ADVISOR, FALLBACK, SUPERSEDED, MISMATCH, BAD, UNKNOWN)
 
 
 class Sink:
@@ -76,7 +63,7 @@ def split(entries: Any, line: Request, kinds: Counter[str]) -> list[Request]:
     if not isinstance(entries, list) or not entries:
         return []
     if len(entries) > MAX_ENTRIES:
-        kinds[Kind.BAD] += len(entries) - MAX_ENTRIES
+        kinds[IterationKind.BAD] += len(entries) - MAX_ENTRIES
         entries = entries[:MAX_ENTRIES]
     read = [_entry(e) for e in entries]
     last_fallback = max((i for i, e in enumerate(read) if e and e[0] == FALLBACK), default=-1)
@@ -86,14 +73,14 @@ def split(entries: Any, line: Request, kinds: Counter[str]) -> list[Request]:
     bad = found = False
     for i, entry in enumerate(read):
         if entry is None:
-            kinds[Kind.BAD] += 1
+            kinds[IterationKind.BAD] += 1
             bad = True
             continue
         kind, model, tokens = entry
         if kind == ADVISOR:
             n = ordinals[(kind, model)]
             ordinals[(kind, model)] = n + 1
-            kinds[Kind.ADVISOR] += 1
+            kinds[IterationKind.ADVISOR] += 1
             parts.append(Request(
                 f"{key}{PART_SEP}{kind}\x1f{model}\x1f{n}", line.ts, model, line.session,
                 line.project, Source.ADVISOR, *tokens, line.service_tier, line.inference_geo,
@@ -101,9 +88,9 @@ def split(entries: Any, line: Request, kinds: Counter[str]) -> list[Request]:
                 agent=line.agent, effort=line.effort))  # the line's attribution (docs/figures.md)
         elif kind in PARTS_OF_TOP:
             if kind == FALLBACK:
-                kinds[Kind.FALLBACK] += 1
+                kinds[IterationKind.FALLBACK] += 1
             if i < last_fallback:
-                kinds[Kind.SUPERSEDED] += 1  # refused, then served by the fallback
+                kinds[IterationKind.SUPERSEDED] += 1  # refused, then served by the fallback
                 continue
             found = True
             for j, value in enumerate(tokens):
@@ -111,7 +98,7 @@ def split(entries: Any, line: Request, kinds: Counter[str]) -> list[Request]:
         else:
             kinds[_unknown(kind)] += 1
     if found and not bad and _total(summed) != _total(top):
-        kinds[Kind.MISMATCH] += 1
+        kinds[IterationKind.MISMATCH] += 1
     return parts
 
 
@@ -122,7 +109,7 @@ def _total(tokens: Tokens | list[int]) -> tuple[int, int, int, int]:
 
 def _unknown(kind: str) -> str:
     """The counter key of an undocumented type: its name when it is a plain one."""
-    return f"{Kind.UNKNOWN}:{kind}" if _NAME.fullmatch(kind) else Kind.UNKNOWN
+    return f"{IterationKind.UNKNOWN}:{kind}" if _NAME.fullmatch(kind) else IterationKind.UNKNOWN
 
 
 def _entry(entry: Any) -> tuple[str, str, Tokens] | None:

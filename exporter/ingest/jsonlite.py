@@ -1,9 +1,8 @@
 """JSON for the status-line command without importing ``re``: CPython's own C codec, directly.
 
 The ``json`` package imports ``re`` (for whitespace and string patterns), and
-``re`` with ``enum`` doubles the start-up time of a command Claude Code runs on
-every refresh (bench/statusline.py: +17 ms at the median on the loaded
-reference machine, against +4 ms for everything else the command does). The
+``re`` with ``enum`` costs the status-line command, which Claude Code runs on
+every refresh, more start-up than all else it does (bench/statusline.py). The
 C accelerator ``_json`` that ``json`` itself uses needs no pattern: its
 scanner is built from a plain object with the decoder's settings, and its
 ASCII string encoder is exposed. Output and accepted input are those of

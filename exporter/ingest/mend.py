@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from typing import Final
 
-LONE_SURROGATE: Final = "lone_surrogate"  # the LineCounts.mended label of such a line
-
 # A \\uXXXX escape of a surrogate (an odd run of backslashes before the u): a high one and
 # the low one after it (a pair, kept), or a lone one (group 2 alone, mended to U+FFFD).
 _SURROGATE_ESCAPE: Final = re.compile(

@@ -18,11 +18,12 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic
 
 import msgspec
 
 from exporter.ingest.ahead import parse_chunk
+from exporter.ingest.destination import DestinationT
 from exporter.ingest.discover import (
     canonical_key,
     find_transcripts,
@@ -30,24 +31,28 @@ from exporter.ingest.discover import (
     is_compaction_file,
     projects_dirs,
 )
-from exporter.ingest.parse import MAX_LINE_BYTES, RejectReason
+from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ingest.workers import die_with_parent, gc_paused
-from exporter.records import Appearance, Checkpoint, LineCounts, Parsed, Request
+from exporter.records import (
+    Appearance,
+    Applied,
+    Checkpoint,
+    LineCounts,
+    Parsed,
+    RejectReason,
+    Request,
+)
 
-# Annotations only. The head start's module imports this one; and a cold report's head
-# start imports this module before it forks the parsers, which need none of the ledger's
-# modules (~8 ms they need not wait for).
+# Annotations only: the head start's module imports this one.
 if TYPE_CHECKING:
     from exporter.ingest.headstart import HeadStart
-    from exporter.ledger.store import Ledger
-    from exporter.records import Applied
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
 # The first work units are smaller, doubling up to GROUP_BYTES (a raw pass's commits too):
 # the ledger, which a cold pass waits on, starts on the first megabyte instead of idling
-# until two 16 MB units are parsed (~0.12 s on two cores).
+# until two 16 MB units are parsed.
 FIRST_GROUP_BYTES: Final = 1024 * 1024
 PARALLEL_MIN_BYTES: Final = 24 * 1024 * 1024  # below this, a process pool costs more than it saves
 BYTES_PER_REQUEST: Final = 5_000  # transcript bytes per new request, roughly (a month's mean)
@@ -96,11 +101,11 @@ class _Batch:
         """Pickled (a worker's result to the parent) with its requests as one msgpack blob.
 
         Pickle stores a named tuple field by field and rebuilds it through a
-        Python-level ``__new__``: for a month's ~60k requests that is ~0.25 s of
-        a worker's CPU and as much of the parent's, which the ledger's commits
-        compete for. msgspec encodes the same list in C in a tenth of it and
-        decodes it straight into :class:`Request` values (floats and integers
-        exactly). A value it cannot encode (none the parser makes) goes by pickle.
+        Python-level ``__new__``, which costs a worker's CPU and as much of the
+        parent's, which the ledger's commits compete for. msgspec encodes the
+        same list in C and decodes it straight into :class:`Request` values
+        (floats and integers exactly). A value it cannot encode (none the parser
+        makes) goes by pickle.
         """
         state = (self.parsed.counts, self.checkpoints, self.bytes_read, self.errors,
                  self.seen, self.rereads, self.ahead)
@@ -239,7 +244,7 @@ class Pooled:
             for fut in as_completed(self._futures):
                 # Each batch is let go once the caller is done with it, not all at the end:
                 # the pass holds one batch at a time, and does not free them all at once
-                # (~10 ms of a month's pass) before its last transaction.
+                # before its last transaction.
                 self._futures.remove(fut)
                 yield fut.result()
         finally:
@@ -258,12 +263,12 @@ def pool_for(work: Work, total: int, *, now: float, max_line_bytes: int, workers
     return Pooled(now, max_line_bytes, min(workers, len(work)), parser_nice)
 
 
-class Scanner:
+class Scanner(Generic[DestinationT]):
     """Runs ingestion passes over some transcript directories into a ledger."""
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: DestinationT,
         dirs: Sequence[Path],
         *,
         workers: int | None = None,
@@ -297,7 +302,7 @@ class Scanner:
         self.dirs = list(dirs)
         self.workers = workers if workers is not None else default_workers()
         self.on_applied = on_applied
-        if log is None:  # imported only then: structlog imports rich (0.1 s of start-up)
+        if log is None:  # imported only then: structlog imports rich, slow to import
             import structlog  # noqa: PLC0415
 
             log = structlog.get_logger()

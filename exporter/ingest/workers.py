@@ -25,10 +25,9 @@ def gc_paused() -> Iterator[None]:
 
     A pass allocates a tuple per request, appearance and statement parameter
     (a month: ~10^6): each 700 of them set off a collection, and the older ones
-    walk every surviving request of the batch: ~0.12 s of the parent's CPU
-    over a month, in the thread the ledger's commits wait on. Nothing a pass
-    makes is a cycle; what other threads make meanwhile waits for the next
-    collection after it.
+    walk every surviving request of the batch, in the thread the ledger's
+    commits wait on. Nothing a pass makes is a cycle; what other threads make
+    meanwhile waits for the next collection after it.
     """
     if not gc.isenabled():
         yield
@@ -86,10 +85,9 @@ def _keep_freed_memory(libc: Any) -> None:
     dictionaries' tables). By default glibc maps a large block freshly and
     unmaps it when freed, or trims the heap's top, so later blocks fault
     their pages in again and the kernel zeroes them first: on a month of
-    transcripts half of a parser's page faults, ~1.5 % of its CPU
-    (docs/benchmarks-history.md). A parser lives for one pass, so the memory it
-    keeps goes with it. A C library without ``mallopt`` (not glibc) is left
-    as it is.
+    transcripts half of a parser's page faults (docs/benchmarks-history.md).
+    A parser lives for one pass, so the memory it keeps goes with it. A C
+    library without ``mallopt`` (not glibc) is left as it is.
     """
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is not None:

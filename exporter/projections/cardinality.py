@@ -40,14 +40,12 @@ from opentelemetry.sdk.metrics import (
 )
 from opentelemetry.sdk.metrics.export import CardinalityLimits
 
-from exporter.ingest.iterations import Kind
-from exporter.ingest.parse import RejectReason
 from exporter.projections import attributed
 from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.compat import native
 from exporter.projections.counting import GAP_BUCKETS, PROMPT_TYPES, TOKEN_FIELDS
 from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS
-from exporter.records import LineResult, Source
+from exporter.records import IterationKind, LineResult, RejectReason, Source
 
 LINE_RESULTS: Final = (LineResult.USAGE, LineResult.DUPLICATE, LineResult.OTHER,
                        LineResult.REJECTED)
@@ -101,7 +99,8 @@ ATTRIBUTION_KIND: Final = Dimension("kind", len(attributed.KINDS))
 #: Names per kind (skills, plugins, MCP servers, agents, efforts): capped like projects.
 ATTRIBUTED_NAME: Final = Dimension("name", attributed.MAX_NAMES + 1)
 MENDED_KIND: Final = Dimension("kind", 1)  # lone_surrogate
-ITERATION_KIND: Final = Dimension("kind", len(Kind.FIXED))  # undocumented types are `unknown`
+# undocumented types are `unknown`
+ITERATION_KIND: Final = Dimension("kind", len(IterationKind.FIXED))
 QUERY_SOURCE: Final = Dimension("query_source", len(Source))  # one value per source at most
 NATIVE_TYPE: Final = Dimension("type", len(set(native.TOKEN_TYPE.values())))
 GENAI_MODEL: Final = Dimension("gen_ai.request.model", MODEL.values)  # the model label's value

@@ -26,8 +26,6 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 
-from exporter.ingest import mend
-from exporter.ingest.iterations import Kind
 from exporter.ledger.store import Ledger
 from exporter.projections import cardinality, instruments
 from exporter.projections.attributed import Attributed, Names
@@ -53,11 +51,13 @@ from exporter.records import (
     CountRow,
     HistRow,
     HistSeries,
+    IterationKind,
+    MendKind,
     Source,
 )
 
 LINE_RESULTS = cardinality.LINE_RESULTS
-MENDED_KINDS = (mend.LONE_SURROGATE,)
+MENDED_KINDS = MendKind.ALL
 REJECT_REASONS = cardinality.REJECT_REASONS
 _ZERO: Sums = (0,) * len(COUNT_SUMS)
 _SOURCES = tuple(Source)
@@ -270,9 +270,9 @@ class Projection:
         counters["exporter_late_updates"].add(late, {})
         # usage.iterations entries by kind: a fixed label set (the names of undocumented
         # types come from the transcripts: they are `report`'s, all `unknown` here).
-        kinds = dict.fromkeys(Kind.FIXED, 0) if zeros else {}
+        kinds = dict.fromkeys(IterationKind.FIXED, 0) if zeros else {}
         for kind, n in (iterations or {}).items():
-            fixed = kind if kind in Kind.FIXED else Kind.UNKNOWN
+            fixed = kind if kind in IterationKind.FIXED else IterationKind.UNKNOWN
             kinds[fixed] = kinds.get(fixed, 0) + n
         for kind, n in kinds.items():
             counters["exporter_iterations"].add(n, {"kind": kind})

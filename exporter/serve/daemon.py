@@ -104,7 +104,7 @@ class Daemon:
         self._next_live = self._next_settle = monotonic()  # when the next may run
         self._deferred: set[str] = set()  # changed files whose pass waits for _next_live
         self._ahead = 0  # request lines waiting for the clock, as of the last full pass
-        self.scanner: Scanner | None = None  # the follower's, built in start()
+        self.scanner: Scanner[Ledger] | None = None  # the follower's, built in start()
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
             self._pass, lambda: self.dirs, settle=self._settle,

@@ -16,7 +16,7 @@ from exporter.synth.identifiers import Ids
 from exporter.synth.lines import Record
 from exporter.synth.model import OPUS, SimRequest
 
-# variant -> reason (the exporter's ``parse.RejectReason`` values)
+# variant -> reason (the exporter's ``records.RejectReason`` values)
 VARIANTS: Final = {
     "truncated": "invalid_json",
     "nul_byte": "invalid_json",
