@@ -37,11 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from exporter.ledger import slots
+from exporter.ledger.schema import ATTR_DAYS_META, ATTR_DAYS_TABLE, create_slot_tables
 from exporter.records import ATTRIBUTION
 from exporter.sqlite import sqlite3
 
 VERSION: Final = 1
-META: Final = "attr_days"  # its row in slot_meta
+META: Final = ATTR_DAYS_META  # its row in slot_meta
 KINDS: Final = ATTRIBUTION  # skill, plugin, mcp_server, agent, effort: kind is the index
 EFFORT: Final = KINDS.index("effort")
 PAIRS: Final = len(KINDS)  # kind PAIRS + i: kind i's value and the effort, for --breakdown-by
@@ -49,14 +50,6 @@ DAY_SQL: Final = f"(CAST(r.ts / {slots.SLOT_SECONDS} AS INTEGER) / {slots.SLOTS_
 """A request's UTC day as its slot's (exporter.ledger.slots): the same day on either side."""
 SUMS: Final = ("n", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
                "web_search")
-TABLE: Final = """CREATE TABLE IF NOT EXISTS attr_days (
-    day INTEGER NOT NULL, kind INTEGER NOT NULL, value TEXT NOT NULL, effort TEXT NOT NULL,
-    key INTEGER NOT NULL, roots INTEGER NOT NULL,
-    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
-    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
-    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
-    first REAL NOT NULL, last REAL NOT NULL,
-    PRIMARY KEY (day, kind, value, effort, key, roots)) WITHOUT ROWID"""
 _JOIN_KEY: Final = (
     "JOIN slot_sessions s ON s.session = r.session "
     "JOIN slot_keys k ON k.sid = s.id AND k.project = r.project AND k.model = r.model "
@@ -73,7 +66,7 @@ Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
 
 def create(db: sqlite3.Connection) -> None:
     """Create the table (inside the caller's transaction); a no-op when it exists."""
-    db.execute(TABLE)
+    db.execute(ATTR_DAYS_TABLE)
 
 
 def _meta(thresholds: Sequence[int]) -> str:
@@ -110,7 +103,7 @@ def needs_ensure(db: sqlite3.Connection) -> bool:
 
 
 def ensure(db: sqlite3.Connection, rebuilt: bool = False) -> bool:
-    """Sum the table once if it is not this layout's (after ``slots.ensure``, same transaction).
+    """Sum the table once if it is not this layout's (after ``slot_sums.ensure``, same transaction).
 
     ``rebuilt``: the slots were just summed again (their keys may be new):
     the table is too. Returns whether it was summed.
@@ -134,7 +127,7 @@ def rebuild(db: sqlite3.Connection, *, keys: bool = False) -> None:
     over the requests in table order (NOT INDEXED), then one per kind over
     its result.
     """
-    slots.create(db)
+    create_slot_tables(db)
     create(db)
     db.execute("DELETE FROM attr_days")
     level = slots.level_sql(slots.stored_thresholds(db))
@@ -178,7 +171,7 @@ def _insert(db: sqlite3.Connection, source: str, where: str, params: Sequence[ob
 
 def update(db: sqlite3.Connection, new: Sequence[int],
            changed: Iterable[tuple[str, float]]) -> None:
-    """One batch of the ledger (inside its transaction, after ``slots.update``).
+    """One batch of the ledger (inside its transaction, after ``slot_sums.update``).
 
     ``new``: ids of inserted rows, added by their own values. ``changed``:
     the ``(session, ts)`` of each rewritten row's old and new version; each
