@@ -3,16 +3,16 @@
 The attribution views (`report skill|plugin|mcp|agent`) and the start-up of
 the ``claude_code_attributed_*`` families need sums per skill, plugin, MCP
 server, agent and effort value, split by price class. Grouping the requests
-for them sorts every request (seconds on a year of history, docs/benchmarks.md
-"Attribution"); so the ledger keeps, in the same transaction as its rows, the
-table ``attr_days``: per UTC day, *kind* (:data:`KINDS`: 0-3 the views'
-columns, every request in each, ``''`` for none; 4 effort, requests with one
-only; 5-8 the views' columns again split by effort, which only ``--breakdown-by
-effort`` reads: the others read a quarter of the rows), value, effort, slot key
-(exporter.ledger.slots: session, project and the price attributes, long-context
-level by the slots' thresholds) and roots bitmask (the scope), the request
-count, token sums and the first and last request's time. A report or a
-start-up then reads a few rows per day, not every request.
+for them sorts every request (seconds on a year of history); so the ledger
+keeps, in the same transaction as its rows, the table ``attr_days``: per UTC
+day, *kind* (:data:`KINDS`: 0-3 the views' columns, every request in each,
+``''`` for none; 4 effort, requests with one only; 5-8 the views' columns
+again split by effort, which only ``--breakdown-by effort`` reads: the others
+read a quarter of the rows), value, effort, slot key (exporter.ledger.slots:
+session, project and the price attributes, long-context level by the slots'
+thresholds) and roots bitmask (the scope), the request count, token sums and
+the first and last request's time. A report or a start-up then reads a few
+rows per day, not every request.
 
 Kept like the slots' day sums: a batch's new rows are added by their own
 values (:func:`update`); a rewritten row's session-day, old and new, is summed
@@ -58,7 +58,7 @@ _JOIN_KEY: Final = (
 _ADDED: Final = ", ".join([*(f"{c} = {c} + excluded.{c}" for c in SUMS),
                            "first = min(first, excluded.first)",
                            "last = max(last, excluded.last)"])
-_OF_G: Final = ("sum(n), sum(i), sum(o), sum(cr), sum(w5), sum(w1), sum(ws), min(f), max(l) "
+_GROUP_SUMS: Final = ("sum(n), sum(i), sum(o), sum(cr), sum(w5), sum(w1), sum(ws), min(f), max(l) "
                 "FROM g")
 
 Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
@@ -158,11 +158,11 @@ def _insert(db: sqlite3.Connection, source: str, where: str, params: Sequence[ob
              "sum(r.web_search) AS ws, min(r.ts) AS f, max(r.ts) AS l "
              f"FROM {source} {_JOIN_KEY.format(level=level)} WHERE {where} "
              "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) ")
-    parts = [f"SELECT d, {i}, a{i}, '', key, ro, {_OF_G} GROUP BY 1, 3, 5, 6"
+    parts = [f"SELECT d, {i}, a{i}, '', key, ro, {_GROUP_SUMS} GROUP BY 1, 3, 5, 6"
              for i in range(EFFORT)]
-    parts.append(f"SELECT d, {EFFORT}, e, '', key, ro, {_OF_G} WHERE e != '' "
+    parts.append(f"SELECT d, {EFFORT}, e, '', key, ro, {_GROUP_SUMS} WHERE e != '' "
                  "GROUP BY 1, 3, 5, 6")
-    parts.extend(f"SELECT d, {PAIRS + i}, a{i}, e, key, ro, {_OF_G} GROUP BY 1, 3, 4, 5, 6"
+    parts.extend(f"SELECT d, {PAIRS + i}, a{i}, e, key, ro, {_GROUP_SUMS} GROUP BY 1, 3, 4, 5, 6"
                  for i in range(EFFORT))
     db.execute(f"{group}INSERT INTO attr_days SELECT * FROM ({' UNION ALL '.join(parts)}) "
                "WHERE 1 ON CONFLICT (day, kind, value, effort, key, roots) "

@@ -289,9 +289,9 @@ class _Ingest:
             self._count("statusline_failures", reason, 1)
             self.out.failures[reason] = self.out.failures.get(reason, 0) + 1
         else:
-            self._judged(rec)
+            self._store_if_plausible(rec)
 
-    def _judged(self, rec: dict[str, Any]) -> None:
+    def _store_if_plausible(self, rec: dict[str, Any]) -> None:
         """Store a well-formed sample unless it cannot be true; cap its window names."""
         reason = plausible.rejection(rec)
         if reason is not None:

@@ -118,7 +118,7 @@ def finish(db: sqlite3.Connection, transaction: Transaction, rules: Rules | None
     reader = ReaderThread(db)
     try:
         with transaction():
-            derive.derive(db, reader, state, meanwhile=lambda: _unowned_indexes(db))
+            derive.derive(db, reader, state, meanwhile=lambda: _indexes_apart_from_chains(db))
         with transaction():
             keys = reader.ask(slot_sums.key_rows, fresh=True)
             bins = reader.ask(slot_bins.day_bins)
@@ -136,7 +136,7 @@ def finish(db: sqlite3.Connection, transaction: Transaction, rules: Rules | None
         reader.close()
 
 
-def _unowned_indexes(db: sqlite3.Connection) -> None:
+def _indexes_apart_from_chains(db: sqlite3.Connection) -> None:
     """The indexes a raw pass's end builds that depend on neither gaps nor owners.
 
     The rows' time index (``PASS_INDEXES``: the slots read the rows' time span

@@ -105,7 +105,7 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
 # into an empty ledger drops it and builds it once (exporter.ledger.raw_pass),
-# since sorting a month's keys costs a third of inserting them one by one at random.
+# since sorting the keys once costs less than inserting them one by one at random.
 KEY_INDEX_NAME: Final = "requests_key"
 KEY_INDEX: Final = f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_INDEX_NAME} ON requests (key)"
 KEY_AUTOINDEX: Final = "sqlite_autoindex_requests_1"  # the column's UNIQUE, in older ledgers

@@ -49,10 +49,10 @@ def _day_bins_sql(lo: int, hi: int, *, every: bool = False,
         (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi))
 
 def day_bins(db: sqlite3.Connection) -> DayBins | None:
-    """Every day's bins, as :func:`rebuild` would count them (None: no request).
+    """Every day's bins, as ``slot_sums.rebuild`` would count them (None: no request).
 
     Reads only ``requests``: another connection may count them while the one
-    that rebuilds writes the other slot tables (see :func:`rebuild`).
+    that rebuilds writes the other slot tables (see ``slot_sums.rebuild``).
     """
     lo, hi = db.execute(TIME_SPAN).fetchone()
     if lo is None:
@@ -68,7 +68,7 @@ def refresh_bins(db: sqlite3.Connection, lo: int, hi: int,
     A day is counted whole, in one pass over its requests (the ``ts`` index; a
     few thousand rows on a heavy day). Its block's bins change by the day's old
     and new counts (exact integers, in this transaction): a block is the sum of
-    its days' bins by construction (:func:`rebuild`), so refreshing twice gives
+    its days' bins by construction (``slot_sums.rebuild``), so refreshing twice gives
     the same rows, and the work is the touched days', not 16 days'. ``bins``
     gives the days' rows counted elsewhere (:func:`day_bins` on the same rows).
     """
@@ -104,7 +104,7 @@ def shift_bins(db: sqlite3.Connection, rows: Sequence[BinRow]) -> None:
 
     Exact where the bins were the requests' counts before the rewrite, and cheap:
     the work is the changed rows', not their days' (a day is recounted whole by
-    :func:`refresh` with ``bins``). Bins and SQL are those of :func:`refresh_bins`.
+    ``slot_sums.refresh``). Bins and SQL are those of :func:`refresh_bins`.
     """
     if not rows or version(db) < VERSION:
         return
