@@ -60,7 +60,7 @@ def test_import_contract_catches_a_second_sqlite_driver(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "exporter", tmp_path / "exporter",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    slots = tmp_path / "exporter" / "slots.py"
+    slots = tmp_path / "exporter" / "ledger" / "slots.py"
     slots.write_text(slots.read_text() + "\nimport sqlite3 as _driver  # a second driver\n")
     proc = _lint_imports(tmp_path)
     assert proc.returncode != 0
