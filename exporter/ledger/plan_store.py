@@ -53,6 +53,7 @@ RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbi
 #: Why a spool line was rejected (``window_cap``: cut, see exporter.ingest.plausible).
 REJECT_REASONS: Final = ("too_long", "not_json", "bad_record", *plausible.REASONS)
 
+
 @dataclass(slots=True)
 class Ingested:
     """What one call moved: new and repeated samples, failures, rejected lines, bytes."""

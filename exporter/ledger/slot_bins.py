@@ -29,6 +29,7 @@ from exporter.sqlite import sqlite3
 DayBins = tuple[int, int, list[tuple[int, ...]]]
 """The ``slot_hist`` day rows (span 0) of the UTC days ``lo`` to ``hi``: ``(lo, hi, rows)``."""
 
+
 def _day_bins_sql(lo: int, hi: int, *, every: bool = False,
                   ) -> tuple[str, str, tuple[float, float, int, int]]:
     """The day bins of days ``lo`` to ``hi`` from their requests: (WITH clause, SELECT, params).
@@ -48,6 +49,7 @@ def _day_bins_sql(lo: int, hi: int, *, every: bool = False,
         "count(*) FROM v WHERE g IS NOT NULL GROUP BY 3, 4, 5",
         (lo * 86_400 - 1.0, (hi + 1) * 86_400 + 1.0, lo, hi))
 
+
 def day_bins(db: sqlite3.Connection) -> DayBins | None:
     """Every day's bins, as ``slot_sums.rebuild`` would count them (None: no request).
 
@@ -60,6 +62,7 @@ def day_bins(db: sqlite3.Connection) -> DayBins | None:
     lo_day, hi_day = slot_of(lo) // SLOTS_PER_DAY, slot_of(hi) // SLOTS_PER_DAY
     with_v, select, params = _day_bins_sql(lo_day, hi_day, every=True)
     return lo_day, hi_day, db.execute(with_v + select, params).fetchall()
+
 
 def refresh_bins(db: sqlite3.Connection, lo: int, hi: int,
                   bins: Callable[[], DayBins | None] | None = None) -> None:
@@ -96,8 +99,10 @@ def refresh_bins(db: sqlite3.Connection, lo: int, hi: int,
     db.execute("DELETE FROM slot_hist WHERE measure IN (0, 1, 2) AND span = 1 "
                "AND unit BETWEEN ? AND ? AND n = 0", (b_lo, b_hi))
 
+
 BinRow = tuple[float, int, int, int, int, int, int, "float | None", int, int]
 """(ts, roots, input, cache_read, cache_write_5m, cache_write_1h, output, gap, source, sign)."""
+
 
 def shift_bins(db: sqlite3.Connection, rows: Sequence[BinRow]) -> None:
     """Move rewritten rows' value bins: each old version out (sign -1), each new one in (+1).
@@ -130,6 +135,7 @@ def shift_bins(db: sqlite3.Connection, rows: Sequence[BinRow]) -> None:
                 params) if r[5] == 0)
     db.executemany("DELETE FROM slot_hist WHERE measure = ? AND span = ? AND unit = ? "
                    "AND roots = ? AND bin = ? AND n = 0", emptied)
+
 
 def add_bins(db: sqlite3.Connection, where: str, params: Sequence[int]) -> None:
     """Count new rows into their days' and blocks' value bins (they were in none: exact)."""

@@ -73,9 +73,11 @@ def ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
     rebuild(db)
     return True
 
+
 def needs_ensure(db: sqlite3.Connection, wanted: Sequence[int] = ()) -> bool:
     """Whether :func:`ensure` would rebuild (a cheap read, outside any transaction)."""
     return version(db) != VERSION or not {int(t) for t in wanted} <= set(stored_thresholds(db))
+
 
 def use_thresholds(db: sqlite3.Connection, wanted: Sequence[int]) -> bool:
     """Sum the slots by ``wanted`` (sorted) from now on; rebuild them if they change.
@@ -89,6 +91,7 @@ def use_thresholds(db: sqlite3.Connection, wanted: Sequence[int]) -> bool:
     rebuild(db)
     return True
 
+
 def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
     """Sum the given slots again from ``requests`` (inside the caller's transaction).
 
@@ -100,7 +103,7 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
     """
     runs = list(_runs(slots))
     for lo, hi in runs:
-        refresh_range(db, lo, hi, hist=False)
+        _refresh_range(db, lo, hi, hist=False)
     # Each touched day's histograms once, however many runs fall in it.
     days = sorted({d for lo, hi in runs for d in range(lo // SLOTS_PER_DAY,
                                                         hi // SLOTS_PER_DAY + 1)})
@@ -108,7 +111,8 @@ def refresh(db: sqlite3.Connection, slots: Iterable[int]) -> None:
         _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
         refresh_bins(db, lo_day, hi_day)
 
-def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True) -> None:
+
+def _refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True) -> None:
     """Sum every slot from ``lo`` to ``hi`` (inclusive) again; see :func:`refresh`.
 
     ``hist``: and the value histograms of their days (:func:`refresh` does those once).
@@ -118,6 +122,7 @@ def refresh_range(db: sqlite3.Connection, lo: int, hi: int, *, hist: bool = True
     if hist:
         _refresh_blocks(db, lo // SLOTS_PER_DAY // BLOCK_DAYS, hi // SLOTS_PER_DAY // BLOCK_DAYS)
         refresh_bins(db, lo // SLOTS_PER_DAY, hi // SLOTS_PER_DAY)
+
 
 def _sum_slots(db: sqlite3.Connection, lo: int, hi: int) -> None:
     """Sum the slots ``lo`` to ``hi`` (inclusive) again from ``requests`` (not their days)."""
@@ -139,6 +144,7 @@ def _sum_slots(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"sum(r.cache_write_5m), sum(r.cache_write_1h), sum(r.web_search), sum({GAP_MS}), "
         f"min(r.ts), max(r.ts), {MINUTES} FROM requests r {_JOIN_KEY.format(level=level)} "
         f"WHERE {_IN_RANGE} GROUP BY 1, 2, 3, 4", params)
+
 
 def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
     """Sum the blocks ``lo`` to ``hi`` (inclusive) again from their days' sums."""
@@ -169,6 +175,7 @@ def _refresh_blocks(db: sqlite3.Connection, lo: int, hi: int) -> None:
         "sum(cache_read), sum(CASE WHEN bucket > 0 THEN n ELSE 0 END), min(first), max(last) "
         "FROM slot_blocks WHERE block BETWEEN ? AND ? GROUP BY 1, 2, 3", (lo, hi))
 
+
 def update(db: sqlite3.Connection, new: Sequence[int], changed: Iterable[int],
            moved: Sequence[BinRow]) -> None:
     """One batch of the ledger (inside its transaction): new rows, rewritten ones.
@@ -189,6 +196,7 @@ def update(db: sqlite3.Connection, new: Sequence[int], changed: Iterable[int],
     for lo_day, hi_day in _day_runs(sorted(days)):
         _refresh_days(db, lo_day, hi_day)
         _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
+
 
 def _add_rows(db: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
     """Add new rows to their slots and value bins; the UTC days they fall in (not summed)."""
@@ -221,10 +229,12 @@ def _add_rows(db: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
             add_bins(db, where, part)
     return days
 
+
 def _chunks(items: Sequence[int], size: int = 500) -> Iterator[Sequence[int]]:
     """Slices of at most ``size`` items, for ``IN (…)`` lookups."""
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
 
 def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
     """Sum the UTC days ``lo`` to ``hi`` again from their slots."""
@@ -245,6 +255,7 @@ def _refresh_days(db: sqlite3.Connection, lo: int, hi: int) -> None:
         f"UNION ALL SELECT w / {SLOTS_PER_DAY // 2}, 0, count(DISTINCT sid) FROM "
         "(SELECT slot / 2 AS w, sid FROM slots WHERE slot BETWEEN ? AND ?) GROUP BY w"
         ") GROUP BY d", (*span, *span))
+
 
 def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = None,
             keys: Callable[[], KeyRows] | None = None) -> None:
@@ -287,9 +298,11 @@ def rebuild(db: sqlite3.Connection, bins: Callable[[], DayBins | None] | None = 
     _refresh_blocks(db, lo_day // BLOCK_DAYS, hi_day // BLOCK_DAYS)
     refresh_bins(db, lo_day, hi_day, bins)
 
+
 KeyRows = tuple[tuple[int, ...], list[tuple[Any, ...]]]
 """Every slot key of the requests: ``(thresholds, rows)``, each row ``(session, project,
 model, source, service_tier, inference_geo, speed, long)``, ``long`` by those thresholds."""
+
 
 def key_rows(db: sqlite3.Connection) -> KeyRows:
     """The slot key of every request, as :func:`rebuild` would insert them (distinct, sorted).
@@ -302,6 +315,7 @@ def key_rows(db: sqlite3.Connection) -> KeyRows:
                       "FROM requests r NOT INDEXED").fetchall()
     return thresholds, sorted(rows)
 
+
 def _insert_keys(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     """Add the sessions and slot keys of ``rows`` (:data:`KeyRows`) that are not there yet."""
     db.executemany("INSERT OR IGNORE INTO slot_sessions (session) VALUES (?)",
@@ -309,6 +323,7 @@ def _insert_keys(db: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> Non
     sids = dict(db.execute("SELECT session, id FROM slot_sessions"))
     db.executemany(f"INSERT OR IGNORE INTO slot_keys (sid, {_KEY_COLUMNS}, long) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [(sids[row[0]], *row[1:]) for row in rows])
+
 
 def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:
     """Runs of consecutive days (sorted, distinct) as inclusive ranges."""
@@ -321,6 +336,7 @@ def _day_runs(days: Sequence[int]) -> Iterator[tuple[int, int]]:
             start = d
         prev = d
     yield start, prev
+
 
 def _runs(slots: Iterable[int]) -> Iterator[tuple[int, int]]:
     """Ranges covering the slots, merging neighbours less than MERGE_SLOTS apart.

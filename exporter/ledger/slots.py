@@ -96,11 +96,13 @@ def bin_sql(value: str) -> str:
 
     return f"(CASE WHEN {value} < {1 << HIST_BITS} THEN {value} ELSE {tree(HIST_BITS + 1, 63)} END)"
 
+
 def bin_bounds(lo: int) -> tuple[int, int]:
     """The values ``[lo, hi)`` of the bin that starts at ``lo`` (a value of ``bin_sql``)."""
     if lo < 1 << HIST_BITS:
         return lo, lo + 1
     return lo, lo + (1 << (lo.bit_length() - HIST_BITS))
+
 
 def version(db: sqlite3.Connection) -> int:
     """What the slot tables hold (0: a ledger from before slot_meta's version)."""
@@ -110,6 +112,7 @@ def version(db: sqlite3.Connection) -> int:
         _missing_table(exc)
         row = None
     return 0 if row is None else int(row[0])
+
 
 def _missing_table(exc: sqlite3.OperationalError) -> None:
     """Re-raise anything but a missing table (a ledger from before slot_meta).
@@ -121,11 +124,13 @@ def _missing_table(exc: sqlite3.OperationalError) -> None:
     if "no such table" not in str(exc):
         raise exc
 
+
 def level_sql(thresholds: Sequence[int], context: str = CONTEXT) -> str:
     """SQL for the long-context level: how many of ``thresholds`` the context exceeds."""
     if not thresholds:
         return "0"
     return "(" + " + ".join(f"({context} > {int(t)})" for t in thresholds) + ")"
+
 
 def stored_thresholds(db: sqlite3.Connection) -> tuple[int, ...]:
     """The long-context thresholds the slots were summed with."""
@@ -136,6 +141,7 @@ def stored_thresholds(db: sqlite3.Connection) -> tuple[int, ...]:
         row = None
     return DEFAULT_THRESHOLDS if row is None else tuple(json.loads(row[0]))
 
+
 def read_thresholds(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
                     ) -> tuple[int, ...]:
     """:func:`stored_thresholds` through a reader (``Ledger.read``)."""
@@ -145,6 +151,7 @@ def read_thresholds(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]
         rows = []
     return tuple(json.loads(rows[0][0])) if rows else DEFAULT_THRESHOLDS
 
+
 def read_version(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]]) -> int:
     """:func:`version` through a reader (``Ledger.read``)."""
     try:
@@ -152,6 +159,7 @@ def read_version(read: Callable[[str, Sequence[object]], list[tuple[Any, ...]]])
     except sqlite3.OperationalError:
         rows = []
     return int(rows[0][0]) if rows else 0
+
 
 def slot_of(ts: float) -> int:
     """The slot holding epoch ``ts`` (as SQL computes it: ``CAST(ts / 300 AS INTEGER)``)."""
