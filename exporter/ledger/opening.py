@@ -39,7 +39,7 @@ APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
 SCHEMA_VERSION: Final = 3  # 3: the attribution columns (schema.create)
 
 
-def open_file(path: Path, state: Health, lock: threading.RLock, *, readonly: bool,
+def open_file(path: Path, file_health: Health, lock: threading.RLock, *, readonly: bool,
               trusted: bool, check_above: int | None, rules: Rules | None,
               clock: Callable[[], float]) -> sqlite3.Connection:
     """A connection to the ledger at ``path``, checked and ready; LedgerError if it is not ours.
@@ -53,7 +53,7 @@ def open_file(path: Path, state: Health, lock: threading.RLock, *, readonly: boo
         if readonly:
             db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None,
                                  check_same_thread=False)
-            if _check(db, path, state, check_above, trusted=trusted) != SCHEMA_VERSION:
+            if _check(db, path, file_health, check_above, trusted=trusted) != SCHEMA_VERSION:
                 raise LedgerError(f"ledger {path} is not yet upgraded by its writer")
             db.execute("PRAGMA query_only = ON")
         else:
@@ -62,7 +62,7 @@ def open_file(path: Path, state: Health, lock: threading.RLock, *, readonly: boo
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
             db = writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            _prepare_writer(writer, path, state, lambda: Tx(writer, state, lock),
+            _prepare_writer(writer, path, file_health, lambda: Tx(writer, file_health, lock),
                             check_above=check_above, rules=rules, clock=clock)
         _tighten(path)
         return db
@@ -79,11 +79,11 @@ def open_file(path: Path, state: Health, lock: threading.RLock, *, readonly: boo
         raise
 
 
-def _prepare_writer(db: sqlite3.Connection, path: Path, state: Health,
+def _prepare_writer(db: sqlite3.Connection, path: Path, file_health: Health,
                     transaction: raw_pass.Transaction, *, check_above: int | None,
                     rules: Rules | None, clock: Callable[[], float]) -> None:
     """Check the file is a ledger of ours (or empty), create or migrate it, finish what is left."""
-    version = _check(db, path, state, check_above, trusted=False)
+    version = _check(db, path, file_health, check_above, trusted=False)
     if version == 0:  # no page written yet: the file's page size is still open
         db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # (and set for good by the WAL switch)
     _wal(db)
@@ -133,7 +133,7 @@ def _wal(db: sqlite3.Connection, deadline_s: float = 10.0) -> None:
             time.sleep(0.05)  # bounded by the deadline: the twin's switch is quick
 
 
-def _check(db: sqlite3.Connection, path: Path, state: Health, check_above: int | None, *,
+def _check(db: sqlite3.Connection, path: Path, file_health: Health, check_above: int | None, *,
            trusted: bool) -> int:
     """The schema version of a file that is ours (0: empty); LedgerError otherwise."""
     health.refuse_marked(path)  # refused before anything reads it
@@ -156,7 +156,7 @@ def _check(db: sqlite3.Connection, path: Path, state: Health, check_above: int |
             " refusing to touch it: point --state-dir elsewhere")
     # quick_check reads every page (O(history)); skipped when the file is exactly as a
     # verified close left it, or a live writer checked it (exporter.ledger.health).
-    health.check_at_open(db, state, later=check_above, trusted=trusted)
+    health.check_at_open(db, file_health, later=check_above, trusted=trusted)
     if half_made:
         version = 1
     if version > SCHEMA_VERSION:

@@ -1,7 +1,8 @@
 """The request ledger: one SQLite row per request, the single source of truth.
 
-:class:`Ledger` is the one door to the ledger file; each job is a module of
-its own (docs: ARCHITECTURE.md):
+:class:`Ledger` is the pipeline's door to the ledger file (the plan tables
+have their own connections, :mod:`exporter.ledger.connections`); each of its
+jobs is a module of its own:
 
 - :mod:`~exporter.ledger.opening`: is the file ours, its schema, WAL mode;
 - :mod:`~exporter.ledger.merge`: one incremental batch (with
