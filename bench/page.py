@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.common import exporter_cmd, machine
-from exporter.ledger import slots
+from exporter.ledger import slot_sums
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 
@@ -57,7 +57,7 @@ def extend(src: Path, dst: Path, months: int) -> int:
         select = ", ".join(shifted.get(c, c) for c in cols)
         db.execute(f"INSERT INTO requests ({', '.join(cols)}) SELECT {select} FROM requests "
                    f"WHERE id <= {top}")
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     db.execute("COMMIT")
     n: int = db.execute("SELECT count(*) FROM requests").fetchone()[0]
     db.close()

@@ -82,7 +82,7 @@ def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
 
 def replicate(ledger: Path, times: int) -> int:
     """Copy the ledger's requests ``times`` times, a month apart; rebuild the slots."""
-    from exporter.ledger import slots
+    from exporter.ledger import slot_sums
     from exporter.sqlite import sqlite3
 
     db = sqlite3.connect(ledger, isolation_level=None)
@@ -96,7 +96,7 @@ def replicate(ledger: Path, times: int) -> int:
                 f"INSERT INTO requests (id, key, ts, session, {rest}) SELECT id + {m * top}, "
                 f"key || '~{m}', ts + {m * 31 * 86400}, session || '~{m}', {rest} "
                 f"FROM requests WHERE id <= {top}")
-        slots.rebuild(db)
+        slot_sums.rebuild(db)
         db.execute("COMMIT")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # as a ledger at rest, not mid-burst
         return int(db.execute("SELECT count(*) FROM requests").fetchone()[0])

@@ -323,7 +323,7 @@ class Rules(Protocol):
 
     fingerprint: str
 
-    def klass(self, req: Request) -> CountClass:
+    def count_class(self, req: Request) -> CountClass:
         """The class a request counts under."""
 
     def sums(self, req: Request, count: int = 1) -> tuple[int, ...]:

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from exporter.ledger import slots
+from exporter.ledger import slot_sums, slots
+from exporter.ledger.schema import create_slot_tables
 from exporter.ledger.store import Ledger
 from exporter.projections.facts import Selection
 from exporter.projections.periods import UTC_ZONE, Range
@@ -67,10 +68,10 @@ def slotted(requests: Sequence[Request],
     marks = ",".join("?" * len(Request._fields))
     db.executemany(f"INSERT INTO requests ({_COLUMNS}) VALUES ({marks})",
                    [(*r[:-1], gaps.get(r.key)) for r in requests])
-    slots.create(db)
-    slots.rebuild(db)
+    create_slot_tables(db)
+    slot_sums.rebuild(db)
     if thresholds is not None:
-        slots.use_thresholds(db, thresholds)
+        slot_sums.use_thresholds(db, thresholds)
     return db
 
 

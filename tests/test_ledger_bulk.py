@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from exporter.ingest.scan import Scanner
-from exporter.ledger import bulk as ledger_bulk
-from exporter.ledger import slots
-from exporter.ledger.bulk import RAW_PASS
+from exporter.ledger import classes, slot_sums
+from exporter.ledger.staging import RAW_PASS
 from exporter.ledger.store import Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
@@ -281,7 +280,7 @@ def test_new_rows_between_changed_ones_count_once(tmp_path: Path) -> None:
     kept = ledger.read("SELECT * FROM slot_hist ORDER BY 1, 2, 3, 4, 5")
     ledger.close()
     with sqlite3.connect(tmp_path / "l.db") as db:
-        slots.rebuild(db)
+        slot_sums.rebuild(db)
         assert db.execute("SELECT * FROM slot_hist ORDER BY 1, 2, 3, 4, 5").fetchall() == kept
 
 
@@ -438,15 +437,15 @@ def test_a_raw_pass_settles_each_row_after_its_last_change(tmp_path: Path) -> No
 
 def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
     """The pass's key filter never forgets a staged key (a miss would insert it twice)."""
-    from exporter.ledger.bulk import Keys
+    from exporter.ledger.staging import StagedKeys
 
-    keys = Keys()
+    keys = StagedKeys()
     staged = [f"msg_{i:06d}\x1freq_{i:06d}" for i in range(20_000)]
-    assert len(keys.note(staged)) < 20  # new keys, noted (a few look known to the others)
-    assert keys.note(staged) == staged
+    assert len(keys.check_and_add(staged)) < 20  # new keys, noted (a few look known to the others)
+    assert keys.check_and_add(staged) == staged
     others = [f"msg_{i:06d}\x1freq_x" for i in range(20_000)]
-    assert len(keys.note(others)) < 20  # false ones only cost a lookup
-    assert keys.note(others) == others  # and now they are noted too
+    assert len(keys.check_and_add(others)) < 20  # false ones only cost a lookup
+    assert keys.check_and_add(others) == others  # and now they are noted too
 
 
 def test_a_raw_pass_gives_a_file_one_id_and_its_smallest_session(tmp_path: Path) -> None:
@@ -526,8 +525,8 @@ def test_classes_from_the_day_sums_equal_those_from_the_rows(tmp_path: Path) -> 
     def norm(rows: Any) -> list[Any]:
         return sorted((m, c, f, last, tuple(v)) for m, c, f, last, v in rows)
 
-    of_rows = norm(ledger_bulk._classes_of_rows(db, rules))
-    of_days = ledger_bulk._classes_of_days(db, rules)
+    of_rows = norm(classes._classes_of_rows(db, rules))
+    of_days = classes._classes_of_days(db, rules)
     assert of_days is not None and norm(of_days) == of_rows
     assert {c[1].period for c in of_rows} == {0, 1} and {c[1].long for c in of_rows} == {0, 1}
     assert {c[1].gap for c in of_rows} == {"", "first", "lt_5m", "5m_to_1h", "gt_1h"}
@@ -535,6 +534,6 @@ def test_classes_from_the_day_sums_equal_those_from_the_rows(tmp_path: Path) -> 
     assert [r[:2] + r[4:] for r in stored] == [r[:2] + r[4:] for r in of_rows]
     # A cut inside a day: the day sums give way to the rows.
     off = _OffMidnight(rules)
-    assert ledger_bulk._classes_of_days(db, off) is None
-    assert norm(ledger_bulk.count_classes(db, off)) == norm(
-        ledger_bulk._classes_of_rows(db, off))
+    assert classes._classes_of_days(db, off) is None
+    assert norm(classes.count_classes(db, off)) == norm(
+        classes._classes_of_rows(db, off))

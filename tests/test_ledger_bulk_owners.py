@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.ingest.scan import Scanner
-from exporter.ledger.bulk import derive
+from exporter.ledger.derive import derive
 from exporter.ledger.store import Ledger
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate

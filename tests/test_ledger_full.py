@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter.ledger import slots
+from exporter.ledger.schema import create_slot_tables
 from exporter.sqlite import sqlite3
 from tests.conftest import ROOT
 
@@ -53,7 +54,7 @@ def test_a_slot_read_that_fails_is_not_taken_for_a_missing_table(tmp_path: Path)
     """Only a missing slot_meta means "no version yet"; any other failure is raised."""
     db = sqlite3.connect(tmp_path / "l.db", isolation_level=None)
     assert slots.version(db) == 0  # no slot_meta: a ledger from before it
-    slots.create(db)
+    create_slot_tables(db)
     db.set_progress_handler(lambda: 1, 1)  # every statement is interrupted
     with pytest.raises(sqlite3.OperationalError, match="interrupt"):
         slots.version(db)

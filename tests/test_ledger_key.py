@@ -8,7 +8,6 @@ from pathlib import Path
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger.bulk import STAGED, STAGED_SCHEMA, _staged
 from exporter.ledger.schema import (
     KEY_AUTOINDEX,
     KEY_INDEX_NAME,
@@ -18,6 +17,7 @@ from exporter.ledger.schema import (
     WRITE_INDEXES,
     index_name,
 )
+from exporter.ledger.staging import STAGED, STAGED_SCHEMA, _staged
 from exporter.ledger.store import Ledger
 from exporter.records import Applied
 from exporter.sqlite import sqlite3

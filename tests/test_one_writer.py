@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from exporter.ledger.lock import LedgerBusyError, WriterLock, open_ledger
+from exporter.ledger.access import open_ledger
+from exporter.ledger.lock import LedgerBusyError, WriterLock
 from exporter.ledger.store import Ledger
 from exporter.synth import GenOptions, generate
 from tests.conftest import ROOT, assistant, jsonl

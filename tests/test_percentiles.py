@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from exporter.ledger import slots
+from exporter.ledger import slot_sums, slots
 from exporter.ledger.store import Ledger
 from exporter.projections.counting import Counting
 from exporter.projections.facts import Prices, Selection
@@ -48,7 +48,7 @@ def slotted(data: list[tuple[Any, ...]]) -> sqlite3.Connection:
     db.executemany(f"INSERT INTO requests ({COLUMNS}) VALUES ({','.join('?' * 17)})", data)
     db.execute("UPDATE requests SET context = input + cache_read + cache_write_5m + "
                "cache_write_1h")
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     return db
 
 
@@ -114,7 +114,7 @@ def test_histograms_follow_a_refresh() -> None:
     db = slotted(data)
     db.execute("UPDATE requests SET output = output * 7 + 1 WHERE id % 3 = 0")
     changed = [r[0] for r in db.execute("SELECT ts FROM requests WHERE id % 3 = 0")]
-    slots.refresh(db, [slots.slot_of(ts) for ts in changed])
+    slot_sums.refresh(db, [slots.slot_of(ts) for ts in changed])
     values = sorted(r[0] for r in db.execute("SELECT output FROM requests"))
     hist = Histograms.of(selection(db, None, None))
     assert hist is not None
@@ -127,11 +127,11 @@ def test_an_old_slot_layout_is_not_used() -> None:
     db = slotted(spread_rows(200, 13))
     db.execute("DELETE FROM slot_meta WHERE name = 'version'")
     assert Histograms.of(selection(db, None, None)) is None
-    assert slots.needs_ensure(db)
-    assert slots.ensure(db, [100_000])
+    assert slot_sums.needs_ensure(db)
+    assert slot_sums.ensure(db, [100_000])
     assert slots.stored_thresholds(db) == (100_000, 200_000)
     assert Histograms.of(selection(db, None, None)) is not None
-    assert not slots.needs_ensure(db, [200_000])  # a subset of the split: nothing to do
+    assert not slot_sums.needs_ensure(db, [200_000])  # a subset of the split: nothing to do
 
 
 def test_bins_bound_their_values() -> None:

@@ -112,7 +112,7 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
 
 def _raw_pending(state: Path) -> bool:
     """Whether the ledger holds a first pass whose derived state is not yet computed."""
-    from exporter.ledger.bulk import RAW_PASS
+    from exporter.ledger.staging import RAW_PASS
 
     con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
     try:

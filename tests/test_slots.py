@@ -6,7 +6,8 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from exporter.ledger import slots
+from exporter.ledger import slot_sums, slots
+from exporter.ledger.schema import create_slot_tables
 from exporter.sqlite import sqlite3
 
 REQUESTS = """CREATE TABLE requests (
@@ -45,7 +46,7 @@ def ledger(data: list[tuple[Any, ...]]) -> sqlite3.Connection:
     db.execute(REQUESTS)
     db.execute("CREATE INDEX requests_ts ON requests (ts)")
     db.executemany(f"INSERT INTO requests ({COLUMNS}) VALUES ({','.join('?' * 17)})", data)
-    slots.create(db)
+    create_slot_tables(db)
     return db
 
 
@@ -102,7 +103,7 @@ def test_rebuild_equals_request_by_request_sums() -> None:
     """A full rebuild gives every slot's sums, keys, bucket and minute counts exactly."""
     data = rows(3000, 1)
     db = ledger(data)
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     approx(stored(db), expected(data))
 
 
@@ -110,12 +111,12 @@ def test_rebuild_with_keys_read_elsewhere_equals_one_that_reads_them() -> None:
     """Slot keys read beforehand (as on another connection) give the same slots; stale ones not."""
     data = rows(3000, 2)
     db = ledger(data)
-    keys = slots.key_rows(db)
+    keys = slot_sums.key_rows(db)
     assert keys[0] == slots.DEFAULT_THRESHOLDS and len(keys[1]) == len(set(keys[1]))
-    slots.rebuild(db, keys=lambda: keys)
+    slot_sums.rebuild(db, keys=lambda: keys)
     approx(stored(db), expected(data))
     stale = ledger(data)
-    slots.rebuild(stale, keys=lambda: ((1,), [("s9", "/z", "opus", 0, "", "", "", 1)]))
+    slot_sums.rebuild(stale, keys=lambda: ((1,), [("s9", "/z", "opus", 0, "", "", "", 1)]))
     approx(stored(stale), expected(data))  # summed by the stored thresholds, not the stale ones
     assert not stale.execute("SELECT 1 FROM slot_sessions WHERE session = 's9'").fetchall()
 
@@ -124,7 +125,7 @@ def test_refresh_of_changed_slots_keeps_everything_exact() -> None:
     """Changing rows (new times, tokens, gaps, roots) and refreshing their slots is exact."""
     data = rows(2000, 2)
     db = ledger(data)
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     rng = random.Random(5)
     touched: set[int] = set()
     for i in rng.sample(range(len(data)), 300):
@@ -136,7 +137,7 @@ def test_refresh_of_changed_slots_keeps_everything_exact() -> None:
         db.execute("UPDATE requests SET ts = ?, output = ?, gap = ?, roots = ? WHERE key = ?",
                    (new[1], new[7], new[15], new[16], new[0]))
         touched |= {slots.slot_of(old[1]), slots.slot_of(new_ts)}
-    slots.refresh(db, touched)
+    slot_sums.refresh(db, touched)
     approx(stored(db), expected(data))
 
 
@@ -144,25 +145,25 @@ def test_refresh_is_idempotent_and_empty_refresh_is_harmless() -> None:
     """Refreshing twice, or refreshing slots with no requests, changes nothing."""
     data = rows(500, 3)
     db = ledger(data)
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     before = stored(db)
-    slots.refresh(db, [slots.slot_of(r[1]) for r in data])
-    slots.refresh(db, [1, 2, 3])
+    slot_sums.refresh(db, [slots.slot_of(r[1]) for r in data])
+    slot_sums.refresh(db, [1, 2, 3])
     assert stored(db) == before
 
 
 def test_runs_merge_near_slots_only() -> None:
     """Touched slots close together are refreshed as one range; far ones separately."""
-    assert list(slots._runs([5, 1, 2, 40, 200])) == [(1, 40), (200, 200)]
-    assert list(slots._runs([])) == []
+    assert list(slot_sums._runs([5, 1, 2, 40, 200])) == [(1, 40), (200, 200)]
+    assert list(slot_sums._runs([])) == []
 
 
 def test_days_are_the_sums_of_their_slots() -> None:
     """Each UTC day row equals the sums of that day's slot rows, after rebuilds and refreshes."""
     data = rows(2000, 6)
     db = ledger(data)
-    slots.rebuild(db)
-    slots.refresh(db, [slots.slot_of(data[0][1]), slots.slot_of(data[-1][1])])
+    slot_sums.rebuild(db)
+    slot_sums.refresh(db, [slots.slot_of(data[0][1]), slots.slot_of(data[-1][1])])
     sums = ("sum(n), sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
             "sum(cache_write_1h), sum(web_search), sum(gap_ms), min(first), max(last)")
     from_slots = db.execute(f"SELECT slot / 288, key, roots, bucket, sid, {sums} FROM slots "
@@ -175,7 +176,7 @@ def test_day_peaks_are_each_days_busiest_minute_and_ten_minutes() -> None:
     """Each day's stored peaks equal the busiest minute and 10-minute window of its requests."""
     data = rows(3000, 8)
     db = ledger(data)
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     minutes: dict[int, int] = defaultdict(int)
     windows: dict[int, set[str]] = defaultdict(set)
     for row in data:
@@ -194,13 +195,13 @@ def test_new_thresholds_rebuild_the_slots_by_level() -> None:
     """Other long-context thresholds: the slots are summed again by level over them."""
     data = rows(1500, 9)
     db = ledger(data)
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     assert slots.stored_thresholds(db) == (200_000,)
-    assert slots.use_thresholds(db, [200_000, 100_000]) is True
+    assert slot_sums.use_thresholds(db, [200_000, 100_000]) is True
     assert slots.stored_thresholds(db) == (100_000, 200_000)
     approx(stored(db), expected(data, (100_000, 200_000)))
-    assert slots.use_thresholds(db, (100_000, 200_000)) is False  # the same: no rebuild
-    slots.refresh(db, [slots.slot_of(r[1]) for r in data[:50]])
+    assert slot_sums.use_thresholds(db, (100_000, 200_000)) is False  # the same: no rebuild
+    slot_sums.refresh(db, [slots.slot_of(r[1]) for r in data[:50]])
     approx(stored(db), expected(data, (100_000, 200_000)))
 
 
@@ -208,10 +209,10 @@ def test_block_sums_are_their_days_sums_after_a_refresh() -> None:
     """Each 16-day block's sums equal its days' sums, after a rebuild and after a refresh."""
     data = rows(2000, 10)
     db = ledger(data)
-    slots.rebuild(db)
+    slot_sums.rebuild(db)
     db.execute("UPDATE requests SET output = output + 5, ts = ts + 86400 * 20 WHERE id % 4 = 0")
     moved = [r[0] for r in db.execute("SELECT ts FROM requests WHERE id % 4 = 0")]
-    slots.refresh(db, [slots.slot_of(ts) for ts in moved]
+    slot_sums.refresh(db, [slots.slot_of(ts) for ts in moved]
                   + [slots.slot_of(ts - 86400 * 20) for ts in moved])
     columns = "n, input, output, cache_read, cache_write_5m, cache_write_1h, web_search, gap_ms"
     sums = ", ".join(f"sum({c})" for c in columns.split(", "))

@@ -347,9 +347,9 @@ def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
     """The ledger, keeping its rollups by the counting rules ``serve`` uses.
 
     Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
-    nothing is ingested, serve does that (exporter.ledger.store.open_ledger).
+    nothing is ingested, serve does that (exporter.ledger.access.open_ledger).
     """
-    from exporter.ledger.lock import open_ledger as open_for
+    from exporter.ledger.access import open_ledger as open_for
     from exporter.projections.counting import Counting
 
     rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)

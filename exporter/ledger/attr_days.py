@@ -3,16 +3,16 @@
 The attribution views (`report skill|plugin|mcp|agent`) and the start-up of
 the ``claude_code_attributed_*`` families need sums per skill, plugin, MCP
 server, agent and effort value, split by price class. Grouping the requests
-for them sorts every request (seconds on a year of history, docs/benchmarks.md
-"Attribution"); so the ledger keeps, in the same transaction as its rows, the
-table ``attr_days``: per UTC day, *kind* (:data:`KINDS`: 0-3 the views'
-columns, every request in each, ``''`` for none; 4 effort, requests with one
-only; 5-8 the views' columns again split by effort, which only ``--breakdown-by
-effort`` reads: the others read a quarter of the rows), value, effort, slot key
-(exporter.ledger.slots: session, project and the price attributes, long-context
-level by the slots' thresholds) and roots bitmask (the scope), the request
-count, token sums and the first and last request's time. A report or a
-start-up then reads a few rows per day, not every request.
+for them sorts every request (seconds on a year of history); so the ledger
+keeps, in the same transaction as its rows, the table ``attr_days``: per UTC
+day, *kind* (:data:`KINDS`: 0-3 the views' columns, every request in each,
+``''`` for none; 4 effort, requests with one only; 5-8 the views' columns
+again split by effort, which only ``--breakdown-by effort`` reads: the others
+read a quarter of the rows), value, effort, slot key (exporter.ledger.slots:
+session, project and the price attributes, long-context level by the slots'
+thresholds) and roots bitmask (the scope), the request count, token sums and
+the first and last request's time. A report or a start-up then reads a few
+rows per day, not every request.
 
 Kept like the slots' day sums: a batch's new rows are added by their own
 values (:func:`update`); a rewritten row's session-day, old and new, is summed
@@ -37,11 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from exporter.ledger import slots
+from exporter.ledger.schema import ATTR_DAYS_META, ATTR_DAYS_TABLE, create_slot_tables
 from exporter.records import ATTRIBUTION
 from exporter.sqlite import sqlite3
 
 VERSION: Final = 1
-META: Final = "attr_days"  # its row in slot_meta
+META: Final = ATTR_DAYS_META  # its row in slot_meta
 KINDS: Final = ATTRIBUTION  # skill, plugin, mcp_server, agent, effort: kind is the index
 EFFORT: Final = KINDS.index("effort")
 PAIRS: Final = len(KINDS)  # kind PAIRS + i: kind i's value and the effort, for --breakdown-by
@@ -49,14 +50,6 @@ DAY_SQL: Final = f"(CAST(r.ts / {slots.SLOT_SECONDS} AS INTEGER) / {slots.SLOTS_
 """A request's UTC day as its slot's (exporter.ledger.slots): the same day on either side."""
 SUMS: Final = ("n", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
                "web_search")
-TABLE: Final = """CREATE TABLE IF NOT EXISTS attr_days (
-    day INTEGER NOT NULL, kind INTEGER NOT NULL, value TEXT NOT NULL, effort TEXT NOT NULL,
-    key INTEGER NOT NULL, roots INTEGER NOT NULL,
-    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
-    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
-    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
-    first REAL NOT NULL, last REAL NOT NULL,
-    PRIMARY KEY (day, kind, value, effort, key, roots)) WITHOUT ROWID"""
 _JOIN_KEY: Final = (
     "JOIN slot_sessions s ON s.session = r.session "
     "JOIN slot_keys k ON k.sid = s.id AND k.project = r.project AND k.model = r.model "
@@ -65,7 +58,7 @@ _JOIN_KEY: Final = (
 _ADDED: Final = ", ".join([*(f"{c} = {c} + excluded.{c}" for c in SUMS),
                            "first = min(first, excluded.first)",
                            "last = max(last, excluded.last)"])
-_OF_G: Final = ("sum(n), sum(i), sum(o), sum(cr), sum(w5), sum(w1), sum(ws), min(f), max(l) "
+_GROUP_SUMS: Final = ("sum(n), sum(i), sum(o), sum(cr), sum(w5), sum(w1), sum(ws), min(f), max(l) "
                 "FROM g")
 
 Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
@@ -73,7 +66,7 @@ Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
 
 def create(db: sqlite3.Connection) -> None:
     """Create the table (inside the caller's transaction); a no-op when it exists."""
-    db.execute(TABLE)
+    db.execute(ATTR_DAYS_TABLE)
 
 
 def _meta(thresholds: Sequence[int]) -> str:
@@ -110,7 +103,7 @@ def needs_ensure(db: sqlite3.Connection) -> bool:
 
 
 def ensure(db: sqlite3.Connection, rebuilt: bool = False) -> bool:
-    """Sum the table once if it is not this layout's (after ``slots.ensure``, same transaction).
+    """Sum the table once if it is not this layout's (after ``slot_sums.ensure``, same transaction).
 
     ``rebuilt``: the slots were just summed again (their keys may be new):
     the table is too. Returns whether it was summed.
@@ -134,7 +127,7 @@ def rebuild(db: sqlite3.Connection, *, keys: bool = False) -> None:
     over the requests in table order (NOT INDEXED), then one per kind over
     its result.
     """
-    slots.create(db)
+    create_slot_tables(db)
     create(db)
     db.execute("DELETE FROM attr_days")
     level = slots.level_sql(slots.stored_thresholds(db))
@@ -165,11 +158,11 @@ def _insert(db: sqlite3.Connection, source: str, where: str, params: Sequence[ob
              "sum(r.web_search) AS ws, min(r.ts) AS f, max(r.ts) AS l "
              f"FROM {source} {_JOIN_KEY.format(level=level)} WHERE {where} "
              "GROUP BY 1, 2, 3, 4, 5, 6, 7, 8) ")
-    parts = [f"SELECT d, {i}, a{i}, '', key, ro, {_OF_G} GROUP BY 1, 3, 5, 6"
+    parts = [f"SELECT d, {i}, a{i}, '', key, ro, {_GROUP_SUMS} GROUP BY 1, 3, 5, 6"
              for i in range(EFFORT)]
-    parts.append(f"SELECT d, {EFFORT}, e, '', key, ro, {_OF_G} WHERE e != '' "
+    parts.append(f"SELECT d, {EFFORT}, e, '', key, ro, {_GROUP_SUMS} WHERE e != '' "
                  "GROUP BY 1, 3, 5, 6")
-    parts.extend(f"SELECT d, {PAIRS + i}, a{i}, e, key, ro, {_OF_G} GROUP BY 1, 3, 4, 5, 6"
+    parts.extend(f"SELECT d, {PAIRS + i}, a{i}, e, key, ro, {_GROUP_SUMS} GROUP BY 1, 3, 4, 5, 6"
                  for i in range(EFFORT))
     db.execute(f"{group}INSERT INTO attr_days SELECT * FROM ({' UNION ALL '.join(parts)}) "
                "WHERE 1 ON CONFLICT (day, kind, value, effort, key, roots) "
@@ -178,7 +171,7 @@ def _insert(db: sqlite3.Connection, source: str, where: str, params: Sequence[ob
 
 def update(db: sqlite3.Connection, new: Sequence[int],
            changed: Iterable[tuple[str, float]]) -> None:
-    """One batch of the ledger (inside its transaction, after ``slots.update``).
+    """One batch of the ledger (inside its transaction, after ``slot_sums.update``).
 
     ``new``: ids of inserted rows, added by their own values. ``changed``:
     the ``(session, ts)`` of each rewritten row's old and new version; each

@@ -28,7 +28,7 @@ from exporter.sqlite import sqlite3
 
 # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB.
 _CORRUPT_CODES: Final = frozenset({11, 26})
-# A file up to this size is checked at open by every command (~0.1 s at ~100 MB/s); a
+# A file up to this size is checked at open by every command (one read of the whole file); a
 # larger one, by ``serve``, while it serves (docs/reliability.md).
 CHECK_AT_OPEN_BYTES: Final = 16 * 1024 * 1024
 FULL_BELOW_BYTES: Final = 1024 * 1024  # a state dir with less free is called full

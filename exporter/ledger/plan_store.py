@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from exporter.ingest import plausible, spool
+from exporter.ledger import connections
+from exporter.ledger.schema import PLAN_TABLES
 from exporter.sqlite import sqlite3
 
 ROTATE_BYTES: Final = 1 << 20
@@ -50,35 +52,6 @@ RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbi
 
 #: Why a spool line was rejected (``window_cap``: cut, see exporter.ingest.plausible).
 REJECT_REASONS: Final = ("too_long", "not_json", "bad_record", *plausible.REASONS)
-
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS plan_samples (
-        key TEXT PRIMARY KEY, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
-        session TEXT, model TEXT, version TEXT, context_pct REAL, context_size INTEGER,
-        session_cost_usd REAL, windows TEXT
-    ) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS plan_samples_first_seen ON plan_samples (first_seen)",
-    """CREATE TABLE IF NOT EXISTS plan_levels (
-        window TEXT NOT NULL, resets_at INTEGER NOT NULL, pct REAL NOT NULL,
-        first_seen REAL NOT NULL, PRIMARY KEY (window, resets_at, pct)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS plan_windows (
-        window TEXT NOT NULL, resets_at INTEGER NOT NULL, max_pct REAL NOT NULL,
-        first_seen REAL NOT NULL, last_seen REAL NOT NULL, reported_resets_at INTEGER NOT NULL,
-        PRIMARY KEY (window, resets_at)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS plan_meta (
-        name TEXT PRIMARY KEY, t REAL NOT NULL, value REAL NOT NULL
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS plan_counters (
-        name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL,
-        PRIMARY KEY (name, label)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS plan_spool (
-        dev INTEGER NOT NULL, ino INTEGER NOT NULL, fp TEXT NOT NULL, offset INTEGER NOT NULL,
-        PRIMARY KEY (dev, ino)
-    ) WITHOUT ROWID""",
-)
 
 
 @dataclass(slots=True)
@@ -95,7 +68,7 @@ class Ingested:
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create the plan tables if missing (plain statements: safe inside a transaction)."""
-    for statement in _SCHEMA:
+    for statement in PLAN_TABLES:
         conn.execute(statement)
 
 
@@ -155,7 +128,7 @@ def ingest_spool(
                for name in (spool.SPOOL_NAME, spool.RETIRED_NAME)):
         return Ingested()
     total = Ingested()
-    conn = sqlite3.connect(ledger_path, isolation_level=None, timeout=10)
+    conn = connections.plan_writer(ledger_path)
     try:
         while True:  # a large backlog comes in bounded reads
             part = ingest_samples(conn, directory, clock=clock)
@@ -317,9 +290,9 @@ class _Ingest:
             self._count("statusline_failures", reason, 1)
             self.out.failures[reason] = self.out.failures.get(reason, 0) + 1
         else:
-            self._judged(rec)
+            self._store_if_plausible(rec)
 
-    def _judged(self, rec: dict[str, Any]) -> None:
+    def _store_if_plausible(self, rec: dict[str, Any]) -> None:
         """Store a well-formed sample unless it cannot be true; cap its window names."""
         reason = plausible.rejection(rec)
         if reason is not None:

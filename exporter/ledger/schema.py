@@ -1,4 +1,9 @@
-"""The ledger's schema (v3) and the in-place migrations from v1 and v2.
+"""Every table of the ledger file (schema v3), and the in-place migrations from v1 and v2.
+
+The requests and their provenance, counters, meta and rollups (:data:`SCHEMA`,
+with the usage slots' tables, :data:`SLOT_TABLES`); the attribution day sums
+(:data:`ATTR_DAYS_TABLE`, made when first summed) and the plan tables
+(:data:`PLAN_TABLES`, made when the status line first recorded a sample).
 
 One statement per item: the ledger runs them inside one transaction with the
 header pragmas, so a kill at any point leaves either no schema or all of it
@@ -10,24 +15,83 @@ from __future__ import annotations
 
 from typing import Final
 
-from exporter.ledger import attr_days as attribution_days
-from exporter.ledger import slots
 from exporter.records import ALL_ROOTS, ATTRIBUTION, COUNT_SUMS, CountClass, gap_seconds
 from exporter.sqlite import sqlite3
 
 # The pages of a new ledger (SQLite's default is 4096; a file keeps the size it was made
-# with). A month's first pass writes a quarter as many pages, WAL frames and checkpoint
-# copies, and walks shallower B-trees: its writer 0.92-0.99x and its end 0.93-0.94x the CPU
-# of 4096, 0.94-0.95x the wall (docs/benchmarks-history.md). A small batch writes 16 KiB per page
-# it touches (the daemon's small passes ~0.5 ms slower).
+# with). A first pass writes a quarter as many pages, WAL frames and checkpoint copies,
+# and walks shallower B-trees; a small batch writes 16 KiB per page it touches.
 PAGE_SIZE: Final = 16384
 # How much the WAL takes before a commit folds it into the file: SQLite's default (1000
-# pages) at its default page size, whatever the file's pages (the month's first pass is as
-# fast with 256 pages of 16 KiB as with 1000: 1.00x).
+# pages) at its default page size, whatever the file's pages (a first pass is as fast with
+# 256 pages of 16 KiB as with 1000).
 WAL_CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
 LEDGER_FILE: Final = "ledger.sqlite3"  # the ledger's name in the state directory
 LEGACY_FILE: Final = ""  # the file of v1 requests, whose provenance was never recorded
 MAX_ROOT_BITS: Final = 62  # roots beyond the 62nd share the last bit (their scopes overlap)
+
+# The columns of every table of sums (slots, days, blocks), after its time unit's column.
+_SLOT_SUMS: Final = """
+    {unit} INTEGER NOT NULL, key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL, sid INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,"""
+
+SLOT_TABLES: Final = (
+    "CREATE TABLE IF NOT EXISTS slot_sessions (id INTEGER PRIMARY KEY, session TEXT NOT NULL "
+    "UNIQUE)",
+    # One key per session, project and price attributes: integers keep the slot rows
+    # narrow and make every GROUP BY of a report sort integers, not text.
+    """CREATE TABLE IF NOT EXISTS slot_keys (
+    id INTEGER PRIMARY KEY, sid INTEGER NOT NULL, project TEXT NOT NULL, model TEXT NOT NULL,
+    source INTEGER NOT NULL, service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL,
+    speed TEXT NOT NULL, long INTEGER NOT NULL,
+    UNIQUE (sid, project, model, source, service_tier, inference_geo, speed, long))""",
+    f"""CREATE TABLE IF NOT EXISTS slots ({_SLOT_SUMS.format(unit="slot")}
+    m0 INTEGER NOT NULL, m1 INTEGER NOT NULL, m2 INTEGER NOT NULL, m3 INTEGER NOT NULL,
+    m4 INTEGER NOT NULL,
+    PRIMARY KEY (slot, key, roots, bucket)) WITHOUT ROWID""",
+    # The same sums per UTC day, from the slots: a report without a time range (or
+    # by UTC day) groups a few thousand day rows a year instead of 100k slot rows.
+    f"""CREATE TABLE IF NOT EXISTS slot_days ({_SLOT_SUMS.format(unit="day")}
+    PRIMARY KEY (day, key, roots, bucket)) WITHOUT ROWID""",
+    # The same sums per 16-day block (``day / 16``), from the day sums: a report over
+    # a year groups a third of the day rows (a key, a session's, rarely spans two days).
+    f"""CREATE TABLE IF NOT EXISTS slot_blocks ({_SLOT_SUMS.format(unit="block")}
+    PRIMARY KEY (block, key, roots, bucket)) WITHOUT ROWID""",
+    # Per block without the session and project: by price class (a year's summary reads
+    # ~20 rows a block), and by session (its session figures: one row per session).
+    """CREATE TABLE IF NOT EXISTS slot_classes (
+    id INTEGER PRIMARY KEY, model TEXT NOT NULL, source INTEGER NOT NULL,
+    service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
+    long INTEGER NOT NULL,
+    UNIQUE (model, source, service_tier, inference_geo, speed, long))""",
+    """CREATE TABLE IF NOT EXISTS slot_class_blocks (
+    block INTEGER NOT NULL, class INTEGER NOT NULL, roots INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    gap_ms INTEGER, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, class, roots, bucket)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS slot_session_blocks (
+    block INTEGER NOT NULL, sid INTEGER NOT NULL, roots INTEGER NOT NULL,
+    n INTEGER NOT NULL, output INTEGER NOT NULL, cache_read INTEGER NOT NULL,
+    gaps INTEGER NOT NULL, first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (block, sid, roots)) WITHOUT ROWID""",
+    # Per UTC day, over every request: the most in one calendar minute and the most
+    # sessions in one aligned 10-minute window (both windows lie inside a day).
+    """CREATE TABLE IF NOT EXISTS slot_day_peaks (
+    day INTEGER PRIMARY KEY, minute INTEGER NOT NULL, sessions INTEGER NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS slot_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # Requests per value bin, per UTC day (span 0) and 16-day block (span 1): see above.
+    """CREATE TABLE IF NOT EXISTS slot_hist (
+    measure INTEGER NOT NULL, span INTEGER NOT NULL, unit INTEGER NOT NULL,
+    roots INTEGER NOT NULL, bin INTEGER NOT NULL, n INTEGER NOT NULL,
+    PRIMARY KEY (measure, span, unit, roots, bin)) WITHOUT ROWID""",
+)
 
 REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY, key TEXT NOT NULL, ts REAL NOT NULL, model TEXT NOT NULL,
@@ -40,8 +104,8 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)})"""
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
-# into an empty ledger drops it and builds it once at its end (exporter.ledger.bulk),
-# since sorting a month's keys costs a third of inserting them one by one at random.
+# into an empty ledger drops it and builds it once (exporter.ledger.raw_pass),
+# since sorting the keys once costs less than inserting them one by one at random.
 KEY_INDEX_NAME: Final = "requests_key"
 KEY_INDEX: Final = f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_INDEX_NAME} ON requests (key)"
 KEY_AUTOINDEX: Final = "sqlite_autoindex_requests_1"  # the column's UNIQUE, in older ledgers
@@ -89,7 +153,45 @@ SCHEMA: Final = (
     # Requests counted but not yet in the histograms (their lines may still grow).
     "CREATE TABLE IF NOT EXISTS unsettled (request INTEGER PRIMARY KEY, due REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS unsettled_due ON unsettled (due)",
-    *slots.SCHEMA,
+    *SLOT_TABLES,
+)
+ATTR_DAYS_META: Final = "attr_days"  # its row in slot_meta (exporter.ledger.attr_days)
+ATTR_DAYS_TABLE: Final = """CREATE TABLE IF NOT EXISTS attr_days (
+    day INTEGER NOT NULL, kind INTEGER NOT NULL, value TEXT NOT NULL, effort TEXT NOT NULL,
+    key INTEGER NOT NULL, roots INTEGER NOT NULL,
+    n INTEGER NOT NULL, input INTEGER NOT NULL, output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL, cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
+    first REAL NOT NULL, last REAL NOT NULL,
+    PRIMARY KEY (day, kind, value, effort, key, roots)) WITHOUT ROWID"""
+# The status line's samples (exporter.ledger.plan_store).
+PLAN_TABLES: Final = (
+    """CREATE TABLE IF NOT EXISTS plan_samples (
+        key TEXT PRIMARY KEY, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
+        session TEXT, model TEXT, version TEXT, context_pct REAL, context_size INTEGER,
+        session_cost_usd REAL, windows TEXT
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS plan_samples_first_seen ON plan_samples (first_seen)",
+    """CREATE TABLE IF NOT EXISTS plan_levels (
+        window TEXT NOT NULL, resets_at INTEGER NOT NULL, pct REAL NOT NULL,
+        first_seen REAL NOT NULL, PRIMARY KEY (window, resets_at, pct)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_windows (
+        window TEXT NOT NULL, resets_at INTEGER NOT NULL, max_pct REAL NOT NULL,
+        first_seen REAL NOT NULL, last_seen REAL NOT NULL, reported_resets_at INTEGER NOT NULL,
+        PRIMARY KEY (window, resets_at)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_meta (
+        name TEXT PRIMARY KEY, t REAL NOT NULL, value REAL NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_counters (
+        name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL,
+        PRIMARY KEY (name, label)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS plan_spool (
+        dev INTEGER NOT NULL, ino INTEGER NOT NULL, fp TEXT NOT NULL, offset INTEGER NOT NULL,
+        PRIMARY KEY (dev, ino)
+    ) WITHOUT ROWID""",
 )
 V1_TABLES: Final = frozenset({"requests", "files", "counters"})
 # Every plain index on requests (the key's unique index aside).
@@ -102,15 +204,16 @@ READER_INDEXES: Final = tuple(st for st in SCHEMA if st.startswith("CREATE INDEX
                                                          "requests_context",
                                                          "requests_output", "requests_gap",
                                                          "requests_session_gap")))
-# The index a raw pass (exporter.ledger.bulk) never reads while it stages, whose entries its
-# batches would add in random order (a row's time): each batch's commit rewrote most of its
-# pages. The pass drops it with the key's index and builds it once as it ends (sorted),
-# before anything reads it (docs/benchmarks-history.md).
+# The index a raw pass (exporter.ledger.raw_pass) never reads while it stages, whose
+# entries its batches would add in random order (a row's time): each batch's commit would
+# rewrite most of its pages. The pass drops it with the key's index and builds it once as
+# it ends (sorted), before anything reads it.
 PASS_INDEXES: Final = tuple(st for st in SCHEMA if " requests_ts ON " in st)
 # Indexes only the incremental path reads (a row by its key, appearances by their file):
 # no report and no projection does. A raw pass drops them, and the first incremental write
-# builds them (exporter.ledger.bulk.rekey): a command that only reads, or finds nothing new,
-# never pays for them. (The key's own index is KEY_INDEX, or an older ledger's UNIQUE.)
+# builds them (exporter.ledger.staging.ensure_write_indexes): a command that only reads,
+# or finds nothing new, never pays for them. (The key's own index is KEY_INDEX, or an older
+# ledger's UNIQUE.)
 WRITE_INDEXES: Final = tuple(st for st in SCHEMA if " appearances_file ON " in st)
 
 
@@ -149,7 +252,7 @@ def create(db: sqlite3.Connection) -> None:
         if column not in have:
             db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
     if not set(ATTRIBUTION) <= have:  # any attribution sums kept were of other columns
-        attribution_days.forget(db)
+        db.execute("DELETE FROM slot_meta WHERE name = ?", (ATTR_DAYS_META,))
 
 
 def v1_provenance(db: sqlite3.Connection) -> None:
@@ -183,3 +286,9 @@ def has_index(db: sqlite3.Connection, name: str) -> bool:
 def index_name(statement: str) -> str:
     """The name in a ``CREATE [UNIQUE] INDEX IF NOT EXISTS name ON …`` statement."""
     return statement.split(" ON ", 1)[0].rsplit(maxsplit=1)[-1]
+
+
+def create_slot_tables(db: sqlite3.Connection) -> None:
+    """Create the usage slots' tables (inside the caller's transaction) where missing."""
+    for statement in SLOT_TABLES:
+        db.execute(statement)

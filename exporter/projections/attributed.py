@@ -19,7 +19,7 @@ start-up reads the ledger's attribution day sums (exporter.ledger.attr_days:
 rows per day, session and value, summed per price class in SQL; the requests
 when the sums cannot answer, see :meth:`Attributed.load`), then each batch's
 new and upgraded rows are priced as they come. A first pass's batches
-(exporter.ledger.bulk) carry no row lists (``serve`` runs that pass before
+(exporter.ledger.raw_pass) carry no row lists (``serve`` runs that pass before
 it loads the projection; this is for any such batch after): the sums are
 then read again from the ledger on the projection's first turn after them (it
 settles once a second), and during a long run of them at most once per

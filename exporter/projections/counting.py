@@ -111,10 +111,10 @@ class Counting:
         # prices, which the fingerprint covers).
         self._edges: dict[str, tuple[float, tuple[float, ...]]] = {}
         self.fingerprint = self._fingerprint()
-        # The ledger splits the report's slots by these (exporter.ledger.slots.ensure).
+        # The ledger splits the report's slots by these (exporter.ledger.slot_sums.ensure).
         self.long_context_thresholds = long_thresholds(pricing)
 
-    def klass(self, req: Request) -> CountClass:
+    def count_class(self, req: Request) -> CountClass:
         """The raw class ``req`` counts under (gap bucket from its ledger gap)."""
         model = req.model
         limit, bounds = self._edges.get(model) or self._model_edges(model)

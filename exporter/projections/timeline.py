@@ -145,7 +145,7 @@ class Timeline:
     def _add(self, req: Request) -> None:
         """Count one request: its class's sample growth and its histogram observations."""
         sums = self._counting.sums(req)
-        for cls in split(self._counting.klass(req)):
+        for cls in split(self._counting.count_class(req)):
             if cls is None:
                 continue
             old = self._classes.get(cls, _ZERO)

@@ -26,6 +26,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from exporter.ledger import connections
 from exporter.projections import caps
 from exporter.projections.facts import Prices, Usage
 from exporter.projections.figures import Covered
@@ -354,7 +355,7 @@ def limits_view(conn: sqlite3.Connection, prices: Prices, rng: Range, now: float
 def run_limits(output: str, rng: Range, ledger_path: Path, prices: Prices, now: float, *,
                console: Console | None = None) -> int:
     """Print `report limits` as a table, JSON or CSV; return the exit code (0)."""
-    conn = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True, timeout=10)
+    conn = connections.reader(ledger_path)
     try:
         view = limits_view(conn, prices, rng, now)
     finally:

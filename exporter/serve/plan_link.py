@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter.ingest import spool
+from exporter.ledger import connections
 from exporter.ledger import plan_store as store
 from exporter.projections.facts import Prices
 from exporter.projections.plan import cost
@@ -63,10 +64,8 @@ class PlanLink:
         self._failed: tuple[int, int, int] | None = None  # the spool state last logged failing
         # Separate connections: the ledger's own is busy with its batches, and the
         # scrape threads must never share the writer's. WAL lets both read while it writes.
-        self._write = sqlite3.connect(ledger_path, isolation_level=None, check_same_thread=False,
-                                      timeout=10)
-        self._read = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True,
-                                     check_same_thread=False, timeout=10)
+        self._write = connections.plan_writer(ledger_path)
+        self._read = connections.reader(ledger_path)
         self._read_lock = threading.Lock()
         self._cache = metrics.FiguresCache(self._figures, monotonic)
 
