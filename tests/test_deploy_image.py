@@ -120,7 +120,8 @@ def test_wheel_carries_the_package_data_and_the_command(venv: Venv) -> None:
         scripts = whl.read(entry_points).decode()
         pricing = whl.read("exporter/data/pricing.toml")
     assert pricing == (ROOT / "exporter/data/pricing.toml").read_bytes()
-    assert re.search(r"^claude-code-exporter\s*=\s*exporter\.cli\.entry:main$", scripts, re.M), scripts
+    script = r"^claude-code-exporter\s*=\s*exporter\.cli\.entry:main$"
+    assert re.search(script, scripts, re.M), scripts
     assert not [n for n in names if n.startswith("tests/")]
 
 
