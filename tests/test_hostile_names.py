@@ -25,7 +25,7 @@ from exporter import shown
 from exporter.cli.logs import make_logger
 from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
@@ -191,7 +191,7 @@ def test_the_page_escapes_names_and_its_json_keeps_them_exactly(tmp_path: Path) 
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     try:
         source = page.LedgerSource(ledger, projects_dirs([tmp_path / "projects"]),
-                                   Prices.of(Pricing.load()), UTC_ZONE, budgets={})
+                                   ClassPrices.of(Pricing.load()), UTC_ZONE, budgets={})
         handlers = page.routes(source, "t")
         html = b"".join(handlers["/"]({}, lambda *a: None)).decode()
         body = b"".join(handlers["/api/summary.json"]({}, lambda *a: None))

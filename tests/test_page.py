@@ -20,9 +20,10 @@ from prometheus_client import CollectorRegistry
 
 from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
 from exporter.projections import figures
-from exporter.projections.facts import ZERO, Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
+from exporter.projections.usage import ZERO
 from exporter.serve import page, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
 from tests.support.net import http_get
@@ -281,7 +282,7 @@ def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     try:
         ingest_samples(ledger._db)
-        source = page.LedgerSource(ledger, [tmp_path], Prices.of(Pricing.load()),
+        source = page.LedgerSource(ledger, [tmp_path], ClassPrices.of(Pricing.load()),
                                    UTC_ZONE, budgets={}, clock=lambda: t0 + 60)
         data = source()
     finally:

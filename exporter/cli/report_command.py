@@ -24,16 +24,16 @@ from exporter.cli.config import Settings
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import attribution, caps, figures, views
-from exporter.projections.facts import (
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
+from exporter.projections.selection import (
     CONTEXT_SQL,
     FilterError,
-    Prices,
     Selection,
     known_values,
     resolve_models,
     resolve_projects,
 )
-from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
 from exporter.records import Source
 from exporter.report import summary as report
 from exporter.shown import visible
@@ -212,7 +212,7 @@ def empty(sel: Selection) -> bool:
     return not sel.read(f"SELECT 1 FROM {sel.relation} LIMIT 1", [])
 
 
-def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
+def run(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings,
         counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
         now: float) -> int:
     """Compute and print the summary or the view."""

@@ -36,9 +36,10 @@ from typing import Any, Final
 
 from exporter.ledger import attr_days as attribution_days
 from exporter.ledger import slots
-from exporter.projections.facts import Attrs, Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing
+from exporter.projections.usage import Attrs
 from exporter.records import ATTRIBUTION, Request, Source
 from exporter.sqlite import sqlite3
 
@@ -81,7 +82,7 @@ class Attributed:
     def __init__(self, pricing: Pricing, names: Names, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Price with ``pricing``; label with ``names``; ``clock`` paces the reloads."""
-        self.prices = Prices.of(pricing)
+        self.prices = ClassPrices.of(pricing)
         self.names = names
         self._clock = clock
         self._sums: dict[Key, list[int]] = {}  # [requests, cost in pico-USD]

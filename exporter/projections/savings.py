@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from exporter.projections.money import usd
 from exporter.projections.pricing import Rates
 
 READ, WRITE_5M, WRITE_1H = 2, 3, 4  # positions in the (input, output, read, 5m, 1h) sums/units
@@ -86,16 +87,8 @@ class ContextCost:
     def to_json(self) -> dict[str, object]:
         """The ``context_cost`` row of ``report --json`` (USD rounded to 1e-6)."""
         return {"model": self.model, "quantile": self.quantile, "context_tokens": self.context,
-                "long_context": self.long, "from_cache_usd": _usd(self.cached_pico),
-                "recomputed_usd": _usd(self.recomputed_pico)}
-
-
-_PICO_PER_MICRO: Final = 10**6
-
-
-def _usd(pico: int) -> float:
-    """Pico-dollars as USD rounded half up to 1e-6."""
-    return ((pico + _PICO_PER_MICRO // 2) // _PICO_PER_MICRO) / 1_000_000
+                "long_context": self.long, "from_cache_usd": usd(self.cached_pico),
+                "recomputed_usd": usd(self.recomputed_pico)}
 
 
 def context_cost(model: str, quantile: str, context: int, long: bool,

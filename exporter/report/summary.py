@@ -15,11 +15,12 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from exporter.projections import caps
-from exporter.projections.facts import Usage
-from exporter.projections.figures import Covered, SessionRow, Spread, Summary
+from exporter.projections.figures import Covered, Spread, Summary
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
+from exporter.projections.sessions import SessionRow
+from exporter.projections.usage import Usage
 from exporter.records import ACTIVE_GAP_SECONDS
 from exporter.shown import clip, markup, text
 

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from exporter.projections import caps
-from exporter.projections.facts import Prices, Usage
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.plan.cost import ledger_cost
@@ -38,6 +38,7 @@ from exporter.projections.plan.windows import (
     limits_rows,
     plan_figures,
 )
+from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
 from exporter.report.summary import cost_cell, duration, header, pct, to_json, tokens, usd, when
 from exporter.shown import clip, csv_cell, text
@@ -339,7 +340,7 @@ class Limits:
     instances: tuple[Instance, ...]
 
 
-def limits_view(conn: sqlite3.Connection, prices: Prices, rng: Range, now: float) -> Limits:
+def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: float) -> Limits:
     """The view from a read connection to the ledger (its plan tables and requests)."""
     def cost(a: float, b: float) -> float:
         return ledger_cost(conn, prices, a, b)
@@ -351,7 +352,7 @@ def limits_view(conn: sqlite3.Connection, prices: Prices, rng: Range, now: float
     return Limits(Covered(rng, first, last), now, figures, found)
 
 
-def run_limits(output: str, rng: Range, ledger_path: Path, prices: Prices, now: float, *,
+def run_limits(output: str, rng: Range, ledger_path: Path, prices: ClassPrices, now: float, *,
                console: Console | None = None) -> int:
     """Print `report limits` as a table, JSON or CSV; return the exit code (0)."""
     conn = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True, timeout=10)

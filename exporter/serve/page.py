@@ -31,17 +31,10 @@ from exporter.cli.config import Settings
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import caps, figures
-from exporter.projections.facts import (
-    CONTEXT_SQL,
-    ZERO,
-    Facts,
-    Prices,
-    Selection,
-    TimeKey,
-    Usage,
-    usd,
-)
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.facts import Facts
 from exporter.projections.labels import LabelPolicy
+from exporter.projections.money import usd
 from exporter.projections.periods import (
     DAY,
     Range,
@@ -56,6 +49,8 @@ from exporter.projections.periods import (
     week_start,
 )
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import CONTEXT_SQL, Selection, TimeKey
+from exporter.projections.usage import ZERO, Usage
 from exporter.records import TTL_1H, TTL_5M
 from exporter.report import summary as report
 from exporter.serve import svg
@@ -114,7 +109,7 @@ class PageData:
 class LedgerSource:
     """Computes :class:`PageData` from a ledger's SQL figures for some transcript roots."""
 
-    def __init__(self, ledger: Ledger, roots: Sequence[Path], prices: Prices, zone: Zone, *,
+    def __init__(self, ledger: Ledger, roots: Sequence[Path], prices: ClassPrices, zone: Zone, *,
                  budgets: Mapping[str, float], project_label: str = "basename",
                  kv_bytes_per_token: Mapping[str, int] | None = None,
                  upload_bytes_per_token: float = 0.0,
@@ -225,7 +220,7 @@ def source_of(settings: Settings, ledger: Ledger, roots: Sequence[Path], pricing
     """The page's figures for a running ``serve``: its settings, ledger, roots and prices."""
     budgets = {k: v for k, v in (("day", settings.budget_day_usd),
                                  ("month", settings.budget_month_usd)) if v is not None}
-    return LedgerSource(ledger, roots, Prices.of(pricing), local_zone(env), budgets=budgets,
+    return LedgerSource(ledger, roots, ClassPrices.of(pricing), local_zone(env), budgets=budgets,
                         project_label=settings.project_label,
                         kv_bytes_per_token=dict(settings.kv_bytes_per_token),
                         upload_bytes_per_token=settings.upload_bytes_per_token, clock=clock)
