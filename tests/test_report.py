@@ -14,6 +14,7 @@ from rich.console import Console
 
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Summary, summary
+from exporter.projections.json_text import to_json
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
 from exporter.report.summary import (
@@ -21,7 +22,6 @@ from exporter.report.summary import (
     pct,
     render_text,
     size,
-    to_json,
     tokens,
     transfer_time,
     usd,

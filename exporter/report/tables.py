@@ -29,6 +29,7 @@ from rich.text import Text
 from exporter.projections import caps
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
+from exporter.projections.json_text import to_json
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.plan.cost import ledger_cost
 from exporter.projections.plan.windows import (
@@ -40,7 +41,7 @@ from exporter.projections.plan.windows import (
 )
 from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report.summary import cost_cell, duration, header, pct, to_json, tokens, usd, when
+from exporter.report.summary import cost_cell, duration, header, pct, tokens, usd, when
 from exporter.shown import clip, csv_cell, text
 from exporter.sqlite import sqlite3
 
