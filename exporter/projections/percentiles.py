@@ -39,9 +39,9 @@ def kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
 
     ``ORDER BY … LIMIT 1 OFFSET k`` walks the ledger's index on ``expr``, from
     the nearer end (p90 is the 10 % from the top); exact, and no row reaches
-    Python. A time range holding a small part of the history (under 1/32:
-    measured crossover on a year, a covering walk passes ~10M entries a second,
-    a sort costs a row lookup each) is sorted instead (``+expr`` keeps SQLite
+    Python. A time range holding a small part of the history (under 1/32, the
+    crossover measured on a year: a covering walk passes index entries far
+    faster than a sort looks rows up) is sorted instead (``+expr`` keeps SQLite
     off the index): a walk would pass every request outside the range.
     """
     if n <= 0:

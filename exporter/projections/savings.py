@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from exporter.projections.money import usd
 from exporter.projections.pricing import Rates
@@ -37,9 +36,6 @@ def saved(sums: Sequence[int], units: Sequence[int]) -> int:
     """
     plain = units[0]
     return sum(sums[i] * (plain - units[i]) for i in (READ, WRITE_5M, WRITE_1H))
-
-
-COUNTER_TYPES: Final = ("cache_read", "cache_write_5m", "cache_write_1h")
 
 
 def counter_parts(rates: Rates, cache_read: int, cache_write_5m: int,

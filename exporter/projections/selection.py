@@ -110,7 +110,7 @@ def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def encoded(path: str) -> str:
+def _encoded(path: str) -> str:
     """Claude Code's directory name for a project (``/home/u/proj`` → ``-home-u-proj``)."""
     return "".join(c if c.isalnum() else "-" for c in path)
 
@@ -121,7 +121,7 @@ def resolve_projects(known: Iterable[str], names: Sequence[str]) -> tuple[str, .
     out: list[str] = []
     for name in names:
         want = name.rstrip("/") or name
-        hits = [p for p in paths if want in (p, p.rstrip("/"), _basename(p), encoded(p))]
+        hits = [p for p in paths if want in (p, p.rstrip("/"), _basename(p), _encoded(p))]
         if not hits:
             raise FilterError(_no_match("--project", name, [_basename(p) for p in paths]))
         out.extend(h for h in hits if h not in out)

@@ -6,7 +6,7 @@ requests share; :class:`Fact` is one group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -95,14 +95,6 @@ class Usage:
 
 
 ZERO: Final = Usage()
-
-
-def total(usages: Iterable[Usage]) -> Usage:
-    """The sum of some usages."""
-    out = ZERO
-    for u in usages:
-        out = out + u
-    return out
 
 
 class Attrs(NamedTuple):

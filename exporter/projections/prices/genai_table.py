@@ -3,12 +3,12 @@
 genai-prices knows every Anthropic model with its 5-minute and 1-hour cache-write
 prices, long-context tiers, prices that change on a date, fast-mode and
 web-search prices, and it makes no network call unless asked. Its ``calc_price``
-works in Decimals through pydantic types, ~125 µs a call: far too slow for
-600k requests, so we read its data ONCE into plain float rates per family and
-period (``Family``), and price requests with those.
+works in Decimals through pydantic types, far too slow to call per request,
+so we read its data ONCE into plain float rates per family and period
+(``Family``), and price requests with those.
 
-Importing its data costs ~0.2 s (a 1.6 MB module, and httpx for its updater),
-which would be most of a warm ``report``; so the table is cached as a small JSON
+Importing its data (a 1.6 MB module, and httpx for its updater) would be most
+of a warm ``report``'s time (docs/benchmarks.md); so the table is cached as a small JSON
 file, keyed by the installed data file (path, size, mtime) and by the content
 of the code that builds and reads the table, and genai-prices is imported only
 to rebuild it. Each key has its own file (a few kB; the newest few are kept):
