@@ -31,6 +31,8 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from exporter.projections.prices import model_ids as model_ids_module
+from exporter.projections.prices import rates as rates_module
 from exporter.projections.prices.model_ids import is_family_key, normalise_model_id
 from exporter.projections.prices.rates import Family, ModelPrice, Rates
 
@@ -42,8 +44,9 @@ PROVIDER: Final = "anthropic"  # list prices: Bedrock/Vertex ids are matched to 
 CACHE_PREFIX: Final = "genai-prices-table-"  # + the first hex digits of the key, + ".json"
 CACHE_KEEP: Final = 8  # cache files kept (newest first); older keys are removed on a write
 _SCHEMA: Final = 2  # bump when the cached table's shape or meaning changes
-# The modules whose code decides what the table holds and how it is read back.
-_BUILDERS: Final = ("genai.py", "rates.py", "ids.py")
+# The modules whose code decides what the table holds and how it is read back
+# (their paths from the modules themselves: a renamed file cannot drop out of the key).
+_BUILDERS: Final = (__file__, rates_module.__file__, model_ids_module.__file__)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _FAST: Final = {"speed": "fast"}
 
@@ -367,8 +370,8 @@ def _stamp() -> str | None:
         return None
     code = hashlib.sha256()
     try:
-        for name in _BUILDERS:
-            code.update(Path(__file__).with_name(name).read_bytes())
+        for path in _BUILDERS:
+            code.update(Path(path).read_bytes())
     except OSError:
         return ""
     return f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}:{code.hexdigest()}"
