@@ -39,6 +39,7 @@ from exporter.ledger import slots
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import SUMS_SQL
 from exporter.projections.usage import Attrs
 from exporter.records import ATTRIBUTION, Request, Source
 from exporter.sqlite import sqlite3
@@ -48,8 +49,6 @@ MAX_NAMES: Final = 64  # names per kind before ``other``
 RELOAD_SECONDS: Final = 30.0
 PRIVATE: Final = ("skill", "plugin", "mcp_server", "agent")  # names under --project-label
 FAMILIES: Final = ("attributed_requests", "attributed_cost_usd")
-_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
-                "sum(cache_write_1h), sum(web_search)")
 _SOURCES: Final = tuple(Source)
 
 Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
@@ -158,7 +157,7 @@ class Attributed:
         p = self.prices
         rows = self._read(
             f"SELECT {', '.join(KINDS)}, model, source, service_tier, inference_geo, speed, "
-            f"{p.long_sql()}, {p.period_sql('ts')}, min(ts), count(*), {_SUMS} "
+            f"{p.long_sql()}, {p.period_sql('ts')}, min(ts), count(*), {SUMS_SQL} "
             f"FROM {self._view} WHERE " + " OR ".join(f"{k} != ''" for k in KINDS)
             + " GROUP BY " + ", ".join(map(str, range(1, 13))), [])
         out: dict[Key, list[int]] = {}

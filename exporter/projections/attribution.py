@@ -26,7 +26,7 @@ from exporter.ledger import attr_days as attribution_days
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.figures import Covered
-from exporter.projections.selection import Selection
+from exporter.projections.selection import SUMS_SQL, Selection
 from exporter.projections.usage import NO_BUCKET, ZERO, Attrs, Fact, Usage
 from exporter.projections.views import Options, Row, View, order_rows
 from exporter.records import Source
@@ -36,8 +36,6 @@ VIEWS: Final = {"skill": "skill", "plugin": "plugin", "mcp": "mcp_server", "agen
 BREAKDOWNS: Final = ("model", "effort", "speed")  # what --breakdown splits a row by
 NONE: Final = "none"  # the row of requests that carry no value (and of older ledger rows)
 DEFAULT_ORDER: Final = "cost"
-_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
-                "sum(cache_write_1h), sum(web_search)")
 _SOURCES: Final = tuple(Source)
 _DAY: Final = 86_400
 
@@ -181,7 +179,7 @@ def _row_facts(column: str, selection: Selection, prices: ClassPrices, by: str,
     found = selection.rows(
         f"{column}, {split}, session, project, model, source, service_tier, inference_geo, "
         f"speed, {prices.long_sql()}, {prices.period_sql('ts')}, min(ts), max(ts), count(*), "
-        f"{_SUMS}", *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
+        f"{SUMS_SQL}", *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
     out = []
     for value, part, session, project, model, source, tier, geo, speed, long, period, \
             first, last, n, *sums in found:

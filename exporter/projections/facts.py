@@ -31,12 +31,10 @@ from typing import Any, Final
 from exporter.ledger import slots
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import Range
-from exporter.projections.selection import Selection, TimeKey
+from exporter.projections.selection import SUMS_SQL, Selection, TimeKey
 from exporter.projections.usage import NO_BUCKET, Attrs, Fact
 from exporter.records import Source
 
-_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
-                "sum(cache_write_1h), sum(web_search)")
 _SLOT: Final = slots.SLOT_SECONDS
 _SOURCES: Final = tuple(Source)
 _DAY_SLOTS: Final = slots.SLOTS_PER_DAY
@@ -199,7 +197,7 @@ class Facts:
         when = table.start if key is None or table is _DAYS else key.slot_time
         group = key.sql(when) if key else "NULL"
         sql = (f"SELECT {group}, s.key, {'bucket' if buckets else NO_BUCKET}, "
-               f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {_SUMS}, "
+               f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {SUMS_SQL}, "
                f"sum(gap_ms) FROM {table.name} AS s WHERE {cond} GROUP BY 1, 2, 3, 4")
         if self.by_class and table is _BLOCKS and not (self.keep_project or self.sel.filtered):
             return self._class_blocks(cond, params, buckets)
@@ -212,8 +210,9 @@ class Facts:
         """Facts per price class of whole blocks, from the class sums (no session, no project)."""
         sql = ("SELECT c.model, c.source, c.service_tier, c.inference_geo, c.speed, c.long, "
                f"{'bucket' if buckets else NO_BUCKET}, "
-               f"{self.prices.period_sql(_BLOCKS.start)}, min(first), max(last), sum(n), {_SUMS}, "
-               "sum(gap_ms) FROM slot_class_blocks AS s JOIN slot_classes c ON c.id = s.class "
+               f"{self.prices.period_sql(_BLOCKS.start)}, min(first), max(last), sum(n), "
+               f"{SUMS_SQL}, sum(gap_ms) "
+               "FROM slot_class_blocks AS s JOIN slot_classes c ON c.id = s.class "
                f"WHERE {cond} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8")
         level = self._level
         return [self._fact(None, Attrs("", "", r[0], _SOURCES[r[1]], r[2], r[3], r[4],
@@ -247,7 +246,7 @@ class Facts:
         rows = self.sel.rows(
             f"{key.sql('ts') if key else 'NULL'}, {who}, model, source, "
             f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
-            f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {_SUMS}, "
+            f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {SUMS_SQL}, "
             f"sum({slots.GAP_MS})",
             *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))), join=join)
         return [self._fact(r[0], Attrs(r[1], r[2], r[3], _SOURCES[r[4]], r[5], r[6], r[7],

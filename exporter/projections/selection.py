@@ -19,6 +19,9 @@ Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
 """Runs one read-only query with its parameters and returns every row (``Ledger.read``)."""
 
 CONTEXT_SQL: Final = "(input + cache_read + cache_write_5m + cache_write_1h)"
+# The six sums a priced Usage is made of, in ClassPrices.usage's order.
+SUMS_SQL: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+                   "sum(cache_write_1h), sum(web_search)")
 _SLOT: Final = slots.SLOT_SECONDS
 _THRESHOLDS: Final = slots.DEFAULT_THRESHOLDS
 
