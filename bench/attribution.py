@@ -25,9 +25,10 @@ from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
-from exporter.projections.facts import Prices, Selection
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import Selection
 from exporter.projections.views import Options
 from exporter.sqlite import sqlite3
 
@@ -68,7 +69,7 @@ def measure(path: Path) -> dict[str, float]:
         return con.execute(sql, params).fetchall()
 
     pricing = Pricing.load()
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
     sel = Selection(read, "requests", Range(None, None, UTC_ZONE), slots=True, days=True,
                     slot_thresholds=slots.read_thresholds(read))
     rows = Selection(read, "requests", sel.range, slots=True, days=False,

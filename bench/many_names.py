@@ -28,14 +28,14 @@ import resource, sys, time
 from pathlib import Path
 from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
-from exporter.serve import page
+from exporter.serve import page, page_figures
 tree, state = Path(sys.argv[1]), Path(sys.argv[2])
 ledger = Ledger(state / "ledger.sqlite3")
-source = page.LedgerSource(ledger, projects_dirs([tree]), Prices.of(Pricing.load()), UTC_ZONE,
-                           budgets={})
+source = page_figures.LedgerSource(ledger, projects_dirs([tree]), ClassPrices.of(Pricing.load()),
+                                   UTC_ZONE, budgets={})
 start = time.perf_counter()
 html, body = page.routes(source, "bench")["/"], None
 b"".join(html({"PATH_INFO": "/"}, lambda *a: None))

@@ -58,12 +58,12 @@ def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
     from exporter.ingest.discover import projects_dirs
     from exporter.ledger.store import Ledger
     from exporter.projections import figures, views
-    from exporter.projections.facts import Prices
+    from exporter.projections.class_prices import ClassPrices
     from exporter.projections.periods import UTC_ZONE, Range
     from exporter.projections.pricing import Pricing
 
     ledger = Ledger(state / "ledger.sqlite3")
-    prices = Prices.of(Pricing.load())
+    prices = ClassPrices.of(Pricing.load())
     args = argparse.Namespace(project=[], model=[], source=[])
     sel = report_cli.selection(ledger, projects_dirs([tree]), args, Range(None, None, UTC_ZONE))
     out: dict[str, list[float]] = {v: [] for v in VIEWS}

@@ -40,7 +40,7 @@ from exporter.cli import report_command as report_cli
 from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
 from exporter.projections import figures
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
@@ -104,7 +104,7 @@ def warm_report(root: Path, state: Path) -> tuple[float, float, dict[str, object
 
 def figures_alone(root: Path, state: Path) -> float:
     """Seconds of ``report --json``'s figures in-process: the selection and summary, no start-up."""
-    prices = Prices.of(Pricing.load())
+    prices = ClassPrices.of(Pricing.load())
     ledger = Ledger(state / "ledger.sqlite3")
     try:
         start = time.perf_counter()

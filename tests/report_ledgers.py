@@ -17,8 +17,8 @@ from typing import Any
 from exporter.ledger import slot_sums, slots
 from exporter.ledger.schema import create_slot_tables
 from exporter.ledger.store import Ledger
-from exporter.projections.facts import Selection
 from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.selection import Selection
 from exporter.records import Appearance, Parsed, Request, Source, gap_seconds
 from exporter.sqlite import sqlite3
 

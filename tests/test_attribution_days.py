@@ -22,10 +22,11 @@ from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
-from exporter.projections.facts import Prices, Selection
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.periods import Range, resolve_zone
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import Selection
 from exporter.projections.views import Options
 from exporter.records import Request, Source
 from tests.ledgers import ROOT, appearances, ledger_of
@@ -146,7 +147,7 @@ def selection(ledger: Ledger, read: Any, rng: Range, *, days: bool = True,
 def test_views_on_a_zone_with_partial_days_equal_the_rows(tmp_path: Path, by: str) -> None:
     """A non-UTC zone and --since/--until inside days: the table's days + edge rows = the rows."""
     ledger = ledger_of(tmp_path / "l.db", attributed_requests(400, seed=5, days=6))
-    prices = Prices.of(Pricing.load())
+    prices = ClassPrices.of(Pricing.load())
     zone = resolve_zone("Asia/Kolkata")
     ranges = [Range(None, None, zone), Range(T0 + DAY + 3_723.5, T0 + 5 * DAY - 601.25, zone),
               Range(T0 + 2 * DAY + 10.0, T0 + 2 * DAY + 900.0, zone)]
@@ -176,7 +177,7 @@ def test_the_view_and_the_families_read_the_table(tmp_path: Path) -> None:
     con.commit()
     con.close()
     ledger = Ledger(tmp_path / "l.db", rules=MetricsOptions().counting(Pricing.load()))
-    prices = Prices.of(Pricing.load())
+    prices = ClassPrices.of(Pricing.load())
     rng = Range(None, None, resolve_zone("UTC"))
     view = attribution.build("skill", selection(ledger, ledger.read, rng), prices, Options())
     assert "from-the-table" in {row.label for row in view.rows}

@@ -25,10 +25,11 @@ import pytest
 from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
 from exporter.projections import caps
-from exporter.projections.facts import Prices, Usage
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
-from exporter.serve import page
+from exporter.projections.usage import Usage
+from exporter.serve import page, page_figures
 from tests.conftest import ROOT, assistant, jsonl
 
 MODELS, PROJECTS = 120, 250
@@ -118,8 +119,8 @@ def test_summary_json_caps_models_and_projects_and_still_adds_up(
     report(*many, "--json")  # the ledger, ingested
     ledger = Ledger(state / "ledger.sqlite3")
     try:
-        source = page.LedgerSource(ledger, projects_dirs([tree]), Prices.of(Pricing.load()),
-                                   UTC_ZONE, budgets={})
+        source = page_figures.LedgerSource(ledger, projects_dirs([tree]),
+                                           ClassPrices.of(Pricing.load()), UTC_ZONE, budgets={})
         doc: dict[str, Any] = json.loads(b"".join(
             page.routes(source, "t")["/api/summary.json"]({}, lambda *a: None)))
     finally:

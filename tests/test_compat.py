@@ -215,13 +215,13 @@ def test_settings_and_flag() -> None:
     assert proc.returncode == 2 and "--compat" in proc.stderr
 
 
-def test_seed_always_takes_the_genai_rows_out() -> None:
+def test_recording_always_takes_the_genai_rows_out() -> None:
     """With the family off, GenAI rollup rows are dropped and every other row passes through."""
     other = (1, HistSeries("request_output_tokens", OPUS, 0, ""), 3, 1.0)
     ours = (1, genai.series(OPUS, "input"), 2, 1.0)
     rows: list[HistRow] = [other, ours]
     off = Families((), Exposure(Pricing.load(), LabelPolicy(), {}, 4.0), MeterProvider())
-    assert off.seed(rows, {1}) == [other]
+    assert off.record_genai_rows(rows, {1}) == [other]
 
 
 # ------------------------------------------------------------------ the projection

@@ -25,10 +25,10 @@ from exporter import shown
 from exporter.cli.logs import make_logger
 from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
-from exporter.serve import page
+from exporter.serve import page, page_figures
 from tests.conftest import ROOT, assistant, jsonl
 
 BOLD = "[/bold]"
@@ -190,8 +190,8 @@ def test_the_page_escapes_names_and_its_json_keeps_them_exactly(tmp_path: Path) 
     assert report(tmp_path / "projects", tmp_path / "state", "--json").returncode == 0
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     try:
-        source = page.LedgerSource(ledger, projects_dirs([tmp_path / "projects"]),
-                                   Prices.of(Pricing.load()), UTC_ZONE, budgets={})
+        source = page_figures.LedgerSource(ledger, projects_dirs([tmp_path / "projects"]),
+                                           ClassPrices.of(Pricing.load()), UTC_ZONE, budgets={})
         handlers = page.routes(source, "t")
         html = b"".join(handlers["/"]({}, lambda *a: None)).decode()
         body = b"".join(handlers["/api/summary.json"]({}, lambda *a: None))

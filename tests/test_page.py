@@ -20,10 +20,11 @@ from prometheus_client import CollectorRegistry
 
 from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
 from exporter.projections import figures
-from exporter.projections.facts import ZERO, Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
-from exporter.serve import page, svg
+from exporter.projections.usage import ZERO
+from exporter.serve import page, page_figures, page_html, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
 from tests.support.net import http_get
 from tests.support.process import Serve
@@ -111,7 +112,8 @@ def _report(state: Path, data: Path, *flags: str) -> dict[str, Any]:
 
 def _first_day(today: date) -> date:
     """The page's first day: 30 days back, or the month's first day if earlier."""
-    return min(date.fromordinal(today.toordinal() - page.WINDOW_DAYS + 1), today.replace(day=1))
+    first = date.fromordinal(today.toordinal() - page_figures.WINDOW_DAYS + 1)
+    return min(first, today.replace(day=1))
 
 
 @pytest.fixture(scope="module")
@@ -141,13 +143,13 @@ def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Serve, Path, Pat
     totals = recent["totals"]
     assert dom.figures["requests"] == f"{totals['requests']:,}"
     assert dom.figures["sessions"] == f"{recent['sessions']:,}"
-    assert dom.figures["cost-30d"] == page.money(totals["cost_usd"])
+    assert dom.figures["cost-30d"] == page_html.money(totals["cost_usd"])
     assert dom.figures["cache-read-share"] == f"{recent['cache_read_share']:.1%}"
     tokens = {row[0]: row[1] for row in dom.tables["tokens"][1:]}
     assert tokens == {label: f"{totals[key]:,}" for label, key in TOKEN_ROWS.items()}
     for figure, since in (("cost-today", today), ("cost-month", today.replace(day=1))):
         got = _report(state, tree, "--since", since.isoformat())["totals"]["cost_usd"]
-        assert dom.figures[figure] == page.money(got), figure
+        assert dom.figures[figure] == page_html.money(got), figure
     sizes = {row[0]: row[1:] for row in dom.tables["sizes"][1:]}
     assert sizes["context"] == [f"{recent['context_tokens'][k]:,}" for k in ("p50", "p90", "max")]
 
@@ -206,7 +208,7 @@ def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
     jobs: list[Callable[[], None]] = []
     now = [0.0]
 
-    def source() -> page.PageData:
+    def source() -> page_figures.PageData:
         calls.append(now[0])
         return _sample(requests=len(calls))
 
@@ -249,7 +251,7 @@ def test_meter_clamps_and_turns_red() -> None:
     assert svg.PALETTE[2] in svg.meter("m", "t", 0.5)
 
 
-def _sample(requests: int = 0) -> page.PageData:
+def _sample(requests: int = 0) -> page_figures.PageData:
     """Page data with ``requests`` requests and every other figure zero."""
     spread = figures.Spread()
     summary = figures.Summary(
@@ -259,7 +261,7 @@ def _sample(requests: int = 0) -> page.PageData:
         gap_p90=0.0, gap_count=0, buckets={}, peak_requests_per_minute=0,
         max_parallel_sessions_10m=0, generation_tokens_per_second=0.0, kv_bytes={},
         upload_total=0, upload=spread, lines={}, rejected={}, by_session=())
-    return page.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
+    return page_figures.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
                          periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
                          daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0})
 
@@ -281,13 +283,13 @@ def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     try:
         ingest_samples(ledger._db)
-        source = page.LedgerSource(ledger, [tmp_path], Prices.of(Pricing.load()),
-                                   UTC_ZONE, budgets={}, clock=lambda: t0 + 60)
+        source = page_figures.LedgerSource(ledger, [tmp_path], ClassPrices.of(Pricing.load()),
+                                           UTC_ZONE, budgets={}, clock=lambda: t0 + 60)
         data = source()
     finally:
         ledger.close()
     assert [(w.name, w.used_ratio, w.resets_at) for w in data.plan] == [
         ("five_hour", 0.42, resets), ("seven_day", 0.91, resets + 400_000)]
-    dom = _parse(page.render(data, "t"))
+    dom = _parse(page_html.render(data, "t"))
     assert dom.charts["plan-five_hour"] == 2 and dom.charts["plan-seven_day"] == 2
-    assert "42% used" in page.render(data, "t").replace("</b>", "").replace("<b>", "")
+    assert "42% used" in page_html.render(data, "t").replace("</b>", "").replace("<b>", "")

@@ -10,11 +10,12 @@ import pytest
 
 from exporter.ledger import slot_sums, slots
 from exporter.ledger.store import Ledger
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.counting import Counting
-from exporter.projections.facts import Prices, Selection
-from exporter.projections.figures import Histograms, percentile
+from exporter.projections.percentiles import Histograms, percentile
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import Selection
 from exporter.sqlite import sqlite3
 from tests.test_slots import COLUMNS, REQUESTS
 
@@ -161,7 +162,7 @@ def test_a_writer_splits_the_slots_by_the_price_tables_thresholds(tmp_path: Path
     stored = slots.stored_thresholds(db)
     db.close()
     assert set(rules.long_context_thresholds) <= set(stored)
-    assert Prices.of(pricing).fits_slots(stored)
+    assert ClassPrices.of(pricing).fits_slots(stored)
     Ledger(tmp_path / "ledger.sqlite3").close()  # fewer wanted: the split stays
     db = sqlite3.connect(tmp_path / "ledger.sqlite3")
     assert slots.stored_thresholds(db) == stored

@@ -23,7 +23,7 @@ from exporter.cli import statusline
 from exporter.ingest import spool
 from exporter.ledger.plan_store import ingest_samples
 from exporter.ledger.store import Ledger
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.plan.cost import ledger_cost, publish_today
 from exporter.projections.plan.estimate import change_points, usd_per_percent
 from exporter.projections.plan.windows import DAY, plan_figures
@@ -105,7 +105,7 @@ def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricin
         priced = pricing.cost(r)
         expected += sum(priced.values()) if priced else 0.0
     assert expected > 0
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
     assert ledger_cost(led._db, prices, lo, hi) == pytest.approx(expected, abs=1e-6)
     assert ledger_cost(led._db, prices, T0 + 1000, T0 + 2000) == 0.0
     led.close()
@@ -115,14 +115,14 @@ def test_ledger_cost_is_the_reports_cost_web_searches_included(tmp_path: Path,
                                                                pricing: Pricing) -> None:
     """Over the same range the estimate's cost is the cost `report` shows, searches billed."""
     from exporter.projections import figures
-    from exporter.projections.facts import Selection
     from exporter.projections.periods import UTC_ZONE, Range
+    from exporter.projections.selection import Selection
 
     reqs = [Request(f"q{i}", T0 + 10 * i, "claude-opus-4-6", "s", "/p", Source.MAIN, 1000,
                     200, 50_000, 0, 0, web_search=i % 3) for i in range(60)]
     led = Ledger(tmp_path / "ledger.sqlite3")
     store_requests(led, reqs)
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
     lo, hi = T0 + 95, T0 + 455
     sel = Selection(led.read, "requests", Range(lo, hi, UTC_ZONE))
     shown = figures.summary(sel, prices, kv_bytes_per_token={}, upload_bytes_per_token=0.0,
@@ -144,7 +144,7 @@ def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pr
                     "s", "/p", Source.MAIN, 1_000_000, 0, 0, 0, 0)]  # tomorrow: not today's
     led = Ledger(tmp_path / "ledger.sqlite3")
     store_requests(led, reqs)
-    assert publish_today(led._db, Prices.of(pricing), tmp_path, now) == pytest.approx(5.0)
+    assert publish_today(led._db, ClassPrices.of(pricing), tmp_path, now) == pytest.approx(5.0)
     assert spool.read_today(str(tmp_path), now) == pytest.approx(5.0)
     led.close()
 
@@ -166,7 +166,7 @@ def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
     end = run.refreshes[-1][0] + 60
 
     def figures() -> Any:
-        prices = Prices.of(pricing)
+        prices = ClassPrices.of(pricing)
         return plan_figures(led._db, end, lambda a, b: ledger_cost(led._db, prices, a, b),
                             lookback={"five_hour": 30 * DAY, "seven_day": 30 * DAY})
 

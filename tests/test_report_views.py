@@ -18,10 +18,11 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections import views
-from exporter.projections.facts import Prices, Selection
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import summary
 from exporter.projections.periods import UTC_ZONE, Range, resolve_zone
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import Selection
 from exporter.records import Request, Source
 from exporter.report.tables import render_view, view_csv, view_json
 from exporter.synth import GenOptions, generate
@@ -35,9 +36,9 @@ WIDTHS = (160, 80)
 
 
 @pytest.fixture(scope="module")
-def prices() -> Prices:
+def prices() -> ClassPrices:
     """The shipped prices."""
-    return Prices.of(Pricing.load())
+    return ClassPrices.of(Pricing.load())
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def golden(name: str, content: str) -> None:
 
 
 @pytest.mark.parametrize("name", views.VIEWS)
-def test_view_goldens(name: str, ledger: Ledger, trees: list[Path], prices: Prices) -> None:
+def test_view_goldens(name: str, ledger: Ledger, trees: list[Path], prices: ClassPrices) -> None:
     """Each view's tables (160 and 80 columns) and JSON equal their golden files."""
     sel = select(ledger, trees)
     opts = views.Options(now=last_request(sel) + 3600, breakdown=name == "daily")
@@ -105,7 +106,7 @@ def test_view_goldens(name: str, ledger: Ledger, trees: list[Path], prices: Pric
 
 @pytest.mark.parametrize("name", views.VIEWS)
 def test_totals_add_up_to_the_summary(name: str, ledger: Ledger, trees: list[Path],
-                                      prices: Prices) -> None:
+                                      prices: ClassPrices) -> None:
     """A view's rows add up to its totals, and those equal the summary's, to the last digit."""
     sel = select(ledger, trees)
     view = views.build(name, sel, prices, views.Options(now=0.0))
@@ -117,7 +118,7 @@ def test_totals_add_up_to_the_summary(name: str, ledger: Ledger, trees: list[Pat
 
 
 def test_limit_and_order_keep_the_totals(ledger: Ledger, trees: list[Path],
-                                         prices: Prices) -> None:
+                                         prices: ClassPrices) -> None:
     """--limit shows the first rows in --order; totals and row_count still cover all rows."""
     sel = select(ledger, trees)
     full = views.build("session", sel, prices, views.Options(order="cost"))
@@ -130,7 +131,7 @@ def test_limit_and_order_keep_the_totals(ledger: Ledger, trees: list[Path],
 
 
 def test_csv_has_one_line_per_row_or_per_model(ledger: Ledger, trees: list[Path],
-                                               prices: Prices) -> None:
+                                               prices: ClassPrices) -> None:
     """CSV: a header and one line per row; with --breakdown one line per row and model."""
     sel = select(ledger, trees)
     plain = views.build("daily", sel, prices, views.Options())
@@ -145,7 +146,7 @@ def test_csv_has_one_line_per_row_or_per_model(ledger: Ledger, trees: list[Path]
 @pytest.mark.parametrize("breakdown", [False, True])
 @pytest.mark.parametrize("name", views.VIEWS)
 def test_csv_header_is_printed_also_without_rows(ledger: Ledger, trees: list[Path],
-                                                 prices: Prices, name: str,
+                                                 prices: ClassPrices, name: str,
                                                  breakdown: bool) -> None:
     """An empty range still prints the CSV header, the same as a view with rows has."""
     options = views.Options(breakdown=breakdown, now=last_request(select(ledger, trees)))
@@ -157,7 +158,7 @@ def test_csv_header_is_printed_also_without_rows(ledger: Ledger, trees: list[Pat
 
 
 def test_csv_writes_booleans_as_the_json_does(ledger: Ledger, trees: list[Path],
-                                               prices: Prices) -> None:
+                                               prices: ClassPrices) -> None:
     """A block's ``active`` is ``true``/``false`` in the CSV, as in the JSON."""
     sel = select(ledger, trees)
     view = views.build("blocks", sel, prices, views.Options(now=last_request(sel)))
@@ -172,7 +173,7 @@ def late(ts: str, key: str = "k") -> Request:
 
 @pytest.mark.parametrize("producer", ["ledger", "slots"])
 def test_timezone_moves_a_late_request_to_the_next_day(producer: str, tmp_path: Path,
-                                                       prices: Prices) -> None:
+                                                       prices: ClassPrices) -> None:
     """23:30 UTC is the same day in UTC and the next day in UTC+2 (fixed or Europe/Berlin)."""
     requests = [late("2026-07-14T23:30:00+00:00", "a"), late("2026-07-14T12:00:00+00:00", "b")]
 
@@ -192,7 +193,7 @@ def test_timezone_moves_a_late_request_to_the_next_day(producer: str, tmp_path: 
     assert days("Europe/Berlin") == {"2026-07-14": 1, "2026-07-15": 1}
 
 
-def test_days_across_daylight_saving_time(tmp_path: Path, prices: Prices) -> None:
+def test_days_across_daylight_saving_time(tmp_path: Path, prices: ClassPrices) -> None:
     """The night clocks go back (Berlin, 2026-10-25) the day has 25 hours, and both sides agree."""
     requests = [late("2026-10-24T22:30:00+00:00", "a"),  # 00:30 CEST on the 25th
                 late("2026-10-25T22:30:00+00:00", "b"),  # 23:30 CET on the 25th
@@ -205,7 +206,7 @@ def test_days_across_daylight_saving_time(tmp_path: Path, prices: Prices) -> Non
     assert day.end - day.start == 25 * 3600
 
 
-def test_weeks_start_on_monday_and_months_on_the_first(tmp_path: Path, prices: Prices) -> None:
+def test_weeks_start_on_monday_and_months_on_the_first(tmp_path: Path, prices: ClassPrices) -> None:
     """ISO weeks (Monday) and calendar months, in the report's zone."""
     requests = [late("2026-03-01T10:00:00+00:00", "a"),  # Sunday: week 9
                 late("2026-03-02T10:00:00+00:00", "b"),  # Monday: week 10
@@ -234,7 +235,7 @@ def blocks_by_hand(requests: list[Request], rule: str) -> list[tuple[float, floa
 
 @pytest.mark.parametrize("rule", views.BLOCK_RULES)
 def test_blocks_equal_an_independent_computation(rule: str, ledger: Ledger, trees: list[Path],
-                                                 prices: Prices) -> None:
+                                                 prices: ClassPrices) -> None:
     """Block starts, ends and totals on a generated tree equal a request-by-request walk."""
     sel = select(ledger, trees)
     view = views.build("blocks", sel, prices, views.Options(block_rule=rule))
@@ -243,7 +244,7 @@ def test_blocks_equal_an_independent_computation(rule: str, ledger: Ledger, tree
     assert len(got) > 3
 
 
-def test_open_block_burn_rate_and_projection(prices: Prices) -> None:
+def test_open_block_burn_rate_and_projection(prices: ClassPrices) -> None:
     """The block holding `now` is open: elapsed, rate per hour and the projection to its end."""
     t0 = 1_800_000_123.0
     requests = [request("a", t0, output=1000), request("b", t0 + 1800, output=1000)]
@@ -279,7 +280,7 @@ def varied(n: int) -> list[Request]:
 
 @pytest.mark.parametrize("name", views.VIEWS)
 def test_slots_and_requests_give_the_same_views(name: str, tmp_path: Path,
-                                                prices: Prices) -> None:
+                                                prices: ClassPrices) -> None:
     """Every view is the same from the usage slots and from the requests, ranges included."""
     requests = varied(1500)
     t0 = requests[0].ts
@@ -296,7 +297,7 @@ def test_slots_and_requests_give_the_same_views(name: str, tmp_path: Path,
                 assert view_json(a) == view_json(b), (rng, filters)
 
 
-def test_unknown_view_and_order_are_refused(prices: Prices) -> None:
+def test_unknown_view_and_order_are_refused(prices: ClassPrices) -> None:
     """A view or order that does not exist is a ValueError naming the valid ones."""
     sel = report_ledgers.select(report_ledgers.slotted([request("a", 1.8e9)]))
     with pytest.raises(ValueError, match="daily"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import summary
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import counter_parts, reread_ratio, saved, without_cache
@@ -36,7 +36,7 @@ def req(key: str, ts: float = T0, **fields: Any) -> Request:
 @pytest.fixture(scope="module", params=["ledger", "slots"])
 def figures(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Figures:
     """Requests -> report --json figures, through one producer (requests or slot sums)."""
-    prices = Prices.of(Pricing.load())
+    prices = ClassPrices.of(Pricing.load())
 
     def compute(requests: list[Request]) -> dict[str, Any]:
         def run(sel: Any) -> dict[str, Any]:

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from exporter.ledger import slots
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.counting import GAP_BUCKETS, gap_bucket
-from exporter.projections.facts import Facts, Prices
-from exporter.projections.figures import percentile, summary
+from exporter.projections.facts import Facts
+from exporter.projections.figures import summary
+from exporter.projections.percentiles import percentile
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
@@ -63,7 +65,7 @@ def pricing() -> Pricing:
 def figures(request: pytest.FixtureRequest, pricing: Pricing,
             tmp_path_factory: pytest.TempPathFactory) -> Figures:
     """Return a function: requests -> report --json figures, through one producer."""
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
 
     def compute(requests: list[Request], **kw: Any) -> dict[str, Any]:
         def run(sel: Any) -> dict[str, Any]:
@@ -349,7 +351,7 @@ def test_input_order_does_not_matter(figures: Figures) -> None:
 def test_slots_and_requests_give_the_same_figures(pricing: Pricing, tmp_path: Path) -> None:
     """The usage slots and the ledger's requests give identical figures, JSON to JSON."""
     requests = random_requests(3000, seed=11)
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
 
     def run(sel: Any) -> dict[str, Any]:
         return summary(sel, prices, kv_bytes_per_token=KV, upload_bytes_per_token=4.0,
@@ -374,7 +376,7 @@ def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Pa
               "cache_write_1h": 2.0, "long_context_threshold": 100_000,
               "long_context": {"input": 2.0, "output": 3.0, "cache_read": 0.2,
                                "cache_write_5m": 2.5, "cache_write_1h": 4.0}}
-    prices = Prices.of(Pricing.load({"models": {"claude-test-1": family}}))
+    prices = ClassPrices.of(Pricing.load({"models": {"claude-test-1": family}}))
     assert prices.thresholds == (100_000, 200_000)
     requests = [req(f"k{i}", 1.8e9 + 7.0 * i, model=rng_model, cache_read=ctx)
                 for i, (rng_model, ctx) in enumerate(
@@ -396,7 +398,7 @@ def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: Prici
                                                                  tmp_path: Path) -> None:
     """Slots split at 100k, 150k and 200k serve a price table with fewer thresholds, exactly."""
     requests = random_requests(1500, seed=5)
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
     db = report_ledgers.slotted(requests, (100_000, 150_000, *prices.thresholds))
     sel = report_ledgers.select(db)
     assert Facts(sel, prices).slotted  # the slot sums answer, not the requests
@@ -412,7 +414,7 @@ def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: Prici
 def test_block_sums_split_at_a_price_date_inside_a_block(pricing: Pricing,
                                                          tmp_path: Path) -> None:
     """Over months around a price change inside a 16-day block, slots price as requests do."""
-    prices = Prices.of(pricing)
+    prices = ClassPrices.of(pricing)
     change = next(s for s in prices.starts if s % (slots.BLOCK_DAYS * 86_400))
     base = random_requests(1500, seed=3)
     # Spread over 80 days around the change: several whole blocks, one cut by the date.

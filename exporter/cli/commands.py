@@ -33,7 +33,7 @@ from exporter.ingest.headstart import HeadStart
 from exporter.ingest.scan import ScanResult
 from exporter.ledger.store import Ledger, LedgerError
 from exporter.progress import progress_bar
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.instruments import MetricsDisabledError
 from exporter.projections.pricing import Pricing, load_pricing
 
@@ -392,7 +392,7 @@ def cmd_report(args: argparse.Namespace, settings: Settings, log: Any, environ: 
                   file=sys.stderr if req.output != "text" else sys.stdout)
             if req.output == "text":
                 return 0
-        return report_cli.run(req, sel, Prices.of(pricing), settings=settings,
+        return report_cli.run(req, sel, ClassPrices.of(pricing), settings=settings,
                               counters=ledger.counters, args=args, now=now)
     finally:
         ledger.close()

@@ -24,16 +24,17 @@ from exporter.cli.config import Settings
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import attribution, caps, figures, views
-from exporter.projections.facts import (
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.json_text import to_json
+from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
+from exporter.projections.selection import (
     CONTEXT_SQL,
     FilterError,
-    Prices,
     Selection,
     known_values,
     resolve_models,
     resolve_projects,
 )
-from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
 from exporter.records import Source
 from exporter.report import summary as report
 from exporter.shown import visible
@@ -212,7 +213,7 @@ def empty(sel: Selection) -> bool:
     return not sel.read(f"SELECT 1 FROM {sel.relation} LIMIT 1", [])
 
 
-def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
+def run(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings,
         counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
         now: float) -> int:
     """Compute and print the summary or the view."""
@@ -225,7 +226,7 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
         if req.output == "json":
             doc = result.to_json()
             doc["prices"] = prices.pricing.describe()
-            sys.stdout.write(report.to_json(doc) + "\n")
+            sys.stdout.write(to_json(doc) + "\n")
         else:
             console = _console()
             report.render_text(result, console)
@@ -249,7 +250,7 @@ def run(req: Request, sel: Selection, prices: Prices, *, settings: Settings,
     from exporter.report import tables as report_views  # noqa: PLC0415 - rich, for tables only
 
     if req.output == "json":
-        sys.stdout.write(report.to_json(report_views.view_json(view)) + "\n")
+        sys.stdout.write(to_json(report_views.view_json(view)) + "\n")
     elif req.output == "csv":
         sys.stdout.write(report_views.view_csv(view))
     else:
@@ -262,7 +263,7 @@ def _attributed(req: Request, view: views.View, by: str) -> int:
     from exporter.report import attribution_tables as report_attribution  # noqa: PLC0415 - rich, for tables only
 
     if req.output == "json":
-        sys.stdout.write(report.to_json(report_attribution.view_json(view, by)) + "\n")
+        sys.stdout.write(to_json(report_attribution.view_json(view, by)) + "\n")
     elif req.output == "csv":
         sys.stdout.write(report_attribution.view_csv(view, by))
     else:

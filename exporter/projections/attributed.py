@@ -36,9 +36,11 @@ from typing import Any, Final
 
 from exporter.ledger import attr_days as attribution_days
 from exporter.ledger import slots
-from exporter.projections.facts import Attrs, Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing
+from exporter.projections.selection import SUMS_SQL
+from exporter.projections.usage import Attrs
 from exporter.records import ATTRIBUTION, Request, Source
 from exporter.sqlite import sqlite3
 
@@ -47,8 +49,6 @@ MAX_NAMES: Final = 64  # names per kind before ``other``
 RELOAD_SECONDS: Final = 30.0
 PRIVATE: Final = ("skill", "plugin", "mcp_server", "agent")  # names under --project-label
 FAMILIES: Final = ("attributed_requests", "attributed_cost_usd")
-_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
-                "sum(cache_write_1h), sum(web_search)")
 _SOURCES: Final = tuple(Source)
 
 Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
@@ -81,7 +81,7 @@ class Attributed:
     def __init__(self, pricing: Pricing, names: Names, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Price with ``pricing``; label with ``names``; ``clock`` paces the reloads."""
-        self.prices = Prices.of(pricing)
+        self.prices = ClassPrices.of(pricing)
         self.names = names
         self._clock = clock
         self._sums: dict[Key, list[int]] = {}  # [requests, cost in pico-USD]
@@ -157,7 +157,7 @@ class Attributed:
         p = self.prices
         rows = self._read(
             f"SELECT {', '.join(KINDS)}, model, source, service_tier, inference_geo, speed, "
-            f"{p.long_sql()}, {p.period_sql('ts')}, min(ts), count(*), {_SUMS} "
+            f"{p.long_sql()}, {p.period_sql('ts')}, min(ts), count(*), {SUMS_SQL} "
             f"FROM {self._view} WHERE " + " OR ".join(f"{k} != ''" for k in KINDS)
             + " GROUP BY " + ", ".join(map(str, range(1, 13))), [])
         out: dict[Key, list[int]] = {}

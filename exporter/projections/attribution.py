@@ -23,17 +23,11 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from exporter.ledger import attr_days as attribution_days
-from exporter.projections.facts import (
-    NO_BUCKET,
-    ZERO,
-    Attrs,
-    Fact,
-    Facts,
-    Prices,
-    Selection,
-    Usage,
-)
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.facts import Facts
 from exporter.projections.figures import Covered
+from exporter.projections.selection import SUMS_SQL, Selection
+from exporter.projections.usage import NO_BUCKET, ZERO, Attrs, Fact, Usage
 from exporter.projections.views import Options, Row, View, order_rows
 from exporter.records import Source
 
@@ -42,13 +36,11 @@ VIEWS: Final = {"skill": "skill", "plugin": "plugin", "mcp": "mcp_server", "agen
 BREAKDOWNS: Final = ("model", "effort", "speed")  # what --breakdown splits a row by
 NONE: Final = "none"  # the row of requests that carry no value (and of older ledger rows)
 DEFAULT_ORDER: Final = "cost"
-_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
-                "sum(cache_write_1h), sum(web_search)")
 _SOURCES: Final = tuple(Source)
 _DAY: Final = 86_400
 
 
-def build(name: str, selection: Selection, prices: Prices, options: Options,
+def build(name: str, selection: Selection, prices: ClassPrices, options: Options,
           by: str = "model") -> View:
     """Build the ``name`` view (a key of :data:`VIEWS`) over the selection.
 
@@ -73,7 +65,7 @@ def build(name: str, selection: Selection, prices: Prices, options: Options,
                 filters=filters)
 
 
-def _facts(column: str, selection: Selection, prices: Prices, by: str
+def _facts(column: str, selection: Selection, prices: ClassPrices, by: str
            ) -> tuple[list[Fact], dict[str, set[str]]]:
     """Priced facts per value, price class and breakdown value (``key``); each value's sessions.
 
@@ -94,7 +86,7 @@ def _facts(column: str, selection: Selection, prices: Prices, by: str
     return out, sessions
 
 
-def days_answer(selection: Selection, prices: Prices) -> bool:
+def days_answer(selection: Selection, prices: ClassPrices) -> bool:
     """Whether the attribution day sums can answer for whole days of ``selection``.
 
     The slot-based views' rule: the sums are kept and current, split by (at
@@ -143,7 +135,7 @@ def day_where(selection: Selection, interior: tuple[int | None, int | None]
     return " AND ".join(parts) or "1", params
 
 
-def _day_facts(column: str, selection: Selection, prices: Prices, by: str,
+def _day_facts(column: str, selection: Selection, prices: ClassPrices, by: str,
                interior: tuple[int | None, int | None], *, sessions: dict[str, set[str]],
                ) -> list[Fact]:
     """The facts of whole UTC days from the day sums of the view's kind, per price class.
@@ -180,14 +172,14 @@ def _day_facts(column: str, selection: Selection, prices: Prices, by: str,
     return out
 
 
-def _row_facts(column: str, selection: Selection, prices: Prices, by: str,
+def _row_facts(column: str, selection: Selection, prices: ClassPrices, by: str,
                extra: tuple[str, ...]) -> list[Fact]:
     """The facts of the selection's requests that match ``extra`` (every one: ``()``)."""
     split = "model" if by == "model" else by
     found = selection.rows(
         f"{column}, {split}, session, project, model, source, service_tier, inference_geo, "
         f"speed, {prices.long_sql()}, {prices.period_sql('ts')}, min(ts), max(ts), count(*), "
-        f"{_SUMS}", *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
+        f"{SUMS_SQL}", *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))))
     out = []
     for value, part, session, project, model, source, tier, geo, speed, long, period, \
             first, last, n, *sums in found:

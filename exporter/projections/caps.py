@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from exporter.projections.facts import ZERO, Usage
 from exporter.projections.figures import Summary
+from exporter.projections.usage import ZERO, Usage
 from exporter.shown import clip
 
 SUMMARY_MODELS: Final = 20  # report (text): rows of the "By model" table

@@ -24,8 +24,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from exporter.projections.class_prices import long_thresholds
 from exporter.projections.compat import genai_histogram as genai
-from exporter.projections.facts import long_thresholds
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import Pricing, Rates
 from exporter.projections.savings import counter_parts

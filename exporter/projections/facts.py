@@ -17,334 +17,25 @@ Two producers give the same facts:
   price date off the 5-minute grid, a long-context threshold other than the
   slots' own).
 
-Costs are exact integers in pico-dollars (1e-12 USD): a rate in USD per million
-tokens is ``rate × 1e6`` pico-dollars per token, an integer for every list price
-(at most six decimals). Integer sums do not depend on the grouping, so a view's
-rows add up to the summary's total to the last digit; a cost is rounded once,
-to 1e-6 USD, when shown.
+Each fact is priced exactly (:mod:`exporter.projections.class_prices`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 from exporter.ledger import slots
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import Range
-from exporter.projections.pricing import Pricing
-from exporter.projections.savings import reread_ratio, saved
+from exporter.projections.selection import SUMS_SQL, Selection, TimeKey
+from exporter.projections.usage import NO_BUCKET, Attrs, Fact
 from exporter.records import Source
 
-Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
-"""Runs one read-only query with its parameters and returns every row (``Ledger.read``)."""
-
-PICO_PER_USD: Final = 10**12
-PICO_PER_MICRO: Final = 10**6
-CONTEXT_SQL: Final = "(input + cache_read + cache_write_5m + cache_write_1h)"
-NO_BUCKET: Final = -9  # a fact not split by gap bucket
-_SUMS: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
-                "sum(cache_write_1h), sum(web_search)")
 _SLOT: Final = slots.SLOT_SECONDS
-_THRESHOLDS: Final = slots.DEFAULT_THRESHOLDS
-
-
-def usd(pico: int) -> float:
-    """Pico-dollars as USD rounded to 1e-6 (half up): ``26.291159``, never float noise."""
-    micro = (pico + PICO_PER_MICRO // 2) // PICO_PER_MICRO
-    return micro / 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Sums over some requests: counts, the five token types, web searches, cost."""
-
-    requests: int = 0
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write_5m: int = 0
-    cache_write_1h: int = 0
-    web_search: int = 0
-    cost_pico: int = 0  # exact list-price cost of the priced requests, 1e-12 USD
-    unpriced: int = 0  # all five token fields of requests whose model has no price
-    saved_pico: int = 0  # the prompt cache's saving (exporter.projections.savings), 1e-12 USD
-
-    def __add__(self, other: Usage) -> Usage:
-        """Field-wise sum (spelled out: it runs once per fact)."""
-        return Usage(
-            self.requests + other.requests, self.input + other.input, self.output + other.output,
-            self.cache_read + other.cache_read, self.cache_write_5m + other.cache_write_5m,
-            self.cache_write_1h + other.cache_write_1h, self.web_search + other.web_search,
-            self.cost_pico + other.cost_pico, self.unpriced + other.unpriced,
-            self.saved_pico + other.saved_pico,
-        )
-
-    @property
-    def context(self) -> int:
-        """Prompt tokens: input + cache read + cache writes."""
-        return self.input + self.cache_read + self.cache_write_5m + self.cache_write_1h
-
-    @property
-    def cache_write(self) -> int:
-        """Cache writes, 5 minutes and 1 hour."""
-        return self.cache_write_5m + self.cache_write_1h
-
-    @property
-    def tokens(self) -> int:
-        """Every token: the prompt plus the output."""
-        return self.context + self.output
-
-    @property
-    def cost_usd(self) -> float:
-        """The cost rounded to 1e-6 USD."""
-        return usd(self.cost_pico)
-
-    @property
-    def saved_usd(self) -> float:
-        """The cache's saving rounded to 1e-6 USD (negative when writes outweighed reads)."""
-        return usd(self.saved_pico)
-
-    @property
-    def reread_ratio(self) -> float:
-        """Cache-read tokens per output token (0 without output)."""
-        return reread_ratio(self.cache_read, self.output)
-
-    @property
-    def cache_read_share(self) -> float:
-        """Cache read over prompt tokens (0 without any)."""
-        return self.cache_read / self.context if self.context else 0.0
-
-    def totals(self) -> dict[str, int | float]:
-        """The ``T`` object of docs/figures.md."""
-        return {
-            "requests": self.requests,
-            "input_tokens": self.input,
-            "output_tokens": self.output,
-            "cache_read_tokens": self.cache_read,
-            "cache_write_5m_tokens": self.cache_write_5m,
-            "cache_write_1h_tokens": self.cache_write_1h,
-            "web_search_requests": self.web_search,
-            "cost_usd": self.cost_usd,
-            "unpriced_tokens": self.unpriced,
-            "cache_savings_usd": self.saved_usd,
-            "cache_reads_per_output_token": self.reread_ratio,
-        }
-
-
-ZERO: Final = Usage()
-
-
-def total(usages: Iterable[Usage]) -> Usage:
-    """The sum of some usages."""
-    out = ZERO
-    for u in usages:
-        out = out + u
-    return out
-
-
-class Attrs(NamedTuple):
-    """What a fact's requests share: session, project and price attributes."""
-
-    session: str
-    project: str
-    model: str
-    source: Source
-    service_tier: str
-    inference_geo: str
-    speed: str
-    long: int  # how many long-context thresholds the prompt exceeds
-
-
-@dataclass(frozen=True, slots=True)
-class Fact:
-    """Sums over requests sharing a group key, attributes, gap bucket and price period."""
-
-    key: Any  # the TimeKey's value (a day number, …), or None
-    attrs: Attrs
-    bucket: int  # exporter.ledger.slots bucket (-1 not main, 0 first, 1..4 by gap), or NO_BUCKET
-    first: float
-    last: float
-    usage: Usage
-    gap_ms: int  # sum of the gaps before the main requests, milliseconds (exact)
-
-
-@dataclass(frozen=True, slots=True)
-class TimeKey:
-    """A grouping by time: ``sql(t)`` is its SQL given an SQL expression of epoch seconds.
-
-    For slot sums, ``slot_time`` stands for the time of their requests, and
-    ``mixed`` lists the slots whose requests the key splits (read one by one).
-    """
-
-    sql: Callable[[str], str]
-    aligned: bool = True  # False: the key changes inside slots; use the requests only
-    slot_time: str = f"slot * {_SLOT}"
-    mixed: tuple[int, ...] = ()
-    day_aligned: bool = False  # True: the key never changes inside a UTC day
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """Which requests a report covers: a scoped ledger view, a time range, filters."""
-
-    read: Reader
-    relation: str  # the ledger's scoped view (``Ledger.scope``) or ``requests``
-    range: Range
-    projects: tuple[str, ...] = ()  # exact project paths (see :func:`resolve_projects`)
-    models: tuple[str, ...] = ()  # exact model ids
-    sources: tuple[Source, ...] = ()
-    slots: bool = False  # the ledger keeps usage slots (exporter.ledger.slots)
-    days: bool = False  # … and their sums per UTC day
-    slot_thresholds: tuple[int, ...] = _THRESHOLDS  # the long-context split of the slot sums
-    slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
-    context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
-
-    def where(self, *extra: str, extra_params: Sequence[object] = ()) -> tuple[str, list[object]]:
-        """The WHERE condition (and parameters) of this selection, plus ``extra`` terms.
-
-        ``extra_params`` are the parameters of the ``?`` in ``extra``.
-        """
-        cond, params = self.range.sql()
-        params.extend(extra_params)
-        parts = [cond, *extra, *self._filters(params)]
-        return " AND ".join(p for p in parts if p != "1") or "1", params
-
-    def _filters(self, params: list[object]) -> list[str]:
-        """Conditions for --project, --model and --source (adding their parameters)."""
-        parts = []
-        for column, values in (("project", self.projects), ("model", self.models)):
-            if values:
-                parts.append(f"{column} IN ({','.join('?' * len(values))})")
-                params.extend(values)
-        if self.sources:
-            parts.append(f"source IN ({','.join(str(int(s)) for s in self.sources)})")
-        return parts
-
-    @property
-    def filtered(self) -> bool:
-        """Whether --project, --model or --source narrow the selection."""
-        return bool(self.projects or self.models or self.sources)
-
-    def rows(self, select: str, *extra: str, tail: str = "",
-             params: Sequence[object] = (), join: str = "") -> list[tuple[Any, ...]]:
-        """Run ``SELECT select FROM [join] relation AS r WHERE … tail`` over this selection.
-
-        ``params`` are the parameters of the ``?`` in ``extra`` (``select``,
-        ``tail`` and ``join`` take none); ``join`` ends in ``JOIN``.
-        """
-        cond, where_params = self.where(*extra, extra_params=params)
-        sql = f"SELECT {select} FROM {join} {self.relation} AS r WHERE {cond} {tail}"
-        return self.read(sql, where_params)
-
-    def bounds(self) -> tuple[float, float] | None:
-        """Times of the first and last selected request, or None when there is none."""
-        first, last = self.largest("min(ts)"), self.largest("max(ts)")
-        return None if first is None else (float(first), float(last))
-
-    def largest(self, aggregate: str) -> Any:
-        """One ``min(x)`` or ``max(x)`` alone in its query: SQLite then seeks x's index."""
-        return self.rows(aggregate)[0][0]
-
-
-def long_thresholds(pricing: Pricing) -> tuple[int, ...]:
-    """Every long-context threshold of the price table (any period), ascending."""
-    families = getattr(pricing, "families", None)  # price periods, when the table has them
-    periods: list[Any]
-    if families:
-        periods = [p for fam in families.values() for p in fam.periods]
-    else:
-        periods = list(pricing.models.values())
-    return tuple(sorted({p.long_context_threshold for p in periods if p.long_context}))
-
-
-@dataclass(slots=True)
-class Prices:
-    """Prices price classes once each, in integer pico-dollars per token and per search."""
-
-    pricing: Pricing
-    thresholds: tuple[int, ...] = ()  # every long-context threshold in the table, ascending
-    starts: tuple[float, ...] = ()  # every date any family's price changes, ascending
-    _units: dict[tuple[Any, ...], tuple[int, ...] | None] = field(default_factory=dict)
-    _dated: bool = False
-
-    @classmethod
-    def of(cls, pricing: Pricing) -> Prices:
-        """Collect the thresholds and price dates the SQL must split requests by."""
-        families = getattr(pricing, "families", None)  # price periods, when the table has them
-        starts = sorted({s for fam in families.values() for s in fam.starts}) if families else []
-        # A table with price periods takes each class's date (``at``); the older one has none.
-        return cls(pricing, long_thresholds(pricing), tuple(starts), {}, bool(families))
-
-    def fits_slots(self, stored: Sequence[int]) -> bool:
-        """Whether slot sums can be priced: split by (at least) our thresholds, dates on 5 minutes.
-
-        Slots split by more thresholds than the price table's answer too: a slot
-        key's level then maps to ours (:meth:`relevel`).
-        """
-        return set(self.thresholds) <= set(stored) and all(s % _SLOT == 0 for s in self.starts)
-
-    def relevel(self, stored: Sequence[int]) -> tuple[int, ...]:
-        """Our long-context level for each level of slots split by ``stored`` thresholds.
-
-        Level ``L`` of the slots means the prompt exceeds ``stored[L-1]`` and no
-        higher stored threshold; ours counts our thresholds at or below it.
-        """
-        return (0, *(sum(t <= s for t in self.thresholds) for s in sorted(stored)))
-
-    @property
-    def fits_days(self) -> bool:
-        """Whether day sums can be priced: every price date is a UTC midnight."""
-        return all(s % 86_400 == 0 for s in self.starts)
-
-    def long_sql(self) -> str:
-        """SQL for a request's long-context level: how many thresholds its prompt exceeds."""
-        if not self.thresholds:
-            return "0"
-        return "(" + " + ".join(f"({CONTEXT_SQL} > {t})" for t in self.thresholds) + ")"
-
-    def period_sql(self, at: str) -> str:
-        """SQL for the price period of epoch ``at``: how many price dates it is at or after."""
-        if not self.starts:
-            return "0"
-        return "(" + " + ".join(f"({at} >= {s!r})" for s in self.starts) + ")"
-
-    def units(self, attrs: Attrs, period: int, at: float) -> tuple[int, ...] | None:
-        """Pico-dollars per input, output, cache read, 5m write, 1h write token and per search."""
-        model, geo, tier, speed = attrs.model, attrs.inference_geo, attrs.service_tier, attrs.speed
-        key = (model, geo, tier, speed, attrs.long, period)
-        try:
-            return self._units[key]
-        except KeyError:
-            pass
-        when: dict[str, Any] = {"at": at} if self._dated else {}
-        threshold = self.pricing.long_context_threshold(model, **when)
-        long = (threshold in self.thresholds
-                and attrs.long > self.thresholds.index(threshold))
-        rates = self.pricing.rates(model, long_context=long, inference_geo=geo,
-                                   service_tier=tier, speed=speed, **when)
-        out = None
-        if rates is not None:
-            per_token = (rates.input, rates.output, rates.cache_read, rates.cache_write_5m,
-                         rates.cache_write_1h)
-            search = getattr(rates, "web_search_usd", 0.0)
-            out = (*(round(r * 1_000_000) for r in per_token), round(search * PICO_PER_USD))
-        self._units[key] = out
-        return out
-
-    def usage(self, attrs: Attrs, period: int, at: float, n: int,
-              sums: Sequence[int]) -> Usage:
-        """Price ``n`` requests of one class with these token and search sums."""
-        inp, out, read, w5, w1, search = sums
-        units = self.units(attrs, period, at)
-        if units is None:
-            return Usage(n, inp, out, read, w5, w1, search, 0, inp + out + read + w5 + w1)
-        cost = sum(map(int.__mul__, sums, units))
-        return Usage(n, inp, out, read, w5, w1, search, cost, 0, saved(sums, units))
-
-
 _SOURCES: Final = tuple(Source)
 _DAY_SLOTS: Final = slots.SLOTS_PER_DAY
 
@@ -367,7 +58,7 @@ _BLOCKS: Final = _Table("slot_blocks", "block", f"block * {_BLOCK_DAYS * 86_400}
 class Facts:
     """The selection's facts, from the slots where they can answer, else from requests."""
 
-    def __init__(self, selection: Selection, prices: Prices, *, by_class: bool = False,
+    def __init__(self, selection: Selection, prices: ClassPrices, *, by_class: bool = False,
                  keep_project: bool = False) -> None:
         """Facts of ``selection``, priced with ``prices``.
 
@@ -506,7 +197,7 @@ class Facts:
         when = table.start if key is None or table is _DAYS else key.slot_time
         group = key.sql(when) if key else "NULL"
         sql = (f"SELECT {group}, s.key, {'bucket' if buckets else NO_BUCKET}, "
-               f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {_SUMS}, "
+               f"{self.prices.period_sql(table.start)}, min(first), max(last), sum(n), {SUMS_SQL}, "
                f"sum(gap_ms) FROM {table.name} AS s WHERE {cond} GROUP BY 1, 2, 3, 4")
         if self.by_class and table is _BLOCKS and not (self.keep_project or self.sel.filtered):
             return self._class_blocks(cond, params, buckets)
@@ -519,8 +210,9 @@ class Facts:
         """Facts per price class of whole blocks, from the class sums (no session, no project)."""
         sql = ("SELECT c.model, c.source, c.service_tier, c.inference_geo, c.speed, c.long, "
                f"{'bucket' if buckets else NO_BUCKET}, "
-               f"{self.prices.period_sql(_BLOCKS.start)}, min(first), max(last), sum(n), {_SUMS}, "
-               "sum(gap_ms) FROM slot_class_blocks AS s JOIN slot_classes c ON c.id = s.class "
+               f"{self.prices.period_sql(_BLOCKS.start)}, min(first), max(last), sum(n), "
+               f"{SUMS_SQL}, sum(gap_ms) "
+               "FROM slot_class_blocks AS s JOIN slot_classes c ON c.id = s.class "
                f"WHERE {cond} GROUP BY 1, 2, 3, 4, 5, 6, 7, 8")
         level = self._level
         return [self._fact(None, Attrs("", "", r[0], _SOURCES[r[1]], r[2], r[3], r[4],
@@ -554,7 +246,7 @@ class Facts:
         rows = self.sel.rows(
             f"{key.sql('ts') if key else 'NULL'}, {who}, model, source, "
             f"service_tier, inference_geo, speed, {self.prices.long_sql()}, {bucket}, "
-            f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {_SUMS}, "
+            f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {SUMS_SQL}, "
             f"sum({slots.GAP_MS})",
             *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))), join=join)
         return [self._fact(r[0], Attrs(r[1], r[2], r[3], _SOURCES[r[4]], r[5], r[6], r[7],
@@ -702,66 +394,3 @@ def _add_session(out: dict[str, list[Any]], name: str, sums: Sequence[Any]) -> N
     acc[4] = min(acc[4], float(first))
     acc[5] = max(acc[5], float(last))
 
-
-def by_name(usages: Mapping[str, Usage]) -> dict[str, Usage]:
-    """Usages sorted by name (stable output)."""
-    return {k: usages[k] for k in sorted(usages)}
-
-
-# ---- --project and --model: names as users type them -> exact values -----------------
-class FilterError(ValueError):
-    """A ``--project``/``--model`` that matches nothing in the ledger; names what would."""
-
-
-def _basename(path: str) -> str:
-    """The last part of a project path (``/home/u/proj`` → ``proj``)."""
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def encoded(path: str) -> str:
-    """Claude Code's directory name for a project (``/home/u/proj`` → ``-home-u-proj``)."""
-    return "".join(c if c.isalnum() else "-" for c in path)
-
-
-def resolve_projects(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
-    """The project paths matching any name: a full path, its last part, or its directory name."""
-    paths = sorted(set(known))
-    out: list[str] = []
-    for name in names:
-        want = name.rstrip("/") or name
-        hits = [p for p in paths if want in (p, p.rstrip("/"), _basename(p), encoded(p))]
-        if not hits:
-            raise FilterError(_no_match("--project", name, [_basename(p) for p in paths]))
-        out.extend(h for h in hits if h not in out)
-    return tuple(out)
-
-
-def resolve_models(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
-    """The model ids containing any name (case-insensitive): ``opus``, ``claude-sonnet-4-5``."""
-    models = sorted(set(known))
-    out: list[str] = []
-    for name in names:
-        hits = [m for m in models if name.lower() in m.lower()]
-        if not hits:
-            raise FilterError(_no_match("--model", name, models))
-        out.extend(h for h in hits if h not in out)
-    return tuple(out)
-
-
-def _no_match(flag: str, name: str, choices: Sequence[str]) -> str:
-    """A one-line message for a filter that matches nothing."""
-    import difflib  # noqa: PLC0415 - only on this error path
-
-    names = sorted(set(choices))
-    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(near)}?" if near else ""
-    known = ", ".join(names[:8]) or "none yet"
-    return f"{flag} {name!r} matches nothing in the ledger{hint} (known: {known})"
-
-
-def known_values(selection: Selection, column: str) -> list[str]:
-    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept)."""
-    if selection.slots:
-        return [r[0] for r in selection.read(f"SELECT DISTINCT {column} FROM slot_keys", [])]
-    return [r[0] for r in selection.read(
-        f"SELECT DISTINCT {column} FROM {selection.relation}", [])]

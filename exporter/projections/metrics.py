@@ -185,7 +185,7 @@ class Projection:
                 if not cls.gap:
                     self._rows += sums[0]
         self._add(totals)
-        self._seed(hists)
+        self._record_histogram_rows(hists)
         self._count_exporter(lines, rejected, bytes_read, late, zeros=True,
                              iterations=iterations, mended=mended)
 
@@ -215,7 +215,7 @@ class Projection:
         self._add(self.attributed.apply(applied.new, applied.upgraded, raw=(
             applied.new_count > len(applied.new)
             or applied.upgraded_count > len(applied.upgraded))))
-        self._seed(applied.hists)
+        self._record_histogram_rows(applied.hists)
         for req in applied.new:
             self.live.note(req)
         for _old, new in applied.upgraded:
@@ -234,10 +234,10 @@ class Projection:
         for (name, labels), value in values.items():
             counters[name].add(max(value, 0), dict(labels))
 
-    def _seed(self, rows: Iterable[HistRow]) -> None:
+    def _record_histogram_rows(self, rows: Iterable[HistRow]) -> None:
         """Add histogram rollup rows (or increments) in scope, one seed per series."""
         per: dict[HistSeries, tuple[list[int], list[float]]] = {}
-        for roots, series, bucket, value in self.compat.seed(rows, self.scope):
+        for roots, series, bucket, value in self.compat.record_genai_rows(rows, self.scope):
             if roots not in self.scope:
                 continue
             acc = per.get(series)

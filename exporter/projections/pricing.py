@@ -1,12 +1,12 @@
-"""List-price cost of a request: the genai-prices database plus our rules.
+"""The rate table (:class:`Pricing`): list-price cost of a request, genai-prices plus our rules.
 
 Where prices come from (docs/figures.md, "Prices"): the genai-prices database,
 read once at start into plain float rates per model family and price period
-(``prices.genai``); our rules fill its gaps (``exporter/data/pricing.toml``:
+(``prices.genai_table``); our rules fill its gaps (``exporter/data/pricing.toml``:
 US-only inference ×1.1, batch ×0.5, fast-mode multipliers it lacks, a missing
 long-context tier); the user's config overrides win over both
 (``prices.rules``). A model id is normalised (provider prefix, version and date
-suffixes removed, ``prices.ids``) and matched EXACTLY to a family key: an id
+suffixes removed, ``prices.model_ids``) and matched EXACTLY to a family key: an id
 that matches nothing is unpriced, never guessed and never $0.
 
 Per-request pricing is two dict lookups and, for the few families whose prices
@@ -64,7 +64,7 @@ def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path | None = N
     installed data. ``cache_dir`` holds the built rate table (default: the user
     cache directory; not the state dir, which holds the ledger and nothing
     before it is known to be ours). Where it cannot be written, the table is
-    rebuilt at each start (~0.2 s).
+    rebuilt at each start.
     """
     data = None
     if update:
@@ -76,7 +76,11 @@ def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path | None = N
 
 
 class Pricing:
-    """Model id → family → rates in force at a time, plus whole-request multipliers."""
+    """The rate table: model id → family → rates in force at a time, plus whole-request multipliers.
+
+    It prices one request (:meth:`rates`, :meth:`cost`); sums of many are priced
+    per price class by :class:`~exporter.projections.class_prices.ClassPrices`.
+    """
 
     def __init__(
         self,

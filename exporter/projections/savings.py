@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
 
+from exporter.projections.money import usd
 from exporter.projections.pricing import Rates
 
 READ, WRITE_5M, WRITE_1H = 2, 3, 4  # positions in the (input, output, read, 5m, 1h) sums/units
@@ -36,9 +36,6 @@ def saved(sums: Sequence[int], units: Sequence[int]) -> int:
     """
     plain = units[0]
     return sum(sums[i] * (plain - units[i]) for i in (READ, WRITE_5M, WRITE_1H))
-
-
-COUNTER_TYPES: Final = ("cache_read", "cache_write_5m", "cache_write_1h")
 
 
 def counter_parts(rates: Rates, cache_read: int, cache_write_5m: int,
@@ -86,16 +83,8 @@ class ContextCost:
     def to_json(self) -> dict[str, object]:
         """The ``context_cost`` row of ``report --json`` (USD rounded to 1e-6)."""
         return {"model": self.model, "quantile": self.quantile, "context_tokens": self.context,
-                "long_context": self.long, "from_cache_usd": _usd(self.cached_pico),
-                "recomputed_usd": _usd(self.recomputed_pico)}
-
-
-_PICO_PER_MICRO: Final = 10**6
-
-
-def _usd(pico: int) -> float:
-    """Pico-dollars as USD rounded half up to 1e-6."""
-    return ((pico + _PICO_PER_MICRO // 2) // _PICO_PER_MICRO) / 1_000_000
+                "long_context": self.long, "from_cache_usd": usd(self.cached_pico),
+                "recomputed_usd": usd(self.recomputed_pico)}
 
 
 def context_cost(model: str, quantile: str, context: int, long: bool,

@@ -1,6 +1,6 @@
 """The `report` views: one row per day, week, month, session, project or 5-hour block.
 
-Each view folds :class:`~exporter.projections.facts.Fact` rows (SQL sums per
+Each view folds :class:`~exporter.projections.usage.Fact` rows (SQL sums per
 group and price class) into typed :class:`Row` values; totals are the exact
 integer sums of all rows, so they equal the summary's totals over the same
 selection. Days, weeks (Monday first, ISO 8601) and months are those of the
@@ -21,9 +21,13 @@ from typing import Any, Final, Literal
 
 from exporter.ledger import slots
 from exporter.projections import caps, periods
-from exporter.projections.facts import ZERO, Fact, Facts, Prices, Selection, TimeKey, Usage
-from exporter.projections.figures import Covered, gap_counts, session_medians
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.facts import Facts
+from exporter.projections.figures import Covered
 from exporter.projections.periods import Zone, day_date
+from exporter.projections.selection import Selection, TimeKey
+from exporter.projections.sessions import gap_counts, session_medians
+from exporter.projections.usage import ZERO, Fact, Usage
 
 VIEWS: Final = ("daily", "weekly", "monthly", "session", "project", "blocks")
 ORDERS: Final = ("oldest", "newest", "cost", "requests", "tokens")
@@ -126,7 +130,7 @@ class Options:
     now: float = 0.0
 
 
-def build(name: str, selection: Selection, prices: Prices, options: Options) -> View:
+def build(name: str, selection: Selection, prices: ClassPrices, options: Options) -> View:
     """Build one of :data:`VIEWS` over the selection."""
     facts = Facts(selection, prices, by_class=name not in ("session", "project"))
     bounds = selection.bounds()

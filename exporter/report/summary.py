@@ -9,17 +9,16 @@ Colour is whatever the console supports: none when writing to a file or a pipe.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from exporter.projections import caps
-from exporter.projections.facts import Usage
-from exporter.projections.figures import Covered, SessionRow, Spread, Summary
+from exporter.projections.figures import Covered, Spread, Summary
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import ContextCost
+from exporter.projections.sessions import SessionRow
+from exporter.projections.usage import Usage
 from exporter.records import ACTIVE_GAP_SECONDS
 from exporter.shown import clip, markup, text
 
@@ -346,20 +345,4 @@ def header(title: str, covered: Covered) -> str:
 def when(ts: float, zone: Zone) -> str:
     """A local time to the minute: ``2026-01-31 18:05``."""
     return zone.local(ts).strftime("%Y-%m-%d %H:%M")
-
-
-def _finite(value: Any) -> Any:
-    """Replace NaN and infinities (not JSON) by None, recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def to_json(figures: Mapping[str, Any]) -> str:
-    """Serialise the figures as JSON: sorted keys (stable diffs), never NaN."""
-    return json.dumps(_finite(figures), indent=2, sort_keys=True, allow_nan=False)
 

@@ -28,8 +28,9 @@ from rich.text import Text
 
 from exporter.ledger import connections
 from exporter.projections import caps
-from exporter.projections.facts import Prices, Usage
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
+from exporter.projections.json_text import to_json
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.plan.cost import ledger_cost
 from exporter.projections.plan.windows import (
@@ -39,8 +40,9 @@ from exporter.projections.plan.windows import (
     limits_rows,
     plan_figures,
 )
+from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report.summary import cost_cell, duration, header, pct, to_json, tokens, usd, when
+from exporter.report.summary import cost_cell, duration, header, pct, tokens, usd, when
 from exporter.shown import clip, csv_cell, text
 from exporter.sqlite import sqlite3
 
@@ -340,7 +342,7 @@ class Limits:
     instances: tuple[Instance, ...]
 
 
-def limits_view(conn: sqlite3.Connection, prices: Prices, rng: Range, now: float) -> Limits:
+def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: float) -> Limits:
     """The view from a read connection to the ledger (its plan tables and requests)."""
     def cost(a: float, b: float) -> float:
         return ledger_cost(conn, prices, a, b)
@@ -352,7 +354,7 @@ def limits_view(conn: sqlite3.Connection, prices: Prices, rng: Range, now: float
     return Limits(Covered(rng, first, last), now, figures, found)
 
 
-def run_limits(output: str, rng: Range, ledger_path: Path, prices: Prices, now: float, *,
+def run_limits(output: str, rng: Range, ledger_path: Path, prices: ClassPrices, now: float, *,
                console: Console | None = None) -> int:
     """Print `report limits` as a table, JSON or CSV; return the exit code (0)."""
     conn = connections.reader(ledger_path)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.ingest import spool
 from exporter.ledger import connections
 from exporter.ledger import plan_store as store
-from exporter.projections.facts import Prices
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.plan import cost
 from exporter.projections.plan import gauges as metrics
 from exporter.projections.plan.windows import PlanFigures, plan_figures
@@ -52,8 +52,8 @@ class PlanLink:
         """Open the write and read connections; nothing is read until ``tick``."""
         self._state = state_dir
         # Two price caches: the follower thread prices today, the scrape threads the estimate.
-        self._prices_today = Prices.of(pricing)
-        self._prices_scrape = Prices.of(pricing)
+        self._prices_today = ClassPrices.of(pricing)
+        self._prices_scrape = ClassPrices.of(pricing)
         self._clock = clock
         self._today_every = today_every
         self._today_due = True  # today's cost moved since it was last published

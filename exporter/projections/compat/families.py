@@ -117,7 +117,7 @@ class Families:
             self._counters[name].add(max(value, 0), dict(labels))
 
     # --------------------------------------------------------------- histogram
-    def seed(self, rows: Iterable[HistRow], scope: InScope) -> list[HistRow]:
+    def record_genai_rows(self, rows: Iterable[HistRow], scope: InScope) -> list[HistRow]:
         """Seed the GenAI histogram with its rollup rows in ``scope``; return the other rows.
 
         The GenAI rows are always taken out (the ledger keeps them whether or

@@ -34,7 +34,6 @@ from typing import Final
 
 from exporter.records import HistSeries, Request
 
-SEMCONV_VERSION: Final = "1.41.0"
 NAME: Final = "gen_ai.client.token.usage"
 UNIT: Final = "{token}"
 DESCRIPTION: Final = ("Tokens per request by token type; input includes cache reads and "

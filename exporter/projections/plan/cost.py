@@ -4,7 +4,7 @@
 takes. It does not price anything itself: it asks the report's facts
 (:class:`~exporter.projections.facts.Facts`, one grouped query per price
 class over ``ts``) and prices them with the report's
-:class:`~exporter.projections.facts.Prices` — date-conditional prices, long
+:class:`~exporter.projections.class_prices.ClassPrices` — date-conditional prices, long
 context, region, tier, speed and web searches included — so the estimate,
 the status line's "today" and ``report`` never disagree about what a request
 cost. :func:`publish_today` writes today's total for the status-line
@@ -18,8 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter.ingest import spool
-from exporter.projections.facts import Facts, Prices, Reader, Selection, usd
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.facts import Facts
+from exporter.projections.money import usd
 from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.selection import Reader, Selection
 from exporter.sqlite import sqlite3
 
 
@@ -32,7 +35,7 @@ def reader(conn: sqlite3.Connection) -> Reader:
     return read
 
 
-def ledger_cost(conn: sqlite3.Connection, prices: Prices, since: float,
+def ledger_cost(conn: sqlite3.Connection, prices: ClassPrices, since: float,
                 until: float | None) -> float:
     """USD at list price of the requests with ``since <= ts < until`` (unpriced models: 0).
 
@@ -45,7 +48,7 @@ def ledger_cost(conn: sqlite3.Connection, prices: Prices, since: float,
 
 
 def publish_today(
-    conn: sqlite3.Connection, prices: Prices, state_dir: str | os.PathLike[str], now: float
+    conn: sqlite3.Connection, prices: ClassPrices, state_dir: str | os.PathLike[str], now: float
 ) -> float:
     """Write today's list-price cost (local midnight to midnight) for the status line; return it.
 

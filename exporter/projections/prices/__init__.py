@@ -1,6 +1,6 @@
-"""The price table behind :mod:`exporter.projections.pricing`, in small parts.
+"""Where the rate table (:class:`exporter.projections.pricing.Pricing`) comes from, in parts.
 
-``ids`` normalises model ids, ``rates`` holds the value types, ``genai`` builds
-the table from the genai-prices database (once, cached on disk), ``rules``
-applies our own rules and the user's overrides on top.
+``model_ids`` normalises model ids, ``rates`` holds the value types,
+``genai_table`` builds the table from the genai-prices database (once, cached
+on disk), ``rules`` applies our own rules and the user's overrides on top.
 """

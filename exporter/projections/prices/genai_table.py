@@ -3,12 +3,12 @@
 genai-prices knows every Anthropic model with its 5-minute and 1-hour cache-write
 prices, long-context tiers, prices that change on a date, fast-mode and
 web-search prices, and it makes no network call unless asked. Its ``calc_price``
-works in Decimals through pydantic types, ~125 µs a call: far too slow for
-600k requests, so we read its data ONCE into plain float rates per family and
-period (``Family``), and price requests with those.
+works in Decimals through pydantic types, far too slow to call per request,
+so we read its data ONCE into plain float rates per family and period
+(``Family``), and price requests with those.
 
-Importing its data costs ~0.2 s (a 1.6 MB module, and httpx for its updater),
-which would be most of a warm ``report``; so the table is cached as a small JSON
+Importing its data (a 1.6 MB module, and httpx for its updater) would be most
+of a warm ``report``'s time (docs/benchmarks.md); so the table is cached as a small JSON
 file, keyed by the installed data file (path, size, mtime) and by the content
 of the code that builds and reads the table, and genai-prices is imported only
 to rebuild it. Each key has its own file (a few kB; the newest few are kept):
@@ -31,6 +31,8 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from exporter.projections.prices import model_ids as model_ids_module
+from exporter.projections.prices import rates as rates_module
 from exporter.projections.prices.model_ids import is_family_key, normalise_model_id
 from exporter.projections.prices.rates import Family, ModelPrice, Rates
 
@@ -42,8 +44,9 @@ PROVIDER: Final = "anthropic"  # list prices: Bedrock/Vertex ids are matched to 
 CACHE_PREFIX: Final = "genai-prices-table-"  # + the first hex digits of the key, + ".json"
 CACHE_KEEP: Final = 8  # cache files kept (newest first); older keys are removed on a write
 _SCHEMA: Final = 2  # bump when the cached table's shape or meaning changes
-# The modules whose code decides what the table holds and how it is read back.
-_BUILDERS: Final = ("genai.py", "rates.py", "ids.py")
+# The modules whose code decides what the table holds and how it is read back
+# (their paths from the modules themselves: a renamed file cannot drop out of the key).
+_BUILDERS: Final = (__file__, rates_module.__file__, model_ids_module.__file__)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _FAST: Final = {"speed": "fast"}
 
@@ -367,8 +370,8 @@ def _stamp() -> str | None:
         return None
     code = hashlib.sha256()
     try:
-        for name in _BUILDERS:
-            code.update(Path(__file__).with_name(name).read_bytes())
+        for path in _BUILDERS:
+            code.update(Path(path).read_bytes())
     except OSError:
         return ""
     return f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}:{code.hexdigest()}"

@@ -1,0 +1,162 @@
+"""Which requests a report covers, how it groups them by time, and the filters' names.
+
+:class:`Selection` is the scoped ledger view, time range and filters;
+:class:`TimeKey` a grouping by time; ``--project``/``--model`` names resolve
+to exact values here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from exporter.ledger import slots
+from exporter.projections.periods import Range
+from exporter.records import Source
+
+Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
+"""Runs one read-only query with its parameters and returns every row (``Ledger.read``)."""
+
+CONTEXT_SQL: Final = "(input + cache_read + cache_write_5m + cache_write_1h)"
+# The six sums a priced Usage is made of, in ClassPrices.usage's order.
+SUMS_SQL: Final = ("sum(input), sum(output), sum(cache_read), sum(cache_write_5m), "
+                   "sum(cache_write_1h), sum(web_search)")
+_SLOT: Final = slots.SLOT_SECONDS
+_THRESHOLDS: Final = slots.DEFAULT_THRESHOLDS
+
+
+@dataclass(frozen=True, slots=True)
+class TimeKey:
+    """A grouping by time: ``sql(t)`` is its SQL given an SQL expression of epoch seconds.
+
+    For slot sums, ``slot_time`` stands for the time of their requests, and
+    ``mixed`` lists the slots whose requests the key splits (read one by one).
+    """
+
+    sql: Callable[[str], str]
+    aligned: bool = True  # False: the key changes inside slots; use the requests only
+    slot_time: str = f"slot * {_SLOT}"
+    mixed: tuple[int, ...] = ()
+    day_aligned: bool = False  # True: the key never changes inside a UTC day
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which requests a report covers: a scoped ledger view, a time range, filters."""
+
+    read: Reader
+    relation: str  # the ledger's scoped view (``Ledger.scope``) or ``requests``
+    range: Range
+    projects: tuple[str, ...] = ()  # exact project paths (see :func:`resolve_projects`)
+    models: tuple[str, ...] = ()  # exact model ids
+    sources: tuple[Source, ...] = ()
+    slots: bool = False  # the ledger keeps usage slots (exporter.ledger.slots)
+    days: bool = False  # … and their sums per UTC day
+    slot_thresholds: tuple[int, ...] = _THRESHOLDS  # the long-context split of the slot sums
+    slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
+    context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
+
+    def where(self, *extra: str, extra_params: Sequence[object] = ()) -> tuple[str, list[object]]:
+        """The WHERE condition (and parameters) of this selection, plus ``extra`` terms.
+
+        ``extra_params`` are the parameters of the ``?`` in ``extra``.
+        """
+        cond, params = self.range.sql()
+        params.extend(extra_params)
+        parts = [cond, *extra, *self._filters(params)]
+        return " AND ".join(p for p in parts if p != "1") or "1", params
+
+    def _filters(self, params: list[object]) -> list[str]:
+        """Conditions for --project, --model and --source (adding their parameters)."""
+        parts = []
+        for column, values in (("project", self.projects), ("model", self.models)):
+            if values:
+                parts.append(f"{column} IN ({','.join('?' * len(values))})")
+                params.extend(values)
+        if self.sources:
+            parts.append(f"source IN ({','.join(str(int(s)) for s in self.sources)})")
+        return parts
+
+    @property
+    def filtered(self) -> bool:
+        """Whether --project, --model or --source narrow the selection."""
+        return bool(self.projects or self.models or self.sources)
+
+    def rows(self, select: str, *extra: str, tail: str = "",
+             params: Sequence[object] = (), join: str = "") -> list[tuple[Any, ...]]:
+        """Run ``SELECT select FROM [join] relation AS r WHERE … tail`` over this selection.
+
+        ``params`` are the parameters of the ``?`` in ``extra`` (``select``,
+        ``tail`` and ``join`` take none); ``join`` ends in ``JOIN``.
+        """
+        cond, where_params = self.where(*extra, extra_params=params)
+        sql = f"SELECT {select} FROM {join} {self.relation} AS r WHERE {cond} {tail}"
+        return self.read(sql, where_params)
+
+    def bounds(self) -> tuple[float, float] | None:
+        """Times of the first and last selected request, or None when there is none."""
+        first, last = self.largest("min(ts)"), self.largest("max(ts)")
+        return None if first is None else (float(first), float(last))
+
+    def largest(self, aggregate: str) -> Any:
+        """One ``min(x)`` or ``max(x)`` alone in its query: SQLite then seeks x's index."""
+        return self.rows(aggregate)[0][0]
+
+# ---- --project and --model: names as users type them -> exact values -----------------
+class FilterError(ValueError):
+    """A ``--project``/``--model`` that matches nothing in the ledger; names what would."""
+
+
+def _basename(path: str) -> str:
+    """The last part of a project path (``/home/u/proj`` → ``proj``)."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _encoded(path: str) -> str:
+    """Claude Code's directory name for a project (``/home/u/proj`` → ``-home-u-proj``)."""
+    return "".join(c if c.isalnum() else "-" for c in path)
+
+
+def resolve_projects(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
+    """The project paths matching any name: a full path, its last part, or its directory name."""
+    paths = sorted(set(known))
+    out: list[str] = []
+    for name in names:
+        want = name.rstrip("/") or name
+        hits = [p for p in paths if want in (p, p.rstrip("/"), _basename(p), _encoded(p))]
+        if not hits:
+            raise FilterError(_no_match("--project", name, [_basename(p) for p in paths]))
+        out.extend(h for h in hits if h not in out)
+    return tuple(out)
+
+
+def resolve_models(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
+    """The model ids containing any name (case-insensitive): ``opus``, ``claude-sonnet-4-5``."""
+    models = sorted(set(known))
+    out: list[str] = []
+    for name in names:
+        hits = [m for m in models if name.lower() in m.lower()]
+        if not hits:
+            raise FilterError(_no_match("--model", name, models))
+        out.extend(h for h in hits if h not in out)
+    return tuple(out)
+
+
+def _no_match(flag: str, name: str, choices: Sequence[str]) -> str:
+    """A one-line message for a filter that matches nothing."""
+    import difflib  # noqa: PLC0415 - only on this error path
+
+    names = sorted(set(choices))
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    known = ", ".join(names[:8]) or "none yet"
+    return f"{flag} {name!r} matches nothing in the ledger{hint} (known: {known})"
+
+
+def known_values(selection: Selection, column: str) -> list[str]:
+    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept)."""
+    if selection.slots:
+        return [r[0] for r in selection.read(f"SELECT DISTINCT {column} FROM slot_keys", [])]
+    return [r[0] for r in selection.read(
+        f"SELECT DISTINCT {column} FROM {selection.relation}", [])]

@@ -1,0 +1,177 @@
+"""The page's HTML: cards of figures with inline SVG charts (:mod:`exporter.serve.svg`).
+
+No script, no external asset, nothing fetched at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Final
+
+from exporter.projections import caps, figures
+from exporter.projections.periods import iso
+from exporter.serve import svg
+from exporter.serve.page_figures import WINDOW_DAYS, PageData
+
+TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"
+
+
+def money(x: float) -> str:
+    """Dollars as the page prints them: cents, or four decimals below a dollar."""
+    return f"${x:,.2f}" if abs(x) >= 1 or x == 0 else f"${x:.4f}"
+
+
+def count(n: float) -> str:
+    """A token count, short: 1.2k, 3.4M, 5.6B."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{suffix}"
+    return f"{int(n)}"
+
+
+_CSS: Final = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#222;
+background:#f6f7f9}
+header{background:#20324d;color:#fff;padding:12px 20px}header h1{font-size:18px;margin:0}
+header p{margin:2px 0 0;font-size:12px;opacity:.8}header a{color:#cfe0ff}
+main{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));gap:14px;
+padding:14px 20px}
+section{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:10px 14px;min-width:0}
+section.wide{grid-column:1/-1}h2{font-size:14px;margin:0 0 8px;color:#20324d}
+.kpis{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.kpi b{display:block;font-size:20px}
+.kpi span{font-size:12px;color:#666}svg.chart{width:100%;height:auto;display:block}
+table{border-collapse:collapse;width:100%;font-size:13px}td,th{padding:3px 6px;text-align:right}
+td:first-child,th:first-child{text-align:left}tr+tr td{border-top:1px solid #eee}
+p.note{font-size:12px;color:#666;margin:2px 0}
+th{font-weight:600;color:#555;border-bottom:1px solid #ccc}
+footer{padding:0 20px 16px;font-size:12px;color:#666}
+"""
+
+
+def _kpi(name: str, label: str, value: str, budget: float | None, spent: float) -> str:
+    """One headline figure, with its budget meter when a budget is set."""
+    extra = ""
+    if budget:
+        ratio = spent / budget
+        extra = (svg.meter(f"budget-{name}", f"{label}: {ratio:.0%} of {money(budget)}", ratio)
+                 + f"<span>{ratio:.0%} of {escape(money(budget))} budget</span>")
+    return (f'<div class="kpi"><span>{escape(label)}</span>'
+            f'<b data-figure="cost-{name}">{escape(value)}</b>{extra}</div>')
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]], name: str) -> str:
+    """A small table (cells already text)."""
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    cols = "".join(f"<th>{escape(h)}</th>" for h in head)
+    return f'<table data-table="{name}"><tr>{cols}</tr>{body}</table>'
+
+
+def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Running sums of the daily costs."""
+    out, run = [], 0.0
+    for d, c in daily:
+        run += c
+        out.append((d, run))
+    return out
+
+
+def render(data: PageData, version: str) -> str:
+    """The whole HTML page."""
+    zone = data.zone
+    sections = [*_cost_sections(data), *_shape_sections(data)]
+    if data.plan:
+        sections.append(_section("Plan limits", "".join(
+            f'<p>{escape(_WINDOW_NAMES.get(w.name, w.name))}: <b>{w.used_ratio:.0%}</b> used, '
+            f'resets {escape(iso(w.resets_at, zone))}</p>'
+            + svg.meter(f"plan-{w.name}", f"{w.name} window used", w.used_ratio)
+            for w in data.plan)))
+    covered = data.summary.covered.to_json()
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>claude-code-exporter</title><style>{_CSS}</style></head><body>"
+        f"<header><h1>Claude Code usage</h1><p>last {WINDOW_DAYS} days from "
+        f"{escape(str(covered['since'])[:10])} · {escape(zone.name)} · as of "
+        f"{escape(iso(data.now, zone))} · "
+        '<a href="metrics">/metrics</a> · <a href="healthz">/healthz</a> · '
+        '<a href="api/summary.json">/api/summary.json</a></p></header>'
+        f"<main>{''.join(sections)}</main>"
+        f"<footer>claude-code-exporter {escape(version)} · figures from the request ledger, "
+        "as <code>report --json</code> computes them</footer></body></html>"
+    )
+
+
+def _cost_sections(data: PageData) -> list[str]:
+    """The cards on cost: against the budgets, per day, by token type, by model and project."""
+    s = data.summary
+    t = s.totals
+    kpis = "".join((
+        _kpi("today", "Today", money(data.periods["today"]), data.budgets.get("day"),
+             data.periods["today"]),
+        _kpi("week", "This week", money(data.periods["week"]), None, data.periods["week"]),
+        _kpi("month", "This month", money(data.periods["month"]), data.budgets.get("month"),
+             data.periods["month"]),
+    ))
+    tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
+              ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]
+    models = caps.chart_rows(sorted(((m, u.cost_usd) for m, u in s.by_model.items()),
+                                    key=lambda kv: (-kv[1], kv[0])), TOP_ROWS)
+    short = [(day[5:], cost) for day, cost in data.daily]  # MM-DD under the bars
+    return [
+        _section("Cost (list prices)", f'<div class="kpis">{kpis}</div>', wide=True),
+        _section(f"Cost per day, last {WINDOW_DAYS} days",
+                 svg.bars("daily-cost", "Cost per day (USD)", short, fmt=money,
+                          limit=data.budgets.get("day"), label_every=7)
+                 + ('<p class="note">Dashed: the daily budget. Below: the running total.</p>'
+                    if data.budgets.get("day") else '<p class="note">Below: the running total.</p>')
+                 + svg.line("cumulative-cost", "Running total (USD)", _cumulative(short),
+                            fmt=money)),
+        _section("Tokens by type",
+                 svg.stacked("tokens", "Tokens by type", tokens, fmt=count)
+                 + _table(("type", "tokens (30 days)"), [(k, f"{v:,}") for k, v in tokens],
+                          "tokens")
+                 + f'<p>Cache-read share of the prompt: <b data-figure="cache-read-share">'
+                   f'{s.cache_read_share:.1%}</b> · requests <b data-figure="requests">'
+                   f'{t.requests:,}</b> · sessions <b data-figure="sessions">{s.sessions:,}</b>'
+                   f' · cost <b data-figure="cost-30d">{money(t.cost_usd)}</b></p>'),
+        _section("Cost by model", svg.hbars("by-model", "Cost by model (USD)", models, fmt=money)),
+        _section("Cost by project",
+                 svg.hbars("by-project", "Cost by project (USD)",
+                           caps.chart_rows(data.by_project, TOP_ROWS), fmt=money)),
+    ]
+
+
+def _shape_sections(data: PageData) -> list[str]:
+    """The cards on the requests' shape: the cache after a gap, sizes, active sessions."""
+    s = data.summary
+    gaps = [(label, s.buckets.get(key, figures.GapBucket())) for key, label in (
+        ("first", "first request"), ("lt_5m", "under 5 min"), ("5m_to_1h", "5 min to 1 h"),
+        ("gt_1h", "over 1 h"))]
+    return [
+        _section("Prompt cache after an idle gap",
+                 _table(("main requests after", "requests", "prompt rewritten to cache"),
+                        [(label, f"{b.requests:,}", f"{b.write_share:.1%}") for label, b in gaps],
+                        "cache-expiry")
+                 + "<p>A gap longer than the cache's lifetime (5 min by default, 1 h when "
+                   "written so) means the next request writes its prompt again.</p>"),
+        _section("Context and output sizes (tokens per request)",
+                 _table(("", "p50", "p90", "max"),
+                        [(name, f"{sp.p50:,}", f"{sp.p90:,}", f"{sp.max:,}")
+                         for name, sp in (("context", s.context), ("output", s.output))],
+                        "sizes")
+                 + f"<p>Gap between main requests: p50 {s.gap_p50:.1f} s, "
+                   f"p90 {s.gap_p90:.1f} s.</p>"),
+        _section("Active sessions",
+                 _table(("last request within", "sessions"),
+                        [(k, str(v)) for k, v in data.active.items()], "active")),
+    ]
+
+
+_WINDOW_NAMES: Final = {"five_hour": "5-hour window", "seven_day": "Weekly window"}
+
+
+def _section(title: str, body: str, *, wide: bool = False) -> str:
+    """One card of the page."""
+    cls = ' class="wide"' if wide else ""
+    return f"<section{cls}><h2>{escape(title)}</h2>{body}</section>"
