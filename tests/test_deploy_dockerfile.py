@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from exporter.cli.assemble import http_options
-from exporter.cli.config import ENV_PREFIX, is_loopback, load_settings
+from exporter.cli.config import ENV_PREFIX, load_settings
+from exporter.serve.hosts import is_loopback
 from tests.conftest import ROOT
 from tests.support.deploy import (
     DOCKERFILE,

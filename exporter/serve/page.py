@@ -25,9 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from exporter.cli.config import Settings
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import caps, figures
@@ -60,6 +59,9 @@ from exporter.records import TTL_1H, TTL_5M
 from exporter.report import summary as report
 from exporter.serve import svg
 from exporter.sqlite import sqlite3
+
+if TYPE_CHECKING:  # the options' module imports OpenTelemetry; the page needs only four fields
+    from exporter.projections.metrics import MetricsOptions
 
 WINDOW_DAYS: Final = 30
 TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"
@@ -219,16 +221,14 @@ class LedgerSource:
         return tuple(Window(name, w.used_ratio, w.resets_at) for name, w in sorted(found.items()))
 
 
-def source_of(settings: Settings, ledger: Ledger, roots: Sequence[Path], pricing: Pricing, *,
-              clock: Callable[[], float] = time.time,
+def source_of(options: MetricsOptions, ledger: Ledger, roots: Sequence[Path], pricing: Pricing,
+              *, clock: Callable[[], float] = time.time,
               env: Mapping[str, str] = os.environ) -> LedgerSource:
-    """The page's figures for a running ``serve``: its settings, ledger, roots and prices."""
-    budgets = {k: v for k, v in (("day", settings.budget_day_usd),
-                                 ("month", settings.budget_month_usd)) if v is not None}
-    return LedgerSource(ledger, roots, Prices.of(pricing), local_zone(env), budgets=budgets,
-                        project_label=settings.project_label,
-                        kv_bytes_per_token=dict(settings.kv_bytes_per_token),
-                        upload_bytes_per_token=settings.upload_bytes_per_token, clock=clock)
+    """The page's figures for a running ``serve``: its options, ledger, roots and prices."""
+    return LedgerSource(ledger, roots, Prices.of(pricing), local_zone(env),
+                        budgets=dict(options.budgets), project_label=options.project_label,
+                        kv_bytes_per_token=dict(options.kv_bytes_per_token),
+                        upload_bytes_per_token=options.upload_bytes_per_token, clock=clock)
 
 
 class _Rows(list[tuple[Any, ...]]):
