@@ -39,8 +39,8 @@ def _env(tree: Path, cache: Path, bytecode: bool = True) -> dict[str, str]:
                 "XDG_CACHE_HOME": str(cache / "xdg")}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     # Each tree its own price-table cache too: before 0.1 one file held one key (the
-    # pricing module's mtime), so two trees sharing it rebuilt it (0.2 s) on every other
-    # run; and --no-price-cache must not empty the other tree's.
+    # pricing module's mtime), so two trees sharing it rebuilt it on every other run;
+    # and --no-price-cache must not empty the other tree's.
     return {**env, "PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": str(cache / "pyc"),
             "XDG_CACHE_HOME": str(cache / "xdg")}
 

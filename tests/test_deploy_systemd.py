@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli.exits import EXIT_CONFIG
 from exporter.cli.config import ENV_PREFIX
+from exporter.cli.exits import EXIT_CONFIG
 from exporter.ingest import spool
 from tests.support.deploy import (
     SYSTEM_UNIT,

@@ -44,7 +44,7 @@ _COMMANDS: dict[str, Any] = {"report": report_command, "serve": serve_command,
 
 
 class _Version(argparse.Action):
-    """``--version``: the installed version, looked up only when asked (5-10 ms of metadata)."""
+    """``--version``: the installed version, looked up only when asked (package metadata)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
                  default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
@@ -58,7 +58,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _shared_flags(parser: argparse.ArgumentParser) -> None:
     """Flags every subcommand shares; each maps to a Settings field."""
     parser.add_argument("--config", type=Path, metavar="FILE",
                         help="TOML settings file; flags and environment win over it "
@@ -98,9 +98,9 @@ def build_parser() -> Parser:
         command = parser.add_command(
             sub, name, help=module.HELP, description=module.DESCRIPTION, epilog=module.EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter)
-        _common(command)
+        _shared_flags(command)
         module.add_arguments(command)
-    _common(parser.add_command(
+    _shared_flags(parser.add_command(
         sub, "rebuild", help="move a corrupt ledger aside and read the transcripts again",
         description="Move the ledger's files aside (kept beside it, never deleted), then read "
                     "every transcript still on disk into a new ledger. Requests whose "
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None, environ: Environ | None = None) -> i
     if args.command == "generate":
         return cmd_generate(args)
     try:
-        settings = _settings(args, env)
+        settings = _settings_of(args, env)
     except ConfigError as exc:
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None, environ: Environ | None = None) -> i
     return code
 
 
-def _settings(args: argparse.Namespace, environ: Environ) -> Settings:
+def _settings_of(args: argparse.Namespace, environ: Environ) -> Settings:
     """Settings from the flags that name settings, the environment and --config."""
     fields = set(Settings.model_fields)
     flags = {k: v for k, v in vars(args).items() if k in fields}

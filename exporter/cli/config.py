@@ -235,7 +235,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _pairs(self) -> Settings:
+    def _halves_together(self) -> Settings:
         """TLS needs both files, basic auth both halves: half a setting is an error."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")

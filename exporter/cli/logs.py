@@ -1,8 +1,8 @@
 """Structured logging: event names plus key/values, JSON when not on a terminal.
 
 structlog is imported on the first line that passes the level, not before:
-importing it imports rich (for its console renderer and tracebacks), about
-0.1 s, and a warm ``report`` logs nothing at INFO.
+importing it imports rich (for its console renderer and tracebacks), and a
+warm ``report`` logs nothing at INFO.
 """
 
 from __future__ import annotations

@@ -301,10 +301,5 @@ def _write(stdout: BinaryIO, data: bytes) -> None:
         pass
 
 
-def cli() -> int:
-    """Entry point for ``python -m exporter.cli.statusline``."""
-    return main(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
-
-
-if __name__ == "__main__":
-    raise SystemExit(cli())
+if __name__ == "__main__":  # python -m exporter.cli.statusline (docs/plan-limits.md)
+    raise SystemExit(main(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ))

@@ -44,13 +44,13 @@ from exporter.serve.push import LibraryLog, PushState
 if TYPE_CHECKING:
     from exporter.serve.otlp import OtlpOptions
 
-# How often the live WAL's checksums are verified (~20 ms a MiB of WAL, bounded by the fold-in).
+# How often the live WAL's checksums are verified (the WAL is bounded by the fold-in).
 VERIFY_SECONDS = 5.0
 # At most one pass over changed files per this many seconds (a quiet file's first line is
-# read at once): the lines of those seconds share one commit. A commit rewrites ~25-35 pages
-# of 16 KiB (rows, indexes, provenance, rollups, slots) however few lines it holds, so a
-# line a commit wrote ~0.4 MiB (docs/benchmarks.md, "The daemon live"). 10 s keeps a line
-# under 64 KiB of WAL from one line a second up, within Prometheus' 15 s default scrape.
+# read at once): the lines of those seconds share one commit. A commit rewrites a few dozen
+# pages (rows, indexes, provenance, rollups, slots) however few lines it holds, so one
+# commit a line would write far more WAL than the line (docs/benchmarks.md, "The daemon
+# live"); 10 s stays within Prometheus' 15 s default scrape.
 LIVE_PASS_SECONDS = 10.0
 
 
@@ -132,7 +132,7 @@ class Daemon:
         first = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock).scan()
         self._files, self._ahead = first.files, first.ahead
         ledger.settle(force=True)  # what is on disk at start-up is final
-        push, resource, self.push = _push(parts.otlp, self.log)
+        push, resource, self.push = _otlp_push(parts.otlp, self.log)
         self.projection = Projection(
             self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
             files_watched=lambda: self._files, readers=push, resource=resource,
@@ -308,7 +308,7 @@ class Daemon:
         return any(d.is_dir() for d in self.dirs)
 
 
-def _push(options: OtlpOptions | None, log: Any) -> tuple[list[Any], Any, PushState | None]:
+def _otlp_push(options: OtlpOptions | None, log: Any) -> tuple[list[Any], Any, PushState | None]:
     """The OTLP reader, resource and push state when the push is configured (docs/teams.md)."""
     if options is None:
         return [], None, None
