@@ -13,7 +13,8 @@ Every module opens connections and catches SQLite's errors through this one
 (``from exporter.sqlite import sqlite3``): the two drivers' exception classes
 are not the same classes, and two SQLite libraries in one process must never
 open the same file (each keeps its own POSIX locks, so a close in one drops
-the locks the other holds).
+the locks the other holds). :data:`LIBRARY` is the file of the driver's
+extension module, whose SQLite exporter.cli.startup tunes ("" if it has none).
 """
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import sqlite3
+
+    LIBRARY: str
 else:
     try:
+        from pysqlite3 import _sqlite3 as _native
         from pysqlite3 import dbapi2 as sqlite3
     except ImportError:  # not Linux x86_64, or the wheel is missing: Python's own
+        import _sqlite3 as _native
         import sqlite3
 
-__all__ = ["sqlite3"]
+    # ("": a driver built into the interpreter, whose library tune_sqlite leaves alone.)
+    LIBRARY = getattr(_native, "__file__", None) or ""
+
+__all__ = ["LIBRARY", "sqlite3"]

@@ -1,4 +1,4 @@
-"""The console script's entry point: what it freezes for the collector, what it imports."""
+"""The console script's entry point: what it freezes for the collector, what it imports, SQLite."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import assistant, jsonl
 
@@ -39,12 +41,17 @@ def _run(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> s
     return proc.stderr.decode().strip().splitlines()[-1]
 
 
-def test_console_script_freezes_the_cli_modules(tmp_path: Path) -> None:
-    """A report through the console script runs with pydantic's model frozen, not tracked."""
+def _tree(tmp_path: Path) -> Path:
+    """A transcript tree of one request under ``tmp_path``."""
     session = tmp_path / "tree" / "projects" / "p" / "s.jsonl"
     session.parent.mkdir(parents=True)
     session.write_bytes(jsonl(assistant()))
-    said = _run("report", "--json", "--data-dir", str(tmp_path / "tree"), "--state-dir",
+    return tmp_path / "tree"
+
+
+def test_console_script_freezes_the_cli_modules(tmp_path: Path) -> None:
+    """A report through the console script runs with pydantic's model frozen, not tracked."""
+    said = _run("report", "--json", "--data-dir", str(_tree(tmp_path)), "--state-dir",
                 str(tmp_path / "state"))
     assert said == "frozen"
 
@@ -54,3 +61,72 @@ def test_console_script_statusline_imports_no_cli(tmp_path: Path) -> None:
     said = _run("statusline", stdin=b"{}",
                 env={"CLAUDE_CODE_EXPORTER_STATE_DIR": str(tmp_path)})
     assert said == "cli-not-imported"
+
+
+# At exit, what SQLite the command ran with: a new connection (through the library the
+# program's driver uses) says whether allocations are counted and connections locked.
+_SQLITE_STATE = """
+import atexit, ctypes, sys
+def state():
+    from exporter.sqlite import LIBRARY
+    lib = ctypes.CDLL(LIBRARY)
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    lib.sqlite3_db_mutex.restype = ctypes.c_void_p
+    db = ctypes.c_void_p()
+    lib.sqlite3_open_v2(b":memory:", ctypes.byref(db), 6, None)  # READWRITE | CREATE
+    lib.sqlite3_exec(db, b"CREATE TABLE t (x); INSERT INTO t VALUES (randomblob(65536))",
+                     None, None, None)
+    counted = lib.sqlite3_memory_used() > 0
+    locked = lib.sqlite3_db_mutex(db) is not None
+    lib.sqlite3_close(db)
+    print(f"counted={counted} locked={locked}", file=sys.stderr)
+atexit.register(state)
+sys.argv = ["claude-code-exporter", *sys.argv[1:]]
+from exporter.cli.entry import main
+main()
+"""
+
+
+def _sqlite_state(*args: str) -> str:
+    """Run the console script's entry with ``args``; how SQLite was set up for it."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _SQLITE_STATE, *args], capture_output=True,
+                          env=environ, timeout=60, check=False)
+    return proc.stderr.decode().strip().splitlines()[-1]
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="SQLite is tuned on Linux only")
+
+
+@linux_only
+def test_report_runs_sqlite_without_statistics_or_connection_locks(tmp_path: Path) -> None:
+    """A report counts no allocations and locks no connection (each has one thread)."""
+    said = _sqlite_state("report", "--json", "--data-dir", str(_tree(tmp_path)), "--state-dir",
+                         str(tmp_path / "state"))
+    assert said == "counted=False locked=False"
+
+
+@linux_only
+def test_serve_keeps_sqlite_connection_locks() -> None:
+    """Any other command (serve shares its ledger between threads) keeps the locks."""
+    assert _sqlite_state("serve", "--help") == "counted=False locked=True"
+
+
+@linux_only
+def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> None:
+    """With a connection open, SQLite cannot be shut down: nothing changes, and it says so."""
+    script = ("from exporter.sqlite import sqlite3\nfrom exporter.cli.startup import tune_sqlite\n"
+              "db = sqlite3.connect(':memory:')\ndb.execute('SELECT 1')\n"
+              "print(tune_sqlite(one_thread_each=True))\n"
+              "print(db.execute('SELECT 2').fetchone()[0])\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, check=True)
+    assert proc.stdout.split() == ["False", "2"]
+
+
+def test_tune_sqlite_leaves_a_driver_without_a_library_file_alone() -> None:
+    """A driver built into the interpreter (no file to load) is left as it is."""
+    from exporter.cli.startup import tune_sqlite
+
+    assert tune_sqlite(one_thread_each=True, library="") is False

@@ -32,5 +32,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     from exporter.cli import commands, startup
 
     if argv is None:
-        startup.run(lambda: commands.main(words))
+        startup.run(lambda: commands.main(words), words[0] if words else "")
     return commands.main(words)
