@@ -83,21 +83,26 @@ def http_options(settings: Settings) -> HttpOptions:
                        beyond_loopback=settings.listen_beyond_loopback, hosts=hosts)
 
 
+def prices(settings: Settings, warn: Callable[[str], None]) -> Pricing:
+    """The run's prices (``update_prices`` fetches the newest); ``warn`` hears why it could not."""
+    from exporter.projections.pricing import load_pricing
+
+    try:
+        return load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
+    except ValueError as exc:  # overrides that do not fit the (updated) price data
+        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
+
+
 def daemon_parts(settings: Settings, dirs: Sequence[Path],
                  warn: Callable[[str], None]) -> DaemonParts:
     """Everything ``serve`` runs with; ``warn`` hears why the prices could not be updated."""
-    from exporter.projections.pricing import load_pricing
     from exporter.serve.daemon import DaemonParts
 
-    try:
-        pricing: Pricing = load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
-    except ValueError as exc:  # overrides that do not fit the (updated) price data
-        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
     return DaemonParts(ledger_path=settings.ledger_path, state_dir=settings.state_dir,
-                       dirs=tuple(dirs), pricing=pricing, scan=scan_options(settings),
-                       metrics=metrics_options(settings), http=http_options(settings),
-                       otlp=otlp_options(settings), poll=settings.poll,
-                       rescan_seconds=settings.rescan_seconds)
+                       dirs=tuple(dirs), pricing=prices(settings, warn),
+                       scan=scan_options(settings), metrics=metrics_options(settings),
+                       http=http_options(settings), otlp=otlp_options(settings),
+                       poll=settings.poll, rescan_seconds=settings.rescan_seconds)
 
 
 def otlp_options(settings: Settings) -> OtlpOptions | None:

@@ -139,8 +139,7 @@ def main(argv: Sequence[str] | None = None, environ: Environ | None = None) -> i
         print(f"claude-code-exporter: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     log = make_logger(settings.log_level, settings.log_format)
-    module = _COMMANDS.get(args.command)
-    command = cmd_rebuild if module is None else module.run
+    command = cmd_rebuild if args.command == "rebuild" else _COMMANDS[args.command].run
     try:
         code: int = command(args, settings, log, env)
     except Exception as exc:  # every failure gets its code and message (_failed)

@@ -13,14 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter.cli.assemble import scan_options
+from exporter.cli.assemble import prices, scan_options
 from exporter.cli.config import Settings
-from exporter.errors import ConfigError
 from exporter.ingest import discover
 from exporter.ingest.scan import ScanResult
 from exporter.ledger.store import Ledger
 from exporter.progress import progress_bar
-from exporter.projections.pricing import Pricing, load_pricing
+from exporter.projections.pricing import Pricing
 
 Environ = Mapping[str, str]
 """The process's environment, read once by exporter.cli.commands.main and handed down."""
@@ -32,13 +31,9 @@ def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
 
 
 def load_prices(settings: Settings) -> Pricing:
-    """The prices of this run (``--update-prices`` fetches the newest, if it can)."""
-    try:
-        return load_pricing(settings.pricing, update=settings.update_prices,
-                            warn=lambda line: print(f"claude-code-exporter: {line}",
+    """The prices of this run; why ``--update-prices`` could not update them goes to stderr."""
+    return prices(settings, warn=lambda line: print(f"claude-code-exporter: {line}",
                                                     file=sys.stderr))
-    except ValueError as exc:  # overrides that do not fit the (updated) price data
-        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
 
 
 def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
