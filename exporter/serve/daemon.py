@@ -35,7 +35,6 @@ from exporter.ledger.store import Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.serve import page
-from exporter.serve.hosts import is_loopback
 from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
 from exporter.serve.page import StartResponse, Wsgi
 from exporter.serve.plan_link import PlanLink
@@ -166,7 +165,7 @@ class Daemon:
             self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
         except OSError as exc:  # a busy port, an address not on this machine
             raise ConfigError(f"listen: cannot serve on {http.host}:{http.port}: {exc}") from exc
-        for event, fields in http.warnings(is_loopback(http.host)):
+        for event, fields in http.warnings():
             self.log.warning(event, **fields)
         self.log.info("serving", listen=f"{http.host}:{self.http.port}",
                       otlp=parts.otlp.endpoint if parts.otlp else None, tls=http.tls is not None,
