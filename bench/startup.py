@@ -4,11 +4,13 @@ Usage: python3 -m bench.startup --baseline DIR [--runs 7] [--cold] [--no-price-c
        [--no-importtime] [--no-bytecode] -- report --json --data-dir X --state-dir {state} ...
 
 Runs the command from this tree and from ``--baseline`` (another checkout, e.g.
-``git archive main | tar -x -C DIR``) in alternating runs, each with its own
-bytecode cache (``PYTHONPYCACHEPREFIX``, warmed by one run first: an installed
-package has its bytecode) and price-table cache, and prints per tree the median wall time of the
-whole command and the median cumulative import time of ``exporter.cli.commands``
-(``-X importtime``). The machine is shared: read the two as a ratio.
+``git archive main | tar -x -C DIR``) in pairs, the order flipping from pair to
+pair, each tree with its own bytecode cache (``PYTHONPYCACHEPREFIX``, warmed by
+one run first: an installed package has its bytecode) and price-table cache. It
+prints per tree the median wall time of the whole command and the median
+cumulative import time of ``exporter.cli.commands`` (``-X importtime``), then the
+median (and quartiles) of this tree's wall time over the baseline's within each
+pair. The machine is shared: read the ratio.
 
 ``--cold`` gives every run a new, empty state directory in place of ``{state}``
 in the command (a cold ``report``: an empty ledger); ``--no-price-cache`` an
@@ -39,8 +41,8 @@ def _env(tree: Path, cache: Path, bytecode: bool = True) -> dict[str, str]:
                 "XDG_CACHE_HOME": str(cache / "xdg")}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     # Each tree its own price-table cache too: before 0.1 one file held one key (the
-    # pricing module's mtime), so two trees sharing it rebuilt it (0.2 s) on every other
-    # run; and --no-price-cache must not empty the other tree's.
+    # pricing module's mtime), so two trees sharing it rebuilt it on every other run;
+    # and --no-price-cache must not empty the other tree's.
     return {**env, "PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": str(cache / "pyc"),
             "XDG_CACHE_HOME": str(cache / "xdg")}
 
@@ -106,8 +108,9 @@ def main() -> int:
         imports: dict[str, list[float]] = {name: [] for name in trees}
         for name, tree in trees.items():  # writes the bytecode cache
             _run(tree, caches[name], _fresh(argv, caches[name], args.cold, False), False)
-        for _ in range(args.runs):
-            for name, tree in trees.items():
+        order = list(trees.items())
+        for pair in range(args.runs):
+            for name, tree in order[::-1] if pair % 2 else order:
                 run = _fresh(argv, caches[name], args.cold, args.no_price_cache)
                 wall, cpu, _ = _run(tree, caches[name], run, False, not args.no_bytecode)
                 walls[name].append(wall)
@@ -124,8 +127,10 @@ def main() -> int:
                      f"{statistics.median(imports[name]) * 1000:.0f} ms")
         print(f"{line} (median of {args.runs}; walls "
               f"{', '.join(f'{w:.2f}' for w in walls[name])})")
-    base, this = (statistics.median(walls[n]) for n in ("baseline", "this tree"))
-    print(f"this tree / baseline: wall {this / base:.3f}, CPU "
+    ratios = [a / b for a, b in zip(walls["this tree"], walls["baseline"], strict=True)]
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    print(f"this tree / baseline, per pair: wall {statistics.median(ratios):.3f} "
+          f"({quartiles[0]:.3f}-{quartiles[2]:.3f}), CPU of the medians "
           f"{statistics.median(cpus['this tree']) / statistics.median(cpus['baseline']):.3f}")
     return 0
 

@@ -14,7 +14,7 @@ Every module opens connections and catches SQLite's errors through this one
 are not the same classes, and two SQLite libraries in one process must never
 open the same file (each keeps its own POSIX locks, so a close in one drops
 the locks the other holds). :data:`LIBRARY` is the file of the driver's
-extension module, whose SQLite exporter.cli.entry tunes ("" if it has none).
+extension module, whose SQLite exporter.cli.startup tunes ("" if it has none).
 """
 
 from __future__ import annotations

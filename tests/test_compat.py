@@ -26,7 +26,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.cli.config import ConfigError, load_settings
+from exporter.cli.config import load_settings
+from exporter.errors import ConfigError
 from exporter.ledger.store import Ledger
 from exporter.projections.backfill import BackfillOptions, serve_samples, write_history
 from exporter.projections.compat import genai_histogram as genai

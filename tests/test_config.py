@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli.config import ConfigError, load_settings
+from exporter.cli.config import load_settings
+from exporter.errors import ConfigError
 
 
 def test_defaults_bind_loopback_on_our_own_port() -> None:

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from exporter.cli.assemble import http_options
-from exporter.cli.config import ENV_PREFIX, is_loopback, load_settings
+from exporter.cli.config import ENV_PREFIX, load_settings
+from exporter.serve.hosts import is_loopback
 from tests.conftest import ROOT
 from tests.support.deploy import (
     DOCKERFILE,
@@ -74,9 +75,9 @@ def test_the_image_s_public_bind_is_acknowledged_and_a_bare_one_warns() -> None:
     env = {k: v for k, v in dockerfile_env().items() if k.startswith(ENV_PREFIX)}
     image = http_options(load_settings({}, env))
     assert image.host == "0.0.0.0" and not is_loopback(image.host)
-    assert image.warnings(is_loopback(image.host)) == []
+    assert image.warnings() == []
     bare = http_options(load_settings({"listen": "0.0.0.0:9477"}, {}))
-    assert [event for event, _ in bare.warnings(is_loopback(bare.host))] == [
+    assert [event for event, _ in bare.warnings()] == [
         "listening_beyond_loopback"]
 
 

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from exporter.cli.config import ENV_PREFIX, ConfigError, Settings, load_settings
+from exporter.cli.config import ENV_PREFIX, Settings, load_settings
+from exporter.errors import ConfigError
 from tests.support.deploy import (
     ENV_EXAMPLE,
     SYSTEM_UNIT,

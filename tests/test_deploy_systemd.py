@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli.commands import EXIT_CONFIG
-from exporter.cli.config import ENV_PREFIX, default_state_dir
+from exporter.cli.config import ENV_PREFIX
+from exporter.cli.exits import EXIT_CONFIG
+from exporter.ingest import spool
 from tests.support.deploy import (
     SYSTEM_UNIT,
     SYSUSERS,
@@ -206,7 +207,7 @@ def test_user_unit_settings_and_shared_ledger() -> None:
     dropin = service_settings(USER_DROPIN)
     env = environment(base)
     # The CLI's default ledger directory with XDG_STATE_HOME unset, relative to $HOME.
-    cli_state = default_state_dir({}).relative_to(Path.home())
+    cli_state = Path(spool.default_state_dir({})).relative_to(Path.home())
     assert env[f"{ENV_PREFIX}STATE_DIR"] == f"%h/{cli_state}"
     # Writable: the ledger's directory, and the price table's cache (the user cache dir).
     cache = "%h/.cache/claude-code-exporter"

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import assistant, jsonl
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Run as the console script does (exporter.cli.entry.main() with sys.argv); an atexit handler,
-# which exporter.cli.entry.finish runs before ending the process, tells where pydantic's
-# settings model is: a class the collector tracks, or frozen (absent from gc.get_objects).
+# run as the process exits, tells where pydantic's settings model is: a class the collector
+# tracks, or frozen (absent from gc.get_objects).
 _SCRIPT = """
 import atexit, gc, sys
 def where():
@@ -39,9 +41,17 @@ def _run(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> s
     return proc.stderr.decode().strip().splitlines()[-1]
 
 
-def test_console_script_freezes_the_cli_modules(real_tree: Path, tmp_path: Path) -> None:
+def _tree(tmp_path: Path) -> Path:
+    """A transcript tree of one request under ``tmp_path``."""
+    session = tmp_path / "tree" / "projects" / "p" / "s.jsonl"
+    session.parent.mkdir(parents=True)
+    session.write_bytes(jsonl(assistant()))
+    return tmp_path / "tree"
+
+
+def test_console_script_freezes_the_cli_modules(tmp_path: Path) -> None:
     """A report through the console script runs with pydantic's model frozen, not tracked."""
-    said = _run("report", "--json", "--data-dir", str(real_tree), "--state-dir",
+    said = _run("report", "--json", "--data-dir", str(_tree(tmp_path)), "--state-dir",
                 str(tmp_path / "state"))
     assert said == "frozen"
 
@@ -90,10 +100,9 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 
 @linux_only
-def test_report_runs_sqlite_without_statistics_or_connection_locks(real_tree: Path,
-                                                                    tmp_path: Path) -> None:
+def test_report_runs_sqlite_without_statistics_or_connection_locks(tmp_path: Path) -> None:
     """A report counts no allocations and locks no connection (each has one thread)."""
-    said = _sqlite_state("report", "--json", "--data-dir", str(real_tree), "--state-dir",
+    said = _sqlite_state("report", "--json", "--data-dir", str(_tree(tmp_path)), "--state-dir",
                          str(tmp_path / "state"))
     assert said == "counted=False locked=False"
 
@@ -107,7 +116,7 @@ def test_serve_keeps_sqlite_connection_locks() -> None:
 @linux_only
 def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> None:
     """With a connection open, SQLite cannot be shut down: nothing changes, and it says so."""
-    script = ("from exporter.sqlite import sqlite3\nfrom exporter.cli.entry import tune_sqlite\n"
+    script = ("from exporter.sqlite import sqlite3\nfrom exporter.cli.startup import tune_sqlite\n"
               "db = sqlite3.connect(':memory:')\ndb.execute('SELECT 1')\n"
               "print(tune_sqlite(one_thread_each=True))\n"
               "print(db.execute('SELECT 2').fetchone()[0])\n")
@@ -118,6 +127,6 @@ def test_tune_sqlite_fails_safely_once_a_connection_is_open(tmp_path: Path) -> N
 
 def test_tune_sqlite_leaves_a_driver_without_a_library_file_alone() -> None:
     """A driver built into the interpreter (no file to load) is left as it is."""
-    from exporter.cli.entry import tune_sqlite
+    from exporter.cli.startup import tune_sqlite
 
     assert tune_sqlite(one_thread_each=True, library="") is False

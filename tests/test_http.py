@@ -206,9 +206,10 @@ def test_a_trickling_request_is_cut_at_the_whole_request_deadline() -> None:
 def test_exposure_warnings_name_what_may_leave_the_machine() -> None:
     """Beyond loopback warns unless acknowledged; basic auth without TLS always warns."""
     auth = BasicAuth("prom", "pw")
-    assert HttpOptions("127.0.0.1", 9477).warnings(loopback=True) == []
-    assert [e for e, _ in HttpOptions("0.0.0.0", 9477).warnings(loopback=False)] == [
+    assert HttpOptions("127.0.0.1", 9477).warnings() == []
+    assert HttpOptions("::1", 9477).warnings() == []
+    assert [e for e, _ in HttpOptions("0.0.0.0", 9477).warnings()] == [
         "listening_beyond_loopback"]
-    assert HttpOptions("0.0.0.0", 9477, beyond_loopback=True).warnings(loopback=False) == []
+    assert HttpOptions("0.0.0.0", 9477, beyond_loopback=True).warnings() == []
     assert [e for e, _ in HttpOptions("0.0.0.0", 9477, auth=auth, beyond_loopback=True)
-            .warnings(loopback=False)] == ["basic_auth_without_tls"]
+            .warnings()] == ["basic_auth_without_tls"]

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.cli.config import ConfigError, load_settings
+from exporter.cli.config import load_settings
+from exporter.errors import ConfigError
 from exporter.serve.hosts import HostPolicy
 from exporter.synth import GenOptions, generate
 from tests.support.net import LOOPBACK

@@ -146,14 +146,14 @@ def test_a_mark_left_by_a_reader_beside_is_taken_up_by_serve(tmp_path: Path) -> 
     try:
         driven.daemon.follower.step(driven.daemon.stop_event)
         assert driven.daemon.health()[0]
-        Health(driven.daemon.settings.ledger_path).mark("database disk image is malformed")
+        Health(driven.daemon.parts.ledger_path).mark("database disk image is malformed")
         driven.daemon.follower.step(driven.daemon.stop_event)
         ok, detail = driven.daemon.health()
         assert not ok and "malformed" in str(detail["error"]) and "recover" in detail
         assert driven.log.at("error") == ["ledger_corrupt"]
     finally:
         driven.daemon.close()
-    assert not driven.daemon.settings.ledger_path.with_name("ledger.sqlite3.clean").exists()
+    assert not driven.daemon.parts.ledger_path.with_name("ledger.sqlite3.clean").exists()
 
 
 def test_rebuild_refuses_a_sound_ledger(tmp_path: Path) -> None:

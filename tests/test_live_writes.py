@@ -28,7 +28,7 @@ def driven(tmp_path: Path) -> Iterator[Driven]:
 def test_lines_appended_a_second_apart_or_closer_write_under_64_kib_each(
         driven: Driven, every: float) -> None:
     """40 lines at 4/s or 1/s, each woken and stepped: every line counted, < 64 KiB of WAL each."""
-    ledger = driven.daemon.settings.ledger_path
+    ledger = driven.daemon.parts.ledger_path
     driven.step()  # the follower's first turn: its full pass
     written, last = 0, committed_frames(ledger)
     for i in range(LINES):
@@ -61,6 +61,6 @@ def test_lines_waiting_for_their_batch_are_read_at_a_clean_stop(tmp_path: Path) 
         d.step()
     assert d.requests() == 2
     d.daemon.close()
-    ledger = Ledger(d.daemon.settings.ledger_path)
+    ledger = Ledger(d.daemon.parts.ledger_path)
     assert ledger.count() == 3
     ledger.close()

@@ -17,7 +17,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from prometheus_client import CollectorRegistry
 
-from exporter.cli.config import ConfigError, load_settings
+from exporter.cli.assemble import otlp_options
+from exporter.cli.config import load_settings
+from exporter.errors import ConfigError
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
@@ -123,7 +125,7 @@ def test_push_carries_the_catalogue_with_truth_values(
     ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(Pricing.load()))
     Scanner(ledger, projects_dirs([tree]), workers=1).scan()
     ledger.settle(force=True)
-    options = otlp.OtlpOptions.of(load_settings(
+    options = otlp_options(load_settings(
         {"otlp_endpoint": receiver.url, "otlp_interval_seconds": 3600,
          "otlp_headers": {"authorization": "Bearer t0ken"},
          "otlp_resource_attributes": {"team": "platform"}}, {}))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from exporter.cli import commands as cli
-from exporter.cli.config import ConfigError
+from exporter.errors import ConfigError
 from exporter.ingest import plausible, spool
 from exporter.ledger.plan_store import ingest_samples
 from exporter.ledger.store import Ledger

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from exporter.cli import statusline
-from exporter.cli.config import default_state_dir
+from exporter.cli.config import load_settings
 from exporter.ingest import spool
 from exporter.ledger.plan_store import ingest_samples
 from exporter.ledger.store import Ledger
@@ -311,12 +311,9 @@ def test_locked_ledger_does_not_block_the_status_line(tmp_path: Path) -> None:
         {"XDG_STATE_HOME": "  ", "HOME": "/home/v"},
     ],
 )
-def test_default_state_dir_matches_the_exporter(
-    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without the override the command writes where the exporter's config looks."""
-    monkeypatch.setenv("HOME", env["HOME"])  # config falls back to Path.home()
-    assert spool.default_state_dir(env) == str(default_state_dir(env))
+def test_default_state_dir_matches_the_exporter(env: dict[str, str]) -> None:
+    """Without the override the command writes where the exporter's settings look."""
+    assert Path(spool.default_state_dir(env)) == load_settings({}, env).state_dir
     assert spool.default_state_dir({**env, spool.STATE_DIR_ENV: "/elsewhere"}) == "/elsewhere"
 
 

@@ -3,7 +3,8 @@
 ``report`` and ``backfill`` take the scan options (and backfill the metrics
 options); ``serve`` takes :func:`daemon_parts`, everything a
 :class:`~exporter.serve.daemon.Daemon` runs with. Each stage's options type
-lives in that stage; this module only reads :class:`~exporter.cli.config.Settings`.
+lives in that stage; only this module and the commands read
+:class:`~exporter.cli.config.Settings`, and no stage sees it.
 
 The projection and HTTP modules pull in OpenTelemetry and prometheus-client,
 which ``report`` never needs: they are imported inside the functions that
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import exporter
-from exporter.cli.config import ConfigError, Settings, split_listen
+from exporter.cli.config import Settings, split_listen
+from exporter.errors import ConfigError
 from exporter.ingest.options import ScanOptions
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from exporter.projections.pricing import Pricing
     from exporter.serve.daemon import DaemonParts
     from exporter.serve.http import HttpOptions
+    from exporter.serve.otlp import OtlpOptions
 
 
 def scan_options(settings: Settings) -> ScanOptions:
@@ -37,7 +40,7 @@ def scan_options(settings: Settings) -> ScanOptions:
 
 def metrics_options(settings: Settings) -> MetricsOptions:
     """The projection's options: names, labels, budgets, compat families."""
-    from exporter.projections.metrics import MetricsOptions  # noqa: PLC0415 - OpenTelemetry
+    from exporter.projections.metrics import MetricsOptions  # OpenTelemetry
 
     budgets = {}
     if settings.budget_day_usd is not None:
@@ -58,8 +61,8 @@ def http_options(settings: Settings) -> HttpOptions:
 
     A certificate or key that cannot be loaded is a ConfigError naming both settings.
     """
-    from exporter.serve.hosts import HostPolicy, machine_names  # noqa: PLC0415
-    from exporter.serve.http import BasicAuth, HttpOptions, Limits, server_context  # noqa: PLC0415
+    from exporter.serve.hosts import HostPolicy, machine_names
+    from exporter.serve.http import BasicAuth, HttpOptions, Limits, server_context
 
     host, port = split_listen(settings.listen)
     tls = None
@@ -80,21 +83,35 @@ def http_options(settings: Settings) -> HttpOptions:
                        beyond_loopback=settings.listen_beyond_loopback, hosts=hosts)
 
 
+def prices(settings: Settings, warn: Callable[[str], None]) -> Pricing:
+    """The run's prices (``update_prices`` fetches the newest); ``warn`` hears why it could not."""
+    from exporter.projections.pricing import load_pricing
+
+    try:
+        return load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
+    except ValueError as exc:  # overrides that do not fit the (updated) price data
+        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
+
+
 def daemon_parts(settings: Settings, dirs: Sequence[Path],
                  warn: Callable[[str], None]) -> DaemonParts:
     """Everything ``serve`` runs with; ``warn`` hears why the prices could not be updated."""
-    from exporter.projections.pricing import load_pricing  # noqa: PLC0415
-    from exporter.serve.daemon import DaemonParts  # noqa: PLC0415
+    from exporter.serve.daemon import DaemonParts
 
-    try:
-        pricing: Pricing = load_pricing(settings.pricing, update=settings.update_prices, warn=warn)
-    except ValueError as exc:  # overrides that do not fit the (updated) price data
-        raise ConfigError(f"invalid configuration: pricing: {exc}") from exc
-    otlp = None
-    if settings.otlp_endpoint:  # the OTLP exporter's imports only when it pushes
-        from exporter.serve.otlp import OtlpOptions  # noqa: PLC0415
-
-        otlp = OtlpOptions.of(settings)
-    return DaemonParts(settings=settings, dirs=tuple(dirs), pricing=pricing,
+    return DaemonParts(ledger_path=settings.ledger_path, state_dir=settings.state_dir,
+                       dirs=tuple(dirs), pricing=prices(settings, warn),
                        scan=scan_options(settings), metrics=metrics_options(settings),
-                       http=http_options(settings), otlp=otlp)
+                       http=http_options(settings), otlp=otlp_options(settings),
+                       poll=settings.poll, rescan_seconds=settings.rescan_seconds)
+
+
+def otlp_options(settings: Settings) -> OtlpOptions | None:
+    """The OTLP push's options, or None when ``otlp_endpoint`` is not set."""
+    if not settings.otlp_endpoint:
+        return None
+    from exporter.serve.otlp import OtlpOptions  # the OTLP exporter's imports
+
+    return OtlpOptions(settings.otlp_endpoint, settings.otlp_interval_seconds,
+                       settings.otlp_timeout_seconds, dict(settings.otlp_headers),
+                       settings.otlp_certificate_file, settings.otlp_host, settings.otlp_user,
+                       dict(settings.otlp_resource_attributes))

@@ -30,6 +30,8 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
+from exporter.errors import ConfigError
+from exporter.ingest.spool import default_state_dir
 from exporter.ledger.schema import LEDGER_FILE
 
 ENV_PREFIX = "CLAUDE_CODE_EXPORTER_"
@@ -37,16 +39,9 @@ DEFAULT_PORT = 9477
 CLAUDE_TELEMETRY_PORT = 9464  # Claude Code's own OpenTelemetry Prometheus port: never ours
 
 
-def default_state_dir(env: Mapping[str, str]) -> Path:
-    """``$XDG_STATE_HOME/claude-code-exporter`` (default ``~/.local/state/…``) under ``env``."""
-    base = env.get("XDG_STATE_HOME", "").strip()
-    root = Path(base) if base else Path.home() / ".local" / "state"
-    return root / "claude-code-exporter"
-
-
 def _state_dir_without_env() -> Path:
     """The state dir's default when no environment is given (load_settings gives one)."""
-    return default_state_dir({})
+    return Path(default_state_dir({}))
 
 
 class Settings(BaseSettings):
@@ -168,7 +163,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_hosts(cls, value: list[str]) -> list[str]:
         """Each entry a host name, an IP address, ``.domain`` or ``*`` (no port, no scheme)."""
-        from exporter.serve.hosts import normalise_entry  # noqa: PLC0415 - serve's rule
+        from exporter.serve.hosts import normalise_entry  # serve's rule
 
         bad = [entry for entry in value if normalise_entry(entry) is None]
         if bad:
@@ -223,7 +218,7 @@ class Settings(BaseSettings):
     def _check_pricing(cls, value: dict[str, Any]) -> dict[str, Any]:
         """The price overrides must make a valid table: checked with every other setting."""
         if value:
-            from exporter.projections.pricing import Pricing  # noqa: PLC0415 - only if given
+            from exporter.projections.pricing import Pricing  # only if given
 
             Pricing.load(value)  # its ValueError names the bad key
         return value
@@ -240,7 +235,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _pairs(self) -> Settings:
+    def _halves_together(self) -> Settings:
         """TLS needs both files, basic auth both halves: half a setting is an error."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file go together")
@@ -269,6 +264,12 @@ class Settings(BaseSettings):
         return (init_settings,)
 
 
+def shown_default(name: str) -> str:
+    """A setting's default as ``--help`` shows it."""
+    value = Settings.model_fields[name].get_default(call_default_factory=True)
+    return "none" if value is None else str(value)
+
+
 def split_listen(value: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) → (host, port); ValueError if malformed."""
     host, sep, port_text = value.rpartition(":")
@@ -280,16 +281,6 @@ def split_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
-def is_loopback(host: str) -> bool:
-    """True for a host that only this machine reaches (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _is_ip(host: str) -> bool:
     """True if ``host`` is a literal IPv4 or IPv6 address."""
     try:
@@ -297,10 +288,6 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-class ConfigError(Exception):
-    """Invalid configuration: the message names every bad setting."""
 
 
 def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str],
@@ -322,7 +309,7 @@ def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str],
                    dict(environ))
     # Lowest first, as pydantic-settings merges its own sources: defaults that depend
     # on the environment, the file, the CLAUDE_CODE_EXPORTER_* variables, the flags.
-    values = _merged({"state_dir": default_state_dir(environ)}, table,
+    values = _merged({"state_dir": Path(default_state_dir(environ))}, table,
                      _Environment(Settings, environ)(), given.flags)
     settings = None
     try:

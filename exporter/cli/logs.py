@@ -1,8 +1,8 @@
 """Structured logging: event names plus key/values, JSON when not on a terminal.
 
 structlog is imported on the first line that passes the level, not before:
-importing it imports rich (for its console renderer and tracebacks), about
-0.1 s, and a warm ``report`` logs nothing at INFO.
+importing it imports rich (for its console renderer and tracebacks), and a
+warm ``report`` logs nothing at INFO.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def make_logger(level: str = "info", fmt: str = "auto", stream: TextIO | None = 
 
 def _structlog(threshold: int, fmt: str, stream: TextIO | None) -> Any:
     """The structlog logger behind :class:`Logger`."""
-    import structlog  # noqa: PLC0415 - see the module docstring
+    import structlog  # see the module docstring
 
     out: Any = stream if stream is not None else _Stderr()
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())

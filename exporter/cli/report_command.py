@@ -15,12 +15,23 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from exporter.cli.config import Settings
+from exporter.cli.pipeline import (
+    Environ,
+    ingest,
+    ingest_plan_samples,
+    load_prices,
+    open_ledger,
+    transcript_dirs,
+)
+from exporter.ingest import discover
+from exporter.ingest.scan import ScanResult
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import attribution, caps, figures, views
@@ -51,8 +62,43 @@ examples:
 exit codes: 0 ok · 2 bad usage or configuration · 3 unusable ledger · 70 internal error (a bug)"""
 
 
+HELP: Final = "ingest, then print a usage summary or a view"
+DESCRIPTION: Final = "Ingest what is new, then print the usage summary or one view."
+
+
 class UsageError(Exception):
     """A flag value that cannot be used (exit 2); the message says which and why."""
+
+
+def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ,
+        now: float | None = None) -> int:
+    """Ingest what is new, then print the summary or a view."""
+    now = time.time() if now is None else now
+    req = check(args, now, environ,
+                warn=lambda detail: log.warning("timezone_not_understood", detail=detail))
+    missing = missing_data_dirs(settings)
+    if missing:
+        raise UsageError(f"--data-dir {missing[0]} does not exist")
+    dirs = transcript_dirs(settings, environ)
+    pricing = load_prices(settings)
+    ledger = open_ledger(settings, pricing, dirs)
+    try:
+        # Absent default roots (say ~/.config/claude) are normal: read only those present.
+        present = discover.present(dirs)
+        scan = ScanResult(files=1) if ledger.readonly else ingest(
+            ledger, settings, log, present, show_progress=req.output == "text", quiet=True)
+        if not ledger.readonly:
+            ingest_plan_samples(settings, log)  # the status line's samples, as serve does
+        sel = selection(ledger, dirs, args, req.range)
+        if empty(sel) and not scan.files and req.view != LIMITS:
+            print(first_run_message(dirs, Path.home()),
+                  file=sys.stderr if req.output != "text" else sys.stdout)
+            if req.output == "text":
+                return 0
+        return show(req, sel, ClassPrices.of(pricing), settings=settings,
+                    counters=ledger.counters, args=args, now=now)
+    finally:
+        ledger.close()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -213,9 +259,9 @@ def empty(sel: Selection) -> bool:
     return not sel.read(f"SELECT 1 FROM {sel.relation} LIMIT 1", [])
 
 
-def run(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings,
-        counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
-        now: float) -> int:
+def show(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings,
+         counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
+         now: float) -> int:
     """Compute and print the summary or the view."""
     if req.view == SUMMARY:
         result = figures.summary(
@@ -233,7 +279,7 @@ def run(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings
             report.render_prices(result, prices.pricing, console)
         return 0
     if req.view == LIMITS:
-        from exporter.report import tables as report_views  # noqa: PLC0415 - rich, for tables only
+        from exporter.report import tables as report_views  # rich, for tables only
 
         return report_views.run_limits(req.output, req.range, settings.ledger_path, prices, now)
     limit = args.limit
@@ -247,7 +293,7 @@ def run(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings
         return _attributed(req, attribution.build(req.view, sel, prices, options,
                                                   by or "model"), by or "model")
     view = views.build(req.view, sel, prices, options)
-    from exporter.report import tables as report_views  # noqa: PLC0415 - rich, for tables only
+    from exporter.report import tables as report_views  # rich, for tables only
 
     if req.output == "json":
         sys.stdout.write(to_json(report_views.view_json(view)) + "\n")
@@ -260,7 +306,7 @@ def run(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings
 
 def _attributed(req: Request, view: views.View, by: str) -> int:
     """Print an attribution view (exporter.report.attribution_tables)."""
-    from exporter.report import attribution_tables as report_attribution  # noqa: PLC0415 - rich, for tables only
+    from exporter.report import attribution_tables as report_attribution  # rich, for tables only
 
     if req.output == "json":
         sys.stdout.write(to_json(report_attribution.view_json(view, by)) + "\n")
@@ -273,6 +319,6 @@ def _attributed(req: Request, view: views.View, by: str) -> int:
 
 def _console() -> Any:
     """The terminal console (rich picks width and colour)."""
-    from rich.console import Console  # noqa: PLC0415 - not needed for JSON
+    from rich.console import Console  # not needed for JSON
 
     return Console()

@@ -183,7 +183,7 @@ def render(
 
 def start_then(command: str, environ: Mapping[str, str]) -> Any:
     """Start the user's status-line command in its own process group (stdin piped)."""
-    import subprocess  # noqa: PLC0415 -- only with --then: too slow to import every refresh
+    import subprocess  # only with --then: too slow to import every refresh
 
     return subprocess.Popen(
         ["/bin/sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -193,9 +193,9 @@ def start_then(command: str, environ: Mapping[str, str]) -> Any:
 
 def finish_then(proc: Any, data: bytes, timeout: float) -> tuple[bytes, str | None]:
     """Feed ``data`` to the command and collect its stdout: (output, failure reason)."""
-    import contextlib  # noqa: PLC0415
-    import signal  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
+    import contextlib
+    import signal
+    import subprocess
 
     try:
         out, _ = proc.communicate(data, timeout=timeout)
@@ -301,10 +301,5 @@ def _write(stdout: BinaryIO, data: bytes) -> None:
         pass
 
 
-def cli() -> int:
-    """Entry point for ``python -m exporter.cli.statusline``."""
-    return main(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
-
-
-if __name__ == "__main__":
-    raise SystemExit(cli())
+if __name__ == "__main__":  # python -m exporter.cli.statusline (docs/plan-limits.md)
+    raise SystemExit(main(sys.argv[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ))

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from exporter.ingest.destination import DestinationT
-from exporter.ingest.headstart import HeadStart
 from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.scan import BATCH_BYTES, Scanner
 from exporter.records import Applied
@@ -33,12 +32,8 @@ class ScanOptions:
         self, ledger: DestinationT, dirs: Sequence[Path], *, log: Any,
         clock: Callable[[], float] = time.time, workers: int | None = None,
         on_applied: Callable[[Applied], None] | None = None,
-        head_start: HeadStart | None = None,
     ) -> Scanner[DestinationT]:
-        """A scanner over ``dirs`` into ``ledger``; ``workers`` overrides the options' own.
-
-        ``head_start``: a first pass's parsing begun already (see :class:`Scanner`).
-        """
+        """A scanner over ``dirs`` into ``ledger``; ``workers`` overrides the options' own."""
         return Scanner(ledger, dirs, workers=self.workers if workers is None else workers,
                        on_applied=on_applied, log=log, batch_bytes=self.batch_bytes,
-                       max_line_bytes=self.max_line_bytes, clock=clock, head_start=head_start)
+                       max_line_bytes=self.max_line_bytes, clock=clock)

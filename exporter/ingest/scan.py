@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Generic
+from typing import Any, Final, Generic
 
 import msgspec
 
@@ -43,10 +43,6 @@ from exporter.records import (
     RejectReason,
     Request,
 )
-
-# Annotations only: the head start's module imports this one.
-if TYPE_CHECKING:
-    from exporter.ingest.headstart import HeadStart
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
 GROUP_BYTES: Final = 16 * 1024 * 1024  # per work unit handed to a parser process
@@ -279,16 +275,11 @@ class Scanner(Generic[DestinationT]):
         max_line_bytes: int = MAX_LINE_BYTES,
         clock: Callable[[], float] = time.time,
         parser_nice: int = PARSER_NICE,
-        head_start: HeadStart | None = None,
     ) -> None:
         """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool).
 
         ``parser_nice``: how much lower the parser processes run (:data:`PARSER_NICE`).
-        ``head_start``: a first pass's parsing, begun before this scanner existed
-        (exporter.ingest.headstart); the first full pass takes it over if it fits,
-        and stops it otherwise.
         """
-        self._head_start = head_start
         self.parallel_min_bytes = parallel_min_bytes
         self.parser_nice = parser_nice
         self.batch_bytes = batch_bytes
@@ -326,11 +317,9 @@ class Scanner(Generic[DestinationT]):
         started = time.perf_counter()
         result = ScanResult()
         full = paths is None
-        batches, total = self._taken(result) if full else (None, 0)
-        if batches is None:
-            files = self.files() if paths is None else self._named(paths)
-            work, total = self._plan(files, result, full)
-            batches = self._run(work, total, self.clock())
+        files = self.files() if paths is None else self._named(paths)
+        work, total = self._plan(files, result, full)
+        batches = self._run(work, total, self.clock())
         result.files = self._known_files
         done = 0
         pending: _Batch | None = None
@@ -357,30 +346,6 @@ class Scanner(Generic[DestinationT]):
                 self._commit(pending, result)
         result.seconds = time.perf_counter() - started
         return result
-
-    def _taken(self, result: ScanResult) -> tuple[Iterator[_Batch] | None, int]:
-        """The head start's batches and bytes, if it fits this full pass; else it is stopped.
-
-        It fits when it walked the same directories with the same options and
-        the ledger remembers no file (it read every file from its start, as this
-        pass would). Its walk then stands for this pass's: the files, and the
-        problems met (said now, as this pass would say them).
-        """
-        head, self._head_start = self._head_start, None
-        if head is None:
-            return None, 0
-        fits = head.fits(projects_dirs(self.dirs), workers=self.workers,
-                         batch_bytes=self.batch_bytes, max_line_bytes=self.max_line_bytes,
-                         parser_nice=self.parser_nice)
-        if not fits or self._checkpoints(True):
-            head.stop()
-            return None, 0
-        walk = head.walk
-        for event, path, detail in walk.problems:
-            self._problem(event, path, detail)
-        self._unreadable(walk.unreadable, result)
-        result.checked = self._known_files = len(walk.files)
-        return head.batches(), walk.total
 
     def _named(self, paths: Collection[str]) -> list[str]:
         """The transcripts among event paths: files as named, directories walked."""

@@ -63,10 +63,10 @@ FAILURE_REASONS: Final = (
 
 
 def default_state_dir(environ: Mapping[str, str]) -> str:
-    """The exporter's state directory, resolved as its configuration does.
+    """The exporter's state directory: the one resolver, for the status line and the settings.
 
     ``CLAUDE_CODE_EXPORTER_STATE_DIR``, else ``$XDG_STATE_HOME/claude-code-exporter``,
-    else ``~/.local/state/claude-code-exporter`` (see exporter.cli.config).
+    else ``~/.local/state/claude-code-exporter`` (exporter.cli.config's default).
     """
     explicit = environ.get(STATE_DIR_ENV, "").strip()
     if explicit:

@@ -1,4 +1,4 @@
-"""`serve`: the wiring of the long-running exporter (part of the command line layer).
+"""`serve`: the long-running exporter, run from the parts it is handed.
 
 Start-up: ingest what is new, settle it, begin every instrument at the
 ledger's rollup totals for this daemon's roots (O(label sets x buckets), not
@@ -7,8 +7,8 @@ SIGTERM/SIGINT, when the current pass completes, the ledger is closed and the
 process exits 0.
 
 The daemon is handed its parts (:class:`DaemonParts`, built once from the
-settings by :func:`exporter.cli.assemble.daemon_parts`) and builds nothing from the
-settings itself; its clocks are arguments, so tests drive it in-process.
+settings by :func:`exporter.cli.assemble.daemon_parts`) and never sees the settings;
+its clocks are arguments, so tests drive it in-process.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from exporter import __version__
-from exporter.cli.config import ConfigError, Settings, is_loopback
+from exporter.errors import ConfigError
 from exporter.ingest.follow import Follower
 from exporter.ingest.options import ScanOptions
 from exporter.ingest.scan import Scanner
@@ -43,13 +43,13 @@ from exporter.serve.push import LibraryLog, PushState
 if TYPE_CHECKING:
     from exporter.serve.otlp import OtlpOptions
 
-# How often the live WAL's checksums are verified (~20 ms a MiB of WAL, bounded by the fold-in).
+# How often the live WAL's checksums are verified (the WAL is bounded by the fold-in).
 VERIFY_SECONDS = 5.0
 # At most one pass over changed files per this many seconds (a quiet file's first line is
-# read at once): the lines of those seconds share one commit. A commit rewrites ~25-35 pages
-# of 16 KiB (rows, indexes, provenance, rollups, slots) however few lines it holds, so a
-# line a commit wrote ~0.4 MiB (docs/benchmarks.md, "The daemon live"). 10 s keeps a line
-# under 64 KiB of WAL from one line a second up, within Prometheus' 15 s default scrape.
+# read at once): the lines of those seconds share one commit. A commit rewrites a few dozen
+# pages (rows, indexes, provenance, rollups, slots) however few lines it holds, so one
+# commit a line would write far more WAL than the line (docs/benchmarks.md, "The daemon
+# live"); 10 s stays within Prometheus' 15 s default scrape.
 LIVE_PASS_SECONDS = 10.0
 
 
@@ -57,13 +57,16 @@ LIVE_PASS_SECONDS = 10.0
 class DaemonParts:
     """What one ``serve`` runs with, each part built once from the settings."""
 
-    settings: Settings  # paths, poll/rescan and settle times, the page's budgets
+    ledger_path: Path
+    state_dir: Path  # where the status line's samples arrive (exporter.ingest.spool)
     dirs: tuple[Path, ...]  # the transcript directories followed
     pricing: Pricing
     scan: ScanOptions
-    metrics: MetricsOptions
+    metrics: MetricsOptions  # also the ledger's settle time and the page's budgets and labels
     http: HttpOptions
     otlp: OtlpOptions | None = None  # None: no push
+    poll: bool = False  # no file events: a full pass every rescan_seconds
+    rescan_seconds: float = 30.0
 
 
 class Daemon:
@@ -80,20 +83,19 @@ class Daemon:
     ) -> None:
         """Open the ledger; the scanners, projection and server are built by start()."""
         self.parts = parts
-        self.settings = settings = parts.settings
         self.log = log
         self.stop_event = threading.Event()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pricing = parts.pricing
         self.dirs = list(parts.dirs)
         # One serve per state dir: a second one exits naming the first (LedgerBusyError).
-        lock = WriterLock.acquire(settings.ledger_path, "serve", [str(d) for d in self.dirs])
+        lock = WriterLock.acquire(parts.ledger_path, "serve", [str(d) for d in self.dirs])
         try:
             # A large ledger not known sound is checked while serving (start()): the first
             # scrape does not wait O(history) for it.
-            self.ledger = Ledger(settings.ledger_path, rules=parts.metrics.counting(self.pricing),
-                                 settle_seconds=settings.settle_seconds, clock=clock, lock=lock,
-                                 check_above=CHECK_AT_OPEN_BYTES)
+            self.ledger = Ledger(parts.ledger_path, rules=parts.metrics.counting(self.pricing),
+                                 settle_seconds=parts.metrics.settle_seconds, clock=clock,
+                                 lock=lock, check_above=CHECK_AT_OPEN_BYTES)
         except LedgerError:
             lock.release(remove=True)  # a refused file gets no lock file beside it
             raise
@@ -108,7 +110,7 @@ class Daemon:
         self.projection: Projection | None = None  # built in start(), after the catch-up
         self.follower = Follower(
             self._pass, lambda: self.dirs, settle=self._settle,
-            poll=settings.poll, rescan_seconds=settings.rescan_seconds, log=log,
+            poll=parts.poll, rescan_seconds=parts.rescan_seconds, log=log,
             monotonic=monotonic,
         )
         self.http: HttpServer | None = None
@@ -129,7 +131,7 @@ class Daemon:
         first = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock).scan()
         self._files, self._ahead = first.files, first.ahead
         ledger.settle(force=True)  # what is on disk at start-up is final
-        push, resource, self.push = _push(parts.otlp, self.log)
+        push, resource, self.push = _otlp_push(parts.otlp, self.log)
         self.projection = Projection(
             self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
             files_watched=lambda: self._files, readers=push, resource=resource,
@@ -144,15 +146,15 @@ class Daemon:
         self.scanner = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock,
                                           workers=1, on_applied=self.projection.apply)
         # The status line's plan-limit samples: into the ledger, and out as metrics.
-        self.plan = PlanLink.on_projection(self.projection, self.settings.ledger_path,
-                                           self.settings.state_dir, self.pricing,
+        self.plan = PlanLink.on_projection(self.projection, parts.ledger_path,
+                                           parts.state_dir, self.pricing,
                                            clock=self._clock, log=self.log)
         self.plan.tick()
         self.plan.after_pass()
         http = parts.http
         # With prometheus_enabled off (OTLP only) /metrics is gone but /healthz stays,
         # for container health checks and supervisors.
-        pages = page.routes(page.source_of(self.settings, ledger, self.dirs, self.pricing,
+        pages = page.routes(page.source_of(parts.metrics, ledger, self.dirs, self.pricing,
                                            clock=self._clock), __version__)
         refused = Refused(lambda host: self.log.warning("http_host_refused", host=host))
         app = make_app(_Withdrawn(self.registry, lambda: self.ledger.health.corrupt is not None),
@@ -163,7 +165,7 @@ class Daemon:
             self.http = HttpServer(app, http.host, http.port, http.tls, http.limits)
         except OSError as exc:  # a busy port, an address not on this machine
             raise ConfigError(f"listen: cannot serve on {http.host}:{http.port}: {exc}") from exc
-        for event, fields in http.warnings(is_loopback(http.host)):
+        for event, fields in http.warnings():
             self.log.warning(event, **fields)
         self.log.info("serving", listen=f"{http.host}:{self.http.port}",
                       otlp=parts.otlp.endpoint if parts.otlp else None, tls=http.tls is not None,
@@ -213,10 +215,10 @@ class Daemon:
         check of a large ledger runs). A corrupt ledger says why and how to recover.
         """
         state, sound = self.follower.state, self.ledger.health
-        watcher_ok = self.settings.poll or state.watcher_alive or not self._watchable()
+        watcher_ok = self.parts.poll or state.watcher_alive or not self._watchable()
         ledger_ok = state.last_pass_ok and sound.corrupt is None
         detail = {"ledger_ok": ledger_ok, "watcher_alive": state.watcher_alive,
-                  "poll": self.settings.poll, "passes": state.passes,
+                  "poll": self.parts.poll, "passes": state.passes,
                   "error": state.last_error, "pending": self._pending,
                   "ledger_verified": sound.verified,
                   # Request lines dated ahead of our clock, waiting for it (not lost; the
@@ -305,7 +307,7 @@ class Daemon:
         return any(d.is_dir() for d in self.dirs)
 
 
-def _push(options: OtlpOptions | None, log: Any) -> tuple[list[Any], Any, PushState | None]:
+def _otlp_push(options: OtlpOptions | None, log: Any) -> tuple[list[Any], Any, PushState | None]:
     """The OTLP reader, resource and push state when the push is configured (docs/teams.md)."""
     if options is None:
         return [], None, None

@@ -62,6 +62,16 @@ def _ip(text: str) -> bool:
     return True
 
 
+def is_loopback(host: str) -> bool:
+    """True for a host that only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _loopback(name: str) -> bool:
     """``localhost``, a name under ``.localhost``, or a loopback literal."""
     if name == "localhost" or name.endswith(".localhost"):

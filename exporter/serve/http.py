@@ -35,7 +35,7 @@ from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from exporter.serve.hosts import HostPolicy
+from exporter.serve.hosts import HostPolicy, is_loopback
 
 Health = Callable[[], tuple[bool, dict[str, Any]]]
 StartResponse = Callable[..., Any]
@@ -204,13 +204,10 @@ class HttpOptions:
     beyond_loopback: bool = False  # a non-loopback host is intended (the container image)
     hosts: HostPolicy | None = None  # the Host values answered (None: any)
 
-    def warnings(self, loopback: bool) -> list[tuple[str, dict[str, Any]]]:
-        """(event, fields) to log at start when private figures may leave this machine.
-
-        ``loopback``: whether ``host`` is a loopback address (config.is_loopback).
-        """
+    def warnings(self) -> list[tuple[str, dict[str, Any]]]:
+        """(event, fields) to log at start when private figures may leave this machine."""
         out: list[tuple[str, dict[str, Any]]] = []
-        if not loopback and not self.beyond_loopback:
+        if not is_loopback(self.host) and not self.beyond_loopback:
             out.append(("listening_beyond_loopback", {"host": self.host, "tls": bool(self.tls),
                                                       "basic_auth": bool(self.auth)}))
         if self.auth and not self.tls:

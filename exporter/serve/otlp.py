@@ -38,7 +38,6 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExp
 from opentelemetry.sdk.resources import Resource
 
 from exporter import __version__
-from exporter.cli.config import Settings
 from exporter.serve.push import GuardedExporter, PushState, WatchedSession
 
 SERVICE_NAME: Final = "claude-code-exporter"
@@ -51,7 +50,7 @@ CUMULATIVE: Final[dict[type, AggregationTemporality]] = {
 
 @dataclass(frozen=True, slots=True)
 class OtlpOptions:
-    """The push's receiver, cadence and resource policy, from the settings once."""
+    """The push's receiver, cadence and resource policy (built once: exporter.cli.assemble)."""
 
     endpoint: str
     interval_seconds: float = 60.0
@@ -61,16 +60,6 @@ class OtlpOptions:
     host: str = "name"  # resource host policy: name, hash or none
     user: str = "hash"  # resource user policy: name, hash or none
     resource_attributes: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, settings: Settings) -> OtlpOptions | None:
-        """The options of ``settings`` (None when ``otlp_endpoint`` is not set)."""
-        if not settings.otlp_endpoint:
-            return None
-        return cls(settings.otlp_endpoint, settings.otlp_interval_seconds,
-                   settings.otlp_timeout_seconds, dict(settings.otlp_headers),
-                   settings.otlp_certificate_file, settings.otlp_host, settings.otlp_user,
-                   dict(settings.otlp_resource_attributes))
 
 
 def pseudonym(value: str) -> str:

@@ -15,9 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exporter.cli.config import Settings
 from exporter.ledger.store import Ledger
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.json_text import to_json
@@ -27,20 +26,21 @@ from exporter.serve.page_figures import LedgerSource, PageData
 from exporter.serve.page_html import render
 from exporter.sqlite import sqlite3
 
+if TYPE_CHECKING:  # the options' module imports OpenTelemetry; the page needs only four fields
+    from exporter.projections.metrics import MetricsOptions
+
 StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def source_of(settings: Settings, ledger: Ledger, roots: Sequence[Path], pricing: Pricing, *,
-              clock: Callable[[], float] = time.time,
+def source_of(options: MetricsOptions, ledger: Ledger, roots: Sequence[Path], pricing: Pricing,
+              *, clock: Callable[[], float] = time.time,
               env: Mapping[str, str] = os.environ) -> LedgerSource:
-    """The page's figures for a running ``serve``: its settings, ledger, roots and prices."""
-    budgets = {k: v for k, v in (("day", settings.budget_day_usd),
-                                 ("month", settings.budget_month_usd)) if v is not None}
-    return LedgerSource(ledger, roots, ClassPrices.of(pricing), local_zone(env), budgets=budgets,
-                        project_label=settings.project_label,
-                        kv_bytes_per_token=dict(settings.kv_bytes_per_token),
-                        upload_bytes_per_token=settings.upload_bytes_per_token, clock=clock)
+    """The page's figures for a running ``serve``: its options, ledger, roots and prices."""
+    return LedgerSource(ledger, roots, ClassPrices.of(pricing), local_zone(env),
+                        budgets=dict(options.budgets), project_label=options.project_label,
+                        kv_bytes_per_token=dict(options.kv_bytes_per_token),
+                        upload_bytes_per_token=options.upload_bytes_per_token, clock=clock)
 
 
 

@@ -1,0 +1,93 @@
+"""What ``report``, ``backfill`` and ``rebuild`` share: the prices, the ledger, one ingestion pass.
+
+Each command opens the ledger with the counting rules ``serve`` uses, reads
+what is new under the transcript roots, and moves the status line's samples
+in, as the ledger's writer; beside a running ``serve`` it only reads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from exporter.cli.assemble import prices, scan_options
+from exporter.cli.config import Settings
+from exporter.ingest import discover
+from exporter.ingest.scan import ScanResult
+from exporter.ledger.store import Ledger
+from exporter.progress import progress_bar
+from exporter.projections.pricing import Pricing
+
+Environ = Mapping[str, str]
+"""The process's environment, read once by exporter.cli.commands.main and handed down."""
+
+
+def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
+    """The projects directories to read: --data-dir, or every default root."""
+    return discover.transcript_dirs(settings.data_dirs, environ, Path.home())
+
+
+def load_prices(settings: Settings) -> Pricing:
+    """The prices of this run; why ``--update-prices`` could not update them goes to stderr."""
+    return prices(settings, warn=lambda line: print(f"claude-code-exporter: {line}",
+                                                    file=sys.stderr))
+
+
+def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
+                role: str = "report") -> Ledger:
+    """The ledger, keeping its rollups by the counting rules ``serve`` uses.
+
+    Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
+    nothing is ingested, serve does that (exporter.ledger.access.open_ledger).
+    """
+    from exporter.ledger.access import open_ledger as open_for
+    from exporter.projections.counting import Counting
+
+    rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)
+    ledger = open_for(settings.ledger_path, role, [str(d) for d in dirs], rules=rules,
+                      settle_seconds=settings.settle_seconds)
+    if ledger.readonly and ledger.holder is not None:
+        followed = {os.path.abspath(r) for r in ledger.holder.roots}
+        unread = [str(d) for d in dirs if os.path.abspath(d) not in followed and d.is_dir()]
+        print(f"claude-code-exporter: serve (pid {ledger.holder.pid}) is following the "
+              f"transcripts; reporting from its ledger without reading them"
+              + (f" ({', '.join(unread)} not followed by it: not read)" if unread else ""),
+              file=sys.stderr)
+    return ledger
+
+
+def ingest(ledger: Ledger, settings: Settings, log: Any, dirs: Sequence[Path], *,
+           show_progress: bool, quiet: bool = False) -> ScanResult:
+    """One ingestion pass over ``dirs`` into ``ledger`` (what `report` and `backfill` do first).
+
+    ``quiet`` logs the pass at DEBUG (a terminal report is its own summary of the pass).
+    """
+    scanner = scan_options(settings).scanner(ledger, dirs, log=log)
+    with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
+        result = scanner.scan(progress=progress)
+    (log.debug if quiet else log.info)(
+        "scan_done", files=result.files, files_read=result.files_read,
+        bytes_read=result.bytes_read, new_requests=result.new_requests,
+        seconds=round(result.seconds, 3))
+    return result
+
+
+def ingest_plan_samples(settings: Settings, log: Any) -> None:
+    """Move the status line's new samples into the ledger (``report``/``backfill`` as the writer).
+
+    A failure (a locked or full disk) is logged and the command goes on: the
+    samples stay in the spool for the next run (docs/plan-limits.md).
+    """
+    from exporter.ledger.plan_store import ingest_spool
+    from exporter.sqlite import sqlite3
+
+    try:
+        done = ingest_spool(settings.ledger_path, settings.state_dir)
+    except (OSError, sqlite3.Error) as exc:
+        log.warning("plan_samples_not_ingested", detail=str(exc))
+        return
+    log.debug("plan_samples_ingested", new=done.new, repeated=done.repeated,
+              bytes_read=done.bytes_read)
