@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import OUT
-from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
 from tests.support.hardening import Cgroup, Slowloris, peak_rss, threads
+from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 
 MB = 1024 * 1024
 UNIT_MEMORY = 2 * 1024 * MB

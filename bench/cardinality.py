@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import assistant, jsonl
 from tests.support.exposition import families, total
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 MODELS = ("claude-opus-4-6", "claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-5",

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import machine, month_tree, tree_size
-from tests.conftest import assistant, jsonl
 from tests.support.exposition import total
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 

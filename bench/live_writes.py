@@ -31,8 +31,8 @@ from bench.common import OUT
 from exporter.ledger.wal import committed_frames
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
-from tests.conftest import assistant, jsonl
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 

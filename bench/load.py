@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter.synth import GenOptions, generate
-from tests.conftest import assistant, jsonl
 from tests.support.exposition import total
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 _REQUESTS = re.compile(rb"^claude_code_requests_total\{[^\n]*\} ([0-9.e+]+)$", re.M)

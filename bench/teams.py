@@ -5,7 +5,7 @@ Usage: python3 -m bench.teams [--exporters 50] [--minutes 10] [--sessions 8]
 
 1. Series per exporter under each ``project_label`` policy: one generated tree
    (``--policy-sessions`` sessions) served four times, ``/metrics`` counted.
-2. The team stack of ``tests/teamstack.py`` with ``--exporters`` exporters, each
+2. The team stack of ``tests/support/teamstack.py`` with ``--exporters`` exporters, each
    over its own generated tree (``--sessions``), scraped by one Prometheus at the
    shipped intervals (15 s scrape, 1 m rules; shipped config, rules and team
    rules) that remote-writes to VictoriaMetrics. For ``--minutes`` every exporter
@@ -38,13 +38,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.common import OUT, exporter_cmd, machine
 from exporter.synth import GenOptions, generate
 from exporter.synth.demo import LiveSession
-from tests import teamstack
+from tests.support import teamstack
 from tests.support.exposition import total
 from tests.support.net import http_get
 from tests.support.process import Serve
+from tests.support.teamstack import Spec, TeamStack
+from tests.support.vmserver import VMServer
 from tests.support.wait import poll
-from tests.teamstack import Spec, TeamStack
-from tests.vmserver import VMServer
 
 POLICIES = ("basename", "full", "hash", "none")
 MONTH_S = 30 * 86400

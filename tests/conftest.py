@@ -1,22 +1,16 @@
-"""Shared test fixtures: paths to ../shared and small transcript builders."""
+"""Shared test fixtures; what tests import lives in tests/support/."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from exporter.records import Request, Source
+from tests.support.paths import REAL
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-REAL = SHARED / "fixtures" / "real"
-
-# Session fixtures defined beside what they start: ``shared_stack`` (tests/stack.py).
-pytest_plugins = ["tests.stack"]
+# Session fixtures defined beside what they start: ``shared_stack`` (tests/support/stack.py).
+pytest_plugins = ["tests.support.stack"]
 
 
 @pytest.fixture
@@ -27,77 +21,3 @@ def real_tree() -> Path:
             pytest.fail(f"{REAL} is missing in CI")
         pytest.skip(f"{REAL} is absent")
     return REAL
-
-
-def assistant(
-    msg_id: str = "msg_1",
-    req_id: str | None = "req_1",
-    *,
-    ts: str = "2026-10-01T12:00:00.000Z",
-    model: str = "claude-opus-4-6",
-    session: str = "s1",
-    cwd: str = "/home/u/proj",
-    sidechain: bool = False,
-    agent: str | None = None,
-    usage: Any = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """An assistant transcript record with usage (defaults: small numbers)."""
-    rec: dict[str, Any] = {
-        "parentUuid": None,
-        "isSidechain": sidechain,
-        "userType": "external",
-        "cwd": cwd,
-        "sessionId": session,
-        "version": "2.1.39",
-        "type": "assistant",
-        "timestamp": ts,
-        "message": {
-            "model": model,
-            "id": msg_id,
-            "type": "message",
-            "role": "assistant",
-            "content": [{"type": "text", "text": "hi"}],
-            "usage": usage
-            if usage is not None
-            else {
-                "input_tokens": 3,
-                "output_tokens": 10,
-                "cache_read_input_tokens": 100,
-                "cache_creation_input_tokens": 20,
-                "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 0},
-            },
-        },
-    }
-    if req_id is not None:
-        rec["requestId"] = req_id
-    if agent is not None:
-        rec["agentId"] = agent
-    rec.update(extra)
-    return rec
-
-
-def request(key: str = "k", ts: float = 0.0, **fields: Any) -> Request:
-    """A ledger Request with zero tokens and neutral labels unless given."""
-    base: dict[str, Any] = {
-        "key": key, "ts": ts, "model": "claude-opus-4-6", "session": "s", "project": "/p",
-        "source": Source.MAIN, "input": 0, "output": 0, "cache_read": 0,
-        "cache_write_5m": 0, "cache_write_1h": 0,
-    }
-    base.update(fields)
-    return Request(**base)
-
-
-# The keys of `report --json` (and of the generator's truth.json), from docs/figures.md.
-REPORT_KEYS = frozenset({
-    "totals", "by_model", "by_source", "sessions", "rejected_lines", "rejected_by_reason",
-    "context_tokens", "output_tokens", "gap_seconds", "cache_write_share_by_gap",
-    "requests_by_gap", "cache_read_share", "peak_requests_per_minute",
-    "max_parallel_sessions_10m", "generation_tokens_per_second", "kv_bytes", "upload_bytes",
-    "lines", "cache_savings_usd", "cache_reads_per_output_token",
-})
-
-
-def jsonl(*records: Any) -> bytes:
-    """Compact JSON lines, each ending in a newline."""
-    return b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)

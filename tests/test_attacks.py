@@ -28,10 +28,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
 from tests.support.hardening import Cgroup, Slowloris, children, peak_rss, remove_tree, threads
+from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 MB = 1024 * 1024

@@ -24,9 +24,9 @@ from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Request
 from exporter.synth import GenOptions, generate
-from tests.conftest import assistant, jsonl
-from tests.ledgers import appearances, ledger_of
+from tests.support.ledgers import appearances, ledger_of
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 from tests.test_iterations import ADVISOR_USAGE
 from tests.test_metrics import T0, Clock, batch, loaded, projection, req

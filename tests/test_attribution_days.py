@@ -29,7 +29,7 @@ from exporter.projections.pricing import Pricing
 from exporter.projections.selection import Selection
 from exporter.projections.views import Options
 from exporter.records import Request, Source
-from tests.ledgers import ROOT, appearances, ledger_of
+from tests.support.ledgers import ROOT, appearances, ledger_of
 from tests.test_metrics import T0, batch, req
 
 DAY = 86_400

@@ -35,7 +35,7 @@ from exporter.projections.pricing import Pricing
 from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
-from tests.ledgers import ledger_of, replica
+from tests.support.ledgers import ledger_of, replica
 from tests.support.prometheus import PromServer, prometheus_config, require_binary
 
 DAY = 86_400

@@ -21,8 +21,8 @@ from typing import Any, Self
 import pytest
 import yaml
 
-from tests.conftest import ROOT
 from tests.support.net import LOOPBACK, free_port, http_get
+from tests.support.paths import ROOT
 from tests.support.prometheus import (
     ManagedProcess,
     PromServer,
@@ -31,8 +31,8 @@ from tests.support.prometheus import (
     prometheus_config,
     require_binary,
 )
+from tests.support.tls import self_signed
 from tests.support.wait import poll
-from tests.tls import self_signed
 
 PROM_DIR = ROOT / "deploy" / "prometheus"
 BLACKBOX_FILE = PROM_DIR / "blackbox.yml"

@@ -30,7 +30,8 @@ from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
 from exporter.projections.usage import Usage
 from exporter.serve import page, page_figures
-from tests.conftest import ROOT, assistant, jsonl
+from tests.support.paths import ROOT
+from tests.support.records import assistant, jsonl
 
 MODELS, PROJECTS = 120, 250
 

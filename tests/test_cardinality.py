@@ -34,10 +34,10 @@ from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS, OTHER
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
-from tests.conftest import ROOT
-from tests.ledgers import appearances, ledger_of
 from tests.support.exposition import families
+from tests.support.ledgers import appearances, ledger_of
 from tests.support.net import free_port
+from tests.support.paths import ROOT
 
 T0 = 1_790_000_000.0
 NS = "claude_code"

@@ -25,7 +25,6 @@ from exporter.ingest.parse import parse_lines
 from exporter.ledger.lock import WriterLock
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
 from tests.support.hardening import (
     can_drop_dac,
@@ -34,7 +33,9 @@ from tests.support.hardening import (
     ledger_counter,
     ledger_report,
 )
+from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 from tests.test_report_truth import assert_matches
 

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.cli.commands import build_parser, main
 from exporter.sqlite import sqlite3
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -38,7 +38,7 @@ from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.records import CountClass, HistRow, HistSeries, Parsed, Request, Source
-from tests.ledgers import appearances, ledger_of
+from tests.support.ledgers import appearances, ledger_of
 from tests.support.process import Serve
 from tests.support.prometheus import PromServer, prometheus_config, require_binary, static_job
 from tests.support.wait import poll

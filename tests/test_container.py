@@ -3,7 +3,7 @@
 The build and run commands are read from docs/deploy.md's podman blocks, with
 only what a test must change: its own container name, volume and port, the
 generated transcripts in place of ``~/.claude``, and for this machine the
-local stand-in base (``--pull=never``, tests/container_base.py) and the
+local stand-in base (``--pull=never``, tests/support/container_base.py) and the
 host's CA bundle for pip. ``--read-only-tmpfs=false`` gives podman's
 ``--read-only`` Docker's meaning (no writable /tmp).
 
@@ -41,8 +41,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__
-from tests.conftest import ROOT
-from tests.container_base import (
+from tests.support.container_base import (
     Podman,
     StandIn,
     build_argv,
@@ -54,6 +53,7 @@ from tests.container_base import (
 from tests.support.deploy import tool
 from tests.support.exposition import total
 from tests.support.net import free_port
+from tests.support.paths import ROOT
 from tests.support.prometheus import in_ci
 from tests.support.wait import PollTimeoutError, poll
 

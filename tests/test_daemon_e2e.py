@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from exporter.synth import GenOptions, generate
-from tests.conftest import assistant, jsonl
 from tests.support.exposition import counter_samples, total
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 # The catalogue of shared/design/metrics.md: type, label names, bucket bounds.

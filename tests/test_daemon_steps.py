@@ -21,11 +21,11 @@ from exporter.cli.assemble import daemon_parts
 from exporter.cli.config import load_settings
 from exporter.ingest.discover import projects_dirs
 from exporter.serve.daemon import Daemon
-from tests.conftest import assistant, jsonl
 from tests.support.clock import Clock
 from tests.support.exposition import total
 from tests.support.logs import Log
 from tests.support.net import http_get
+from tests.support.records import assistant, jsonl
 
 RESCAN = 30.0
 

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from exporter.cli.config import ENV_PREFIX
-from tests.conftest import ROOT
 from tests.support.deploy import (
     COMPOSE,
     DEPLOY,
@@ -32,6 +31,7 @@ from tests.support.deploy import (
     shown,
     tool,
 )
+from tests.support.paths import ROOT
 from tests.support.prometheus import in_ci
 
 

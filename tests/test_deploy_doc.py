@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import ROOT
 from tests.support.deploy import (
     DEPLOY_DOC,
 )
+from tests.support.paths import ROOT
 
 
 def test_deploy_doc_names_only_existing_files() -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from exporter.cli.assemble import http_options
 from exporter.cli.config import ENV_PREFIX, load_settings
 from exporter.serve.hosts import is_loopback
-from tests.conftest import ROOT
 from tests.support.deploy import (
     DOCKERFILE,
     base_images,
@@ -28,6 +27,7 @@ from tests.support.deploy import (
     stages,
     tool,
 )
+from tests.support.paths import ROOT
 
 
 def test_hadolint_passes_the_dockerfile_and_flags_an_unpinned_copy(tmp_path: Path) -> None:

@@ -26,7 +26,6 @@ import pytest
 
 from exporter import __version__
 from exporter.cli.config import ENV_PREFIX
-from tests.conftest import ROOT
 from tests.support.deploy import (
     dockerfile_env,
     exec_form,
@@ -39,9 +38,10 @@ from tests.support.deploy import (
 )
 from tests.support.exposition import total
 from tests.support.net import free_port, http_get
+from tests.support.paths import ROOT
 from tests.support.process import Process
+from tests.support.tls import self_signed
 from tests.support.wait import poll
-from tests.tls import self_signed
 
 
 def build_stage_sources(dest: Path) -> Path:

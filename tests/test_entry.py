@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,8 @@ from exporter.ingest.line_schema import MAX_TOKENS
 from exporter.ingest.parse import MAX_LINE_BYTES, parse_lines
 from exporter.records import RejectReason, Request, Source, merge
 from exporter.synth import GenOptions, generate
-from tests.conftest import REAL, assistant, jsonl
+from tests.support.paths import REAL
+from tests.support.records import assistant, jsonl
 
 # Derandomized so CI runs the same examples every time; no deadline on a shared 2-core box.
 # HARDENING_FUZZ_EXAMPLES scales a long run (docs/reliability.md gives its figures).

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from exporter.ingest.parse import parse_lines
 from exporter.ingest.tail import read_new
 from exporter.records import Checkpoint, Parsed, Request, merge
-from tests.conftest import REAL, assistant, jsonl
+from tests.support.paths import REAL
+from tests.support.records import assistant, jsonl
 
 # HARDENING_FUZZ_EXAMPLES scales a long run; CI uses the fixed, derandomized default.
 FUZZ = settings(derandomize=True, deadline=None,

@@ -6,7 +6,7 @@ query names exists, every selector carries the target filters, counted figures
 are rounded, a panel that ignores ``$model`` or ``$project`` says so,
 provisioning points at the files.
 
-Live checks (``tests/dashboard_stack.py``: a real Prometheus after the steps of
+Live checks (``tests/support/dashboard_stack.py``: a real Prometheus after the steps of
 docs/backfill.md, four days of generated history backfilled, the recording
 rules backfilled with the documented command, the real exporter scraped next to
 a down exporter and a failing blackbox probe): ``grafana.render`` runs every
@@ -51,9 +51,16 @@ from grafana.query import (
     table,
     window,
 )
-from tests import dashboard_stack
-from tests.conftest import ROOT
-from tests.dashboard_stack import DEAD_USER, INSTANCE, JOB, RECORDING_FILE, USER, HistoryStack
+from tests.support import dashboard_stack
+from tests.support.dashboard_stack import (
+    DEAD_USER,
+    INSTANCE,
+    JOB,
+    RECORDING_FILE,
+    USER,
+    HistoryStack,
+)
+from tests.support.paths import ROOT
 from tests.support.prometheus import sample_value
 
 GRAFANA = ROOT / "grafana"

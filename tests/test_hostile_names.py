@@ -29,7 +29,8 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import Pricing
 from exporter.serve import page, page_figures
-from tests.conftest import ROOT, assistant, jsonl
+from tests.support.paths import ROOT
+from tests.support.records import assistant, jsonl
 
 BOLD = "[/bold]"
 LINK = "[link=http://evil.example]m[/link]"

@@ -25,7 +25,7 @@ from exporter.serve.http import (
     server_context,
 )
 from tests.support.net import http_get
-from tests.tls import self_signed
+from tests.support.tls import self_signed
 
 
 def _registry() -> CollectorRegistry:

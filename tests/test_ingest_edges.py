@@ -12,7 +12,7 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 from tests.test_scan_events import Log
 
 

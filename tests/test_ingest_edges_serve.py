@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assistant, jsonl
 from tests.support.exposition import total
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 from tests.test_ingest_edges import _linked_tree
 

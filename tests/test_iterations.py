@@ -22,9 +22,9 @@ from exporter.ledger.store import Ledger
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
 from tests import test_backfill as backfill
-from tests.conftest import assistant, jsonl
-from tests.ledgers import appearances
 from tests.support.exposition import families, total
+from tests.support.ledgers import appearances
+from tests.support.records import assistant, jsonl
 from tests.test_metrics import T0, Clock, loaded, projection
 from tests.test_report_truth import assert_matches
 

@@ -11,7 +11,7 @@ from exporter.ingest.parse import parse_lines
 from exporter.ledger.store import Ledger, LedgerError
 from exporter.records import Checkpoint
 from exporter.sqlite import sqlite3
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 
 def _cp(path: str = "/x.jsonl", offset: int = 10) -> Checkpoint:

@@ -21,7 +21,7 @@ from exporter.projections.pricing import Pricing
 from exporter.records import Applied, Parsed, Request, Source
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
-from tests.ledgers import appearances, ledger_of
+from tests.support.ledgers import appearances, ledger_of
 
 
 def _ledger(path: Path) -> Ledger:
@@ -221,7 +221,7 @@ def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> 
     """
     import random
 
-    from tests.conftest import assistant, jsonl
+    from tests.support.records import assistant, jsonl
 
     rng = random.Random(3)
     tree = tmp_path / "tree"
@@ -316,7 +316,7 @@ def _moving_tree(root: Path) -> Path:
     both also bring requests of their own between ``a``'s. ``g`` moves ``f``'s
     sidechain requests, which are in no chain; ``i`` makes one of ``h``'s a sidechain.
     """
-    from tests.conftest import assistant, jsonl
+    from tests.support.records import assistant, jsonl
 
     proj = root / "projects" / "-p"
     proj.mkdir(parents=True)
@@ -451,7 +451,7 @@ def test_a_raw_pass_knows_every_key_it_staged_and_few_others() -> None:
 def test_a_raw_pass_gives_a_file_one_id_and_its_smallest_session(tmp_path: Path) -> None:
     """A file brought twice in a batch and again later (smaller session): as incrementally."""
     from exporter.records import Appearance
-    from tests.ledgers import ROOT
+    from tests.support.ledgers import ROOT
 
     t0 = 1_790_000_000.0
 

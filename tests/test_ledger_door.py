@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 _ALLOWED = ("exporter/ledger/", "exporter/sqlite.py")
 

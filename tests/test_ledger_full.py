@@ -14,7 +14,7 @@ import pytest
 from exporter.ledger import slots
 from exporter.ledger.schema import create_slot_tables
 from exporter.sqlite import sqlite3
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 V1_FIXTURE = Path(__file__).parent / "golden" / "ledger_v1.sqlite3"
 

@@ -13,8 +13,9 @@ from exporter.ledger.health import Health, check_in_background, corrupt_marker
 from exporter.ledger.store import Ledger
 from exporter.ledger.wal import broken_frame, committed_frames
 from exporter.sqlite import sqlite3
-from tests.conftest import ROOT, assistant, jsonl
+from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 FAST = ("--rescan-seconds", "0.5")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from exporter.ledger.wal import JOURNAL_LIMIT
 from exporter.sqlite import sqlite3
-from tests.conftest import assistant, jsonl
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 FAST = ("--rescan-seconds", "0.5")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def _run(*cmd: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from exporter.projections.labels import MAX_MODELS
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
-from tests.ledgers import appearances, ledger_of
+from tests.support.ledgers import appearances, ledger_of
 
 GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
 T0 = 1_790_000_000.0

@@ -16,9 +16,10 @@ from exporter.ledger.access import open_ledger
 from exporter.ledger.lock import LedgerBusyError, WriterLock
 from exporter.ledger.store import Ledger
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
+from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 
 LEDGER = "ledger.sqlite3"

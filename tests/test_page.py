@@ -28,7 +28,7 @@ from exporter.serve import page, page_figures, page_html, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
 from tests.support.net import http_get
 from tests.support.process import Serve
-from tests.tls import self_signed
+from tests.support.tls import self_signed
 
 CHARTS = ("daily-cost", "cumulative-cost", "tokens", "by-model", "by-project",
           "budget-today", "budget-month")

@@ -9,7 +9,7 @@ import pytest
 
 from exporter.ingest.parse import parse_lines
 from exporter.records import RejectReason, Source
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 
 def test_streaming_split_takes_each_field_maximum() -> None:

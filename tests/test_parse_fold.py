@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from exporter.ingest.parse import parse_lines
 from exporter.records import Parsed
-from tests.conftest import assistant
+from tests.support.records import assistant
 
 NOW = 1_800_000_000.0  # 2027-01-15: after every generated time, and inside the exact span
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=200,

@@ -25,11 +25,11 @@ from exporter.ledger.plan_store import ingest_samples
 from exporter.ledger.store import Ledger
 from exporter.projections.plan import gauges as metrics
 from exporter.projections.plan.windows import PlanFigures, plan_figures, plan_history
-from tests.conftest import assistant, jsonl
 from tests.support.exposition import total
 from tests.support.logs import Log
 from tests.support.plan import payload, record
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
 from tests.test_statusline import line_of, run
 

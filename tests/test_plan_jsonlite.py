@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.ingest import jsonlite
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 scalars = (st.none() | st.booleans() | st.integers()
            | st.floats(allow_nan=False, allow_infinity=False) | st.text())

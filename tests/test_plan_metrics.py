@@ -14,7 +14,7 @@ from exporter.ledger import plan_store as store
 from exporter.projections.plan.estimate import Estimate
 from exporter.projections.plan.gauges import PLAN_FAMILIES, FiguresCache, observers, register
 from exporter.projections.plan.windows import PlanFigures, WindowFigures
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 DOC = ROOT / "docs" / "plan-limits.md"
 

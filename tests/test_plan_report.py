@@ -29,7 +29,7 @@ from exporter.ledger.store import Ledger
 from exporter.projections.pricing import Pricing
 from exporter.report.tables import INSTANCE_FIELDS
 from exporter.sqlite import sqlite3
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.support.plan import FIVE_HOURS, Run, generate, store_requests
 
 DAY = 86_400.0

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from exporter.projections.plan.gauges import PLAN_FAMILIES
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.support.prometheus import require_binary
 
 PROM_DIR = ROOT / "deploy" / "prometheus"

@@ -20,7 +20,7 @@ from exporter.ledger.plan_store import ingest_samples
 from exporter.ledger.store import Ledger
 from exporter.projections.plan.windows import limits_rows, plan_figures, window_history
 from exporter.sqlite import sqlite3
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 T0 = 1_790_000_000.0
 

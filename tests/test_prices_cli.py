@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT, assistant, jsonl
+from tests.support.paths import ROOT
+from tests.support.records import assistant, jsonl
 
 
 def _report(tree: Path, state: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -31,8 +31,9 @@ from exporter.projections.pricing import (
 )
 from exporter.records import Request
 from exporter.synth.model import HAIKU, NOVA, OPUS, SONNET, SYNTHETIC
-from tests.conftest import ROOT, request
 from tests.support.net import free_port
+from tests.support.paths import ROOT
+from tests.support.records import request
 
 MARCH_13 = datetime(2026, 3, 13, tzinfo=UTC).timestamp()  # Opus/Sonnet 4.6 tier ends
 NOW = datetime(2026, 12, 1, tzinfo=UTC).timestamp()

@@ -1,6 +1,6 @@
 """The shipped recording rules and alerts on a real Prometheus scraping the real exporter.
 
-``tests/stack.py`` runs ``claude-code-exporter serve`` over a generated tree,
+``tests/support/stack.py`` runs ``claude-code-exporter serve`` over a generated tree,
 gives Prometheus two hours of history made of real scrapes of it (so rules over
 1 h, 1 d and ``[30d:1h]`` windows have something to see), and appends requests
 while Prometheus scrapes. The daemon's daily budget is 0.01 USD, its monthly
@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.stack import (
+from tests.support.exposition import total
+from tests.support.prometheus import sample_value
+from tests.support.stack import (
     ALERTS_FILE,
     DAY_BUDGET_USD,
     DEAD_USER,
@@ -24,8 +26,6 @@ from tests.stack import (
     USER,
     Stack,
 )
-from tests.support.exposition import total
-from tests.support.prometheus import sample_value
 from tests.support.wait import poll
 
 TOKEN_TYPES = {"input", "output", "cache_read", "cache_write_5m", "cache_write_1h"}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.support.prometheus import (
     ExpositionServer,
     PromServer,

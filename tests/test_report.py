@@ -26,8 +26,8 @@ from exporter.report.summary import (
     transfer_time,
     usd,
 )
-from tests import report_ledgers
-from tests.conftest import request
+from tests.support import report_ledgers
+from tests.support.records import request
 
 
 def req(key: str, ts: float, session: str = "3324d49f-aaaa", **fields: Any) -> Request:

@@ -26,8 +26,8 @@ from exporter.projections.selection import Selection
 from exporter.records import Request, Source
 from exporter.report.tables import render_view, view_csv, view_json
 from exporter.synth import GenOptions, generate
-from tests import report_ledgers
-from tests.conftest import request
+from tests.support import report_ledgers
+from tests.support.records import request
 
 GOLDEN = Path(__file__).parent / "golden"
 STARTS = (datetime(2026, 9, 28, 7, tzinfo=UTC), datetime(2026, 10, 1, tzinfo=UTC),

@@ -20,8 +20,8 @@ from exporter.projections.figures import summary
 from exporter.projections.pricing import Pricing
 from exporter.projections.savings import counter_parts, reread_ratio, saved, without_cache
 from exporter.records import Request
-from tests import report_ledgers
-from tests.conftest import request
+from tests.support import report_ledgers
+from tests.support.records import request
 
 SONNET = "claude-sonnet-4-5-20250929"
 T0 = 1_790_000_000.0  # 2026-09-21, on the 5-minute grid

@@ -11,7 +11,7 @@ from exporter.ingest.discover import find_transcripts, projects_dirs
 from exporter.ingest.scan import Pooled, Scanner, _Batch
 from exporter.ledger.store import Ledger
 from exporter.records import Request
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 REAL_TOTALS = (529, 3_084, 117_289, 43_960_831, 937_099, 394_137)
 

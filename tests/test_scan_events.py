@@ -8,7 +8,7 @@ from typing import Any
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 
 class Log:

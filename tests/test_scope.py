@@ -18,7 +18,7 @@ from exporter.projections.backfill import exposed
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def report(data: Path, state: Path) -> dict[str, Any]:

@@ -28,11 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.cli.config import DEFAULT_PORT, load_settings
 from exporter.projections.labels import MAX_VALUE_LEN, LabelPolicy
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT, assistant, jsonl
 from tests.support.exposition import total
+from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.records import assistant, jsonl
+from tests.support.tls import self_signed
 from tests.support.wait import poll
-from tests.tls import self_signed
 
 CANARY = "CANARY-" + uuid.uuid4().hex  # prompt text, tool output, ids, bad lines
 PASSWORD = "PWCANARY-" + uuid.uuid4().hex  # the configured basic-auth password

@@ -1,7 +1,7 @@
 """Tests of the summary figures computed in SQL over the ledger (docs/figures.md).
 
 Every figure is checked through the ledger itself and through the usage slots
-(``tests.report_ledgers``): both producers must give the same figures.
+(``tests.support.report_ledgers``): both producers must give the same figures.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from exporter.projections.percentiles import percentile
 from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.records import Request, Source
-from tests import report_ledgers
-from tests.conftest import REPORT_KEYS, request
-from tests.report_ledgers import session_gaps
+from tests.support import report_ledgers
+from tests.support.records import REPORT_KEYS, request
+from tests.support.report_ledgers import session_gaps
 
 SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"

@@ -25,7 +25,7 @@ from exporter.ingest import spool
 from exporter.ledger.plan_store import ingest_samples
 from exporter.ledger.store import Ledger
 from exporter.sqlite import sqlite3
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 NOW = 1_790_000_000.0
 

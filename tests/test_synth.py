@@ -20,7 +20,7 @@ import pytest
 from exporter.synth import GenOptions, generate
 from exporter.synth.model import SimRequest
 from exporter.synth.truth import cost_nano_usd
-from tests.conftest import REPORT_KEYS
+from tests.support.records import REPORT_KEYS
 
 SMALL = GenOptions(seed=11, sessions=4, requests_per_session=50)
 TOKEN_FIELDS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")

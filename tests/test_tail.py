@@ -11,7 +11,7 @@ from exporter.ingest.parse import parse_lines
 from exporter.ingest.scan import read_files
 from exporter.ingest.tail import FINGERPRINT_BYTES, REWRITTEN, fingerprint, read_new
 from exporter.records import Checkpoint, Chunk, RejectReason
-from tests.conftest import assistant, jsonl
+from tests.support.records import assistant, jsonl
 
 
 def test_incomplete_last_line_waits(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Teams at scale on real engines: 10 exporters → Prometheus → remote write → VictoriaMetrics.
 
-``tests/teamstack.py`` starts ten ``claude-code-exporter serve`` processes over
+``tests/support/teamstack.py`` starts ten ``claude-code-exporter serve`` processes over
 their own generated trees (each with ``truth.json``), with ``user`` and ``team``
 target labels, one Prometheus with the shipped config, rules and team rules
 that remote-writes to a VictoriaMetrics. In the team: a person with two
@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import teamstack
-from tests.stack import append_stage
+from tests.support import teamstack
 from tests.support.exposition import total
 from tests.support.prometheus import PromServer, require_binary, sample_value
+from tests.support.stack import append_stage
+from tests.support.teamstack import JOB, Member, Spec, TeamStack
 from tests.support.wait import poll
-from tests.teamstack import JOB, Member, Spec, TeamStack
 from tests.test_grafana import DASHBOARD_DIR, panels, query_variables
 
 SPECS = (

@@ -14,7 +14,7 @@ import pytest
 from exporter.cli.argv import glue_negative_values
 from exporter.projections.periods import UTC_ZONE, date_day, local_zone, resolve_zone
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 #: Rule strings glibc reads, zone names, and what it cannot read (UTC for it).
 RULES = ["CET-1CEST,M3.5.0,M10.5.0/3", "EST5EDT,M3.2.0,M11.1.0", "<+0330>-3:30", "XYZ3",

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.sqlite import sqlite3
-from tests.conftest import ROOT
 from tests.support.exposition import total
+from tests.support.paths import ROOT
 from tests.support.wait import poll
 
 __all__ = [

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
 from tests.support.exposition import Families, families, total
 from tests.support.net import LOOPBACK, free_port, http_get
+from tests.support.paths import ROOT
 from tests.support.wait import poll
 
 

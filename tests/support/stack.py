@@ -60,9 +60,9 @@ import pytest
 
 from exporter.ingest.parse import parse_lines
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT
 from tests.support.exposition import total
 from tests.support.net import LOOPBACK
+from tests.support.paths import ROOT
 from tests.support.process import Serve, stopping
 from tests.support.prometheus import PromServer, require_binary
 from tests.support.wait import poll

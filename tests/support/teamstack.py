@@ -10,7 +10,7 @@ Everything is a real process on 127.0.0.1:
 - one Prometheus scraping every exporter in the shipped ``claude-code`` job, one
   target per exporter with ``user`` and ``team`` target labels, with the shipped
   recording, alerting and team rules, remote-writing everything it stores to
-- one VictoriaMetrics (``tests.vmserver.VMServer``), where the team queries run.
+- one VictoriaMetrics (``tests.support.vmserver.VMServer``), where the team queries run.
 
 The Prometheus config is the shipped one (``deploy/prometheus/prometheus.yml``)
 with these changes, all listed in ``prometheus_config()``: the exporter job's
@@ -39,13 +39,13 @@ from typing import Any
 import yaml
 
 from exporter.synth import GenOptions, generate
-from tests.conftest import ROOT
 from tests.support.exposition import total
 from tests.support.net import LOOPBACK
+from tests.support.paths import ROOT
 from tests.support.process import Serve
 from tests.support.prometheus import PromServer, require_binary
+from tests.support.vmserver import VMServer
 from tests.support.wait import poll
-from tests.vmserver import VMServer
 
 PROM_DIR = ROOT / "deploy" / "prometheus"
 SHIPPED_CONFIG = PROM_DIR / "prometheus.yml"

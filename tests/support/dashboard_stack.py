@@ -43,9 +43,9 @@ from typing import Any
 from exporter.projections.pricing import Pricing
 from exporter.synth import GenOptions, generate
 from exporter.synth.demo import LiveSession
-from tests.conftest import ROOT
 from tests.support import plan
 from tests.support.net import LOOPBACK
+from tests.support.paths import ROOT
 from tests.support.process import Serve, stopping
 from tests.support.prometheus import PromServer, require_binary
 from tests.support.wait import poll
