@@ -130,3 +130,31 @@ def test_tune_sqlite_leaves_a_driver_without_a_library_file_alone() -> None:
     from exporter.cli.startup import tune_sqlite
 
     assert tune_sqlite(one_thread_each=True, library="") is False
+
+
+# A module-level object whose finalizer speaks at the interpreter's teardown, an atexit
+# handler that speaks before it, and some output: then startup.finish with the given code.
+_FINISH = """
+import atexit, os, sys
+class Speaks:
+    def __del__(self, write=os.write):
+        write(2, b"teardown\\n")
+keep = Speaks()
+atexit.register(lambda: sys.stderr.write("atexit\\n"))
+sys.stdout.write("the whole output")
+from exporter.cli.startup import finish
+finish(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize(("code", "teardown"), [(0, False), (1, True)])
+def test_finish_skips_the_teardown_only_after_a_success(code: int, teardown: bool) -> None:
+    """After a success the teardown is skipped, yet atexit runs and the output is flushed."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _FINISH, str(code)], capture_output=True,
+                          env=environ, timeout=60, check=False)
+    assert proc.returncode == code
+    assert proc.stdout == b"the whole output"
+    said = proc.stderr.decode().splitlines()
+    assert "atexit" in said
+    assert ("teardown" in said) is teardown
