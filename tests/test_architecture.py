@@ -188,3 +188,20 @@ def test_the_ledger_class_is_a_small_facade() -> None:
     tree = ast.parse((PACKAGE / "ledger" / "store.py").read_text())
     ledger = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Ledger")
     assert (ledger.end_lineno or ledger.lineno) - ledger.lineno + 1 < MAX_LEDGER_LINES
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """Test modules share helpers only through tests/support/, never by importing a test module."""
+    found = []
+    for path in sorted([*(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = "tests." * bool(node.level) + (node.module or "")
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            if any(name.startswith("tests.test_") for name in names):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

@@ -18,19 +18,18 @@ from prometheus_client import generate_latest
 from exporter.cli.commands import main
 from exporter.ingest.classify import MAX_LABEL_CHARS
 from exporter.ingest.parse import parse_lines
-from exporter.ledger.store import Ledger
 from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
-from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import Pricing
 from exporter.records import Request
 from exporter.synth import GenOptions, generate
+from tests.support.clock import Clock
+from tests.support.figures import assert_matches
 from tests.support.ledgers import appearances, ledger_of
 from tests.support.process import Serve
-from tests.support.records import assistant, jsonl
+from tests.support.projection import T0, batch, loaded, projection, req
+from tests.support.records import ADVISOR_USAGE, assistant, jsonl
+from tests.support.scan import counting_ledger
 from tests.support.wait import poll
-from tests.test_iterations import ADVISOR_USAGE
-from tests.test_metrics import T0, Clock, batch, loaded, projection, req
-from tests.test_report_truth import assert_matches
 
 NOW = 2e9
 VIEWS = {"skill": "skill", "plugin": "plugin", "mcp": "mcp_server", "agent": "agent"}
@@ -270,7 +269,7 @@ def test_first_pass_and_incremental_merge_attribution_alike(tmp_path: Path) -> N
     )
     got = []
     for name, raw in (("raw", True), ("inc", False)):
-        ledger = Ledger(tmp_path / f"{name}.db", rules=MetricsOptions().counting(Pricing.load()))
+        ledger = counting_ledger(tmp_path / f"{name}.db")
         with ledger.bulk(3, raw=raw):
             assert ledger.raw == raw
             for reqs in batches:

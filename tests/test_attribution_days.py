@@ -23,14 +23,14 @@ from exporter.ledger.store import Ledger
 from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
 from exporter.projections.class_prices import ClassPrices
-from exporter.projections.metrics import MetricsOptions
 from exporter.projections.periods import Range, resolve_zone
 from exporter.projections.pricing import Pricing
 from exporter.projections.selection import Selection
 from exporter.projections.views import Options
 from exporter.records import Request, Source
 from tests.support.ledgers import ROOT, appearances, ledger_of
-from tests.test_metrics import T0, batch, req
+from tests.support.projection import T0, batch, req
+from tests.support.scan import counting_ledger
 
 DAY = 86_400
 SKILLS = ("", "tdd", "conventional-commit")
@@ -100,7 +100,7 @@ def test_table_equals_a_group_by_after_batches_upgrades_and_a_first_pass(tmp_pat
     assert ledger.read("SELECT sum(n) FROM attr_days WHERE kind = 2 AND value = 'playwright'"
                        ) == [(blank,)] and blank
     ledger.close()
-    raw = Ledger(tmp_path / "raw.db", rules=MetricsOptions().counting(Pricing.load()))
+    raw = counting_ledger(tmp_path / "raw.db")
     with raw.bulk(3, raw=True):
         for part in (reqs[:50], reqs[50:], late, moved):
             raw.apply(batch(raw, *part), [], 0, appearances(part))
@@ -121,7 +121,7 @@ def test_an_existing_ledger_sums_the_table_once_at_open(tmp_path: Path) -> None:
     con.execute("UPDATE slot_meta SET value = '4' WHERE name = 'version'")
     con.commit()
     con.close()
-    again = Ledger(tmp_path / "l.db", rules=MetricsOptions().counting(Pricing.load()))
+    again = counting_ledger(tmp_path / "l.db")
     want, got = truth_and_table(again)
     assert got == want and got
     assert attribution_days.current(again.read)
@@ -176,7 +176,7 @@ def test_the_view_and_the_families_read_the_table(tmp_path: Path) -> None:
     con.execute("UPDATE attr_days SET value = 'from-the-table' WHERE value = 'tdd'")
     con.commit()
     con.close()
-    ledger = Ledger(tmp_path / "l.db", rules=MetricsOptions().counting(Pricing.load()))
+    ledger = counting_ledger(tmp_path / "l.db")
     prices = ClassPrices.of(Pricing.load())
     rng = Range(None, None, resolve_zone("UTC"))
     view = attribution.build("skill", selection(ledger, ledger.read, rng), prices, Options())

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +25,6 @@ from exporter.projections.backfill import (
     BackfillError,
     BackfillOptions,
     emission,
-    serve_samples,
     write_blocks,
     write_history,
 )
@@ -35,21 +33,14 @@ from exporter.projections.pricing import Pricing
 from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
+from tests.support.backfill import TARGET, at, history, labels_of, parse, startup
+from tests.support.dashboards import DASHBOARD_DIR
 from tests.support.ledgers import ledger_of, replica
 from tests.support.prometheus import PromServer, prometheus_config, require_binary
+from tests.support.scan import ingest
 
 DAY = 86_400
 START = datetime(2026, 10, 1, tzinfo=UTC).timestamp()
-LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+) (\d+)")
-TARGET = {"job": "claude-code", "instance": "ws-1:9477"}
-
-
-def ingest(tree: Path, state: Path) -> Ledger:
-    """Scan a generated tree into a fresh ledger (rollups kept, everything settled)."""
-    ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(Pricing.load()))
-    Scanner(ledger, projects_dirs([tree]), workers=1).scan()
-    ledger.settle(force=True)
-    return ledger
 
 
 @pytest.fixture(scope="module")
@@ -66,61 +57,6 @@ def small_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
 def small(small_ledger: Ledger) -> list[Request]:
     """Its requests in time order, with the ledger's gaps."""
     return small_ledger.requests()
-
-
-def history(requests: list[Request], **opts: Any) -> str:
-    """The backfill text of ``requests`` with test target labels."""
-    out = io.StringIO()
-    options = BackfillOptions(labels=TARGET, **opts)
-    write_history(requests, Pricing.load(), MetricsOptions(), out, options,
-                  now=requests[-1].ts + 2 * 3600)
-    return out.getvalue()
-
-
-def parse(text: str) -> tuple[dict[str, str], dict[tuple[str, str], list[tuple[int, float]]]]:
-    """Family types and every series' (timestamp, value) points, checking the layout."""
-    lines = text.splitlines()
-    assert lines[-1] == "# EOF"
-    types: dict[str, str] = {}
-    points: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-    family = ""
-    for line in lines[:-1]:
-        if line.startswith("# TYPE "):
-            _, _, family, kind = line.split(" ")
-            assert family not in types, f"{family} declared twice"
-            types[family] = kind
-            continue
-        if line.startswith("#"):
-            continue
-        m = LINE.fullmatch(line)
-        assert m, line
-        name, labels, value, ts = m.groups()
-        suffixes = {"counter": ("_total",), "gauge": ("",)}.get(
-            types[family], ("_bucket", "_count", "_sum"))
-        assert name in {family + s for s in suffixes}, f"{name} outside family {family}"
-        points[(name, labels or "")].append((int(ts), float(value)))
-    return types, points
-
-
-def labels_of(text: str) -> dict[str, str]:
-    """``{a="x",b="y"}`` → dict (test values have no escapes)."""
-    return dict(re.findall(r'(\w+)="([^"]*)"', text))
-
-
-def startup(ledger: Ledger) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Counter and histogram samples serve exposes on start-up over ``ledger``."""
-    return serve_samples(ledger, Pricing.load(), MetricsOptions())
-
-
-def at(points: dict[tuple[str, str], list[tuple[int, float]]], ts: int) -> dict[Any, float]:
-    """The value of every series at ``ts`` (series without a point there are left out)."""
-    out = {}
-    for (name, labels), series in points.items():
-        for t, v in series:
-            if t == ts:
-                lab = {k: v2 for k, v2 in labels_of(labels).items() if k not in TARGET}
-                out[(name, tuple(sorted(lab.items())))] = v
-    return out
 
 
 def in_force(points: dict[tuple[str, str], list[tuple[int, float]]], ts: int) -> dict[Any, float]:
@@ -323,7 +259,6 @@ def test_anchors_are_held_near_changes_and_flat_series_get_two_points() -> None:
 
 
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules"
-DASHBOARDS = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
 #: Grafana's variables as a dashboard with its default range (24 h) and "All" selected sends them.
 VARIABLES = {"__rate_interval": "1m", "__range": "1d", "__interval": "1h", "job": ".*",
              "instance": ".*", "user": ".*", "team": ".*", "project": ".*", "model": ".*",
@@ -367,7 +302,7 @@ def dashboard_queries() -> list[str]:
             for value in node:
                 walk(value)
 
-    for path in sorted(DASHBOARDS.glob("*.json")):
+    for path in sorted(DASHBOARD_DIR.glob("*.json")):
         walk(json.loads(path.read_text()))
     out = []
     for text in found:
@@ -585,7 +520,7 @@ def test_plan_history_is_what_serve_showed_at_every_boundary(tmp_path: Path) -> 
     assert types["claude_code_plan_window_used_ratio"] == "gauge"
     assert types["claude_code_plan_window_samples"] == "counter"
     checked = 0
-    for t in sorted({int(at) // 60 * 60 + 60 for at, _ in refreshes}
+    for t in sorted({int(when) // 60 * 60 + 60 for when, _ in refreshes}
                     | {int(PLAN_T0 + FIVE_H) // 60 * 60 + d for d in (0, 60, 120)}
                     | {int(until) // 60 * 60}):
         seen = plan_ledger(tmp_path / f"at-{t}", [r for r in refreshes if r[0] < t])

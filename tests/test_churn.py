@@ -26,6 +26,7 @@ from exporter.ledger.lock import WriterLock
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.support.exposition import total
+from tests.support.figures import assert_matches
 from tests.support.hardening import (
     can_drop_dac,
     check_against_truth,
@@ -37,7 +38,6 @@ from tests.support.paths import ROOT
 from tests.support.process import Serve
 from tests.support.records import assistant, jsonl
 from tests.support.wait import poll
-from tests.test_report_truth import assert_matches
 
 FAST = ("--rescan-seconds", "0.5")
 

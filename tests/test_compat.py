@@ -39,10 +39,10 @@ from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
 from exporter.records import CountClass, HistRow, HistSeries, Parsed, Request, Source
 from tests.support.ledgers import appearances, ledger_of
+from tests.support.otlp import Receiver, attrs, metrics_of
 from tests.support.process import Serve
 from tests.support.prometheus import PromServer, prometheus_config, require_binary, static_job
 from tests.support.wait import poll
-from tests.test_otlp import Receiver, attrs, metrics_of
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = 1_790_000_000.0

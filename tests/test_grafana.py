@@ -60,11 +60,11 @@ from tests.support.dashboard_stack import (
     USER,
     HistoryStack,
 )
+from tests.support.dashboards import DASHBOARD_DIR, panels, query_variables
 from tests.support.paths import ROOT
 from tests.support.prometheus import sample_value
 
 GRAFANA = ROOT / "grafana"
-DASHBOARD_DIR = GRAFANA / "dashboards"
 PROVISIONING = GRAFANA / "provisioning"
 GOLDEN = ROOT / "tests" / "golden" / "exposition.txt"
 COST = "claude_code_cost_usd_total"
@@ -99,17 +99,6 @@ def dashboards() -> dict[str, dict[str, Any]]:
             for p in sorted(DASHBOARD_DIR.glob("*.json"))}
 
 
-def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every panel that queries data (rows and text excluded), including panels inside rows."""
-    found = []
-    for panel in board["panels"]:
-        if panel["type"] == "row":
-            found += panel.get("panels", [])
-        elif panel["type"] != "text":
-            found.append(panel)
-    return found
-
-
 def rows_of(board: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(title of the row above it, panel) for every panel that queries data."""
     title = ""
@@ -126,11 +115,6 @@ def targets() -> Iterator[tuple[str, str, dict[str, Any]]]:
         for panel in panels(board):
             for target in panel["targets"]:
                 yield name, panel["title"], target
-
-
-def query_variables(board: dict[str, Any]) -> list[dict[str, Any]]:
-    """The dashboard's query variables."""
-    return [v for v in board["templating"]["list"] if v["type"] == "query"]
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

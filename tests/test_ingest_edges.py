@@ -12,8 +12,9 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
+from tests.support.logs import Log
 from tests.support.records import assistant, jsonl
-from tests.test_scan_events import Log
+from tests.support.trees import linked_tree
 
 
 def _line(rec: dict[str, object], old: str, new: str) -> bytes:
@@ -35,7 +36,7 @@ def test_lone_surrogate_escapes_are_mended_counted_and_stored(tmp_path: Path) ->
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     log = Log()
     Scanner(ledger, [tmp_path / "projects"], workers=1, log=log).scan()
-    assert ("info", "transcript_lines_mended", {"lines": 2}) in log.lines
+    assert ("info", "transcript_lines_mended", {"lines": 2}) in log.events
     got = {r.key.split("\x1f")[0]: r for r in ledger.requests()}
     assert sorted(got) == ["a", "b", "c"]
     assert got["b"].project == "/w/x\ufffdy"
@@ -66,32 +67,9 @@ def test_a_same_size_rewrite_anywhere_is_read_again_and_a_touch_is_not(tmp_path:
     ledger.close()
 
 
-def _linked_tree(tmp: Path) -> tuple[Path, Path]:
-    """projects/ whose folders are links elsewhere (a dotfiles set-up), with loops and aliases.
-
-    Returns (projects, the folder elsewhere that projects/p1 links to).
-    """
-    projects, elsewhere = tmp / "claude" / "projects", tmp / "sync"
-    (elsewhere / "p1" / "s1" / "subagents").mkdir(parents=True)
-    (elsewhere / "p1" / "s1.jsonl").write_bytes(jsonl(assistant("a1", "r1"), assistant("a2", "r2")))
-    (elsewhere / "p1" / "s1" / "subagents" / "agent-x.jsonl").write_bytes(
-        jsonl(assistant("a3", "r3", sidechain=True)))
-    (elsewhere / "lone.jsonl").write_bytes(jsonl(assistant("a4", "r4")))
-    (projects / "p2").mkdir(parents=True)
-    (projects / "p2" / "s2.jsonl").write_bytes(jsonl(assistant("a5", "r5")))
-    (projects / "p1").symlink_to(elsewhere / "p1", target_is_directory=True)
-    (projects / "p3").symlink_to(elsewhere / "p1", target_is_directory=True)  # a second link
-    (projects / "alias").symlink_to(projects / "p2", target_is_directory=True)  # in the tree
-    (projects / "p2" / "loop").symlink_to(projects, target_is_directory=True)
-    (projects / "p2" / "up").symlink_to("..", target_is_directory=True)
-    (projects / "p2" / "lone.jsonl").symlink_to(elsewhere / "lone.jsonl")
-    (projects / "p2" / "twin.jsonl").symlink_to(projects / "p2" / "s2.jsonl")
-    return projects, elsewhere / "p1"
-
-
 def test_symlinked_folders_and_files_are_read_each_real_file_once(tmp_path: Path) -> None:
     """Linked project folders and files are read, each file once, also by event passes."""
-    projects, p1 = _linked_tree(tmp_path)
+    projects, p1 = linked_tree(tmp_path)
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     scanner = Scanner(ledger, [projects], workers=1, log=Log())
     assert sorted(Path(p).relative_to(projects).as_posix() for p in scanner.files()) == [
@@ -129,7 +107,7 @@ def test_lines_ahead_of_a_clock_behind_are_read_once_it_catches_up(tmp_path: Pat
     assert (ledger.count(), ledger.counters("rejected"), first.ahead) == (1, {}, 10)
     assert scanner.scan().ahead == 10  # read again on every pass: the file need not change
     assert ("warning", "transcript_lines_ahead_of_clock", {"path": str(f), "lines": 10}) \
-        in log.lines
+        in log.events
     clock[0] = real + 60  # the clock is fixed (a restart reads from the same checkpoint)
     result = Scanner(ledger, [tmp_path / "projects"], workers=1, log=log,
                      clock=lambda: clock[0]).scan()

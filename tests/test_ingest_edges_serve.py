@@ -11,8 +11,8 @@ import pytest
 from tests.support.exposition import total
 from tests.support.process import Serve
 from tests.support.records import assistant, jsonl
+from tests.support.trees import linked_tree
 from tests.support.wait import poll
-from tests.test_ingest_edges import _linked_tree
 
 SLOW_RESCAN = ("--rescan-seconds", "3600")  # what arrives must come through the watch
 # libfaketime (Debian's libfaketime, installed by .ci/install), preloaded into serve itself
@@ -33,7 +33,7 @@ def _behind(days: int) -> dict[str, str]:
 
 def test_serve_follows_appends_in_a_linked_project_folder(tmp_path: Path) -> None:
     """Project folders linked elsewhere: counted at start, and an append is seen by the watch."""
-    projects, p1 = _linked_tree(tmp_path)
+    projects, p1 = linked_tree(tmp_path)
     serve = Serve(projects, tmp_path / "state", *SLOW_RESCAN)
     try:
         poll(lambda: serve.requests() == 5, 30, "the linked folders counted")

@@ -21,23 +21,18 @@ from exporter.ingest.parse import parse_lines
 from exporter.ledger.store import Ledger
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
-from tests import test_backfill as backfill
+from tests.support import backfill
+from tests.support.clock import Clock
 from tests.support.exposition import families, total
+from tests.support.figures import assert_matches
 from tests.support.ledgers import appearances
-from tests.support.records import assistant, jsonl
-from tests.test_metrics import T0, Clock, loaded, projection
-from tests.test_report_truth import assert_matches
+from tests.support.projection import T0, loaded, projection
+from tests.support.records import ADVISOR_ENTRY, ADVISOR_USAGE, assistant, jsonl
+from tests.support.scan import ingest
 
 NOW = 2e9  # the parser's clock: every test timestamp is in its past
 TS = "2026-11-02T10:00:00.000Z"
 
-ADVISOR_ENTRY = {"type": "advisor_message", "model": "claude-opus-5", "input_tokens": 91_627,
-                 "output_tokens": 18_716, "cache_read_input_tokens": 100,
-                 "cache_creation_input_tokens": 50}
-ADVISOR_USAGE = {"input_tokens": 4, "output_tokens": 683, "iterations": [
-    {"type": "message", "input_tokens": 2, "output_tokens": 85},
-    ADVISOR_ENTRY,
-    {"type": "message", "input_tokens": 2, "output_tokens": 598}]}
 # sonnet-5 executor: 4 × 2 + 683 × 10 = 6,838 µUSD.
 EXECUTOR_USD = 0.006838
 # opus-5 advisor: 91,627 × 5 + 18,716 × 25 + 100 × 0.5 + 50 × 6.25 = 926,397.5 µUSD.
@@ -302,7 +297,7 @@ def test_metrics_show_the_consultation_and_count_iterations(tmp_path: Path) -> N
 def test_backfill_ends_at_what_serve_shows_with_consultations(tmp_path: Path) -> None:
     """Backfill of a tree with iterations: its last points are serve's start-up values."""
     generate(tmp_path / "tree", GenOptions(seed=3, sessions=3, iterations=True))
-    ledger = backfill.ingest(tmp_path / "tree", tmp_path / "state")
+    ledger = ingest(tmp_path / "tree", tmp_path / "state")
     try:
         requests = ledger.requests()
         assert any(r.source is Source.ADVISOR for r in requests)

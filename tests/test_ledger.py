@@ -12,6 +12,7 @@ from exporter.ledger.store import Ledger, LedgerError
 from exporter.records import Checkpoint
 from exporter.sqlite import sqlite3
 from tests.support.records import assistant, jsonl
+from tests.support.scan import counting_ledger
 
 
 def _cp(path: str = "/x.jsonl", offset: int = 10) -> Checkpoint:
@@ -290,10 +291,8 @@ def test_owners_move_when_a_session_grows_past_its_copy(tmp_path: Path) -> None:
     """Shared requests belong to the session whose last request is earliest, at every pass."""
     tree = tmp_path / "projects"
     _resumed_tree(tree, "aaaa", "zzzz")  # zzzz replays m1, m2 and goes on to 12:31
-    from exporter.projections.metrics import MetricsOptions
-    from exporter.projections.pricing import Pricing
 
-    ledger = Ledger(tmp_path / "l.db", rules=MetricsOptions().counting(Pricing.load()))
+    ledger = counting_ledger(tmp_path / "l.db")
     _scan(ledger, tree)
 
     def owner(msg: str) -> str:

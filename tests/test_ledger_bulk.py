@@ -22,11 +22,7 @@ from exporter.records import Applied, Parsed, Request, Source
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.support.ledgers import appearances, ledger_of
-
-
-def _ledger(path: Path) -> Ledger:
-    """A ledger keeping rollups by the default counting rules."""
-    return Ledger(path, rules=MetricsOptions().counting(Pricing.load()))
+from tests.support.scan import counting_ledger, killed_pass
 
 
 def _dump(ledger: Ledger) -> dict[str, list[tuple[Any, ...]]]:
@@ -76,7 +72,7 @@ def _dump(ledger: Ledger) -> dict[str, list[tuple[Any, ...]]]:
 
 def _ingest(tree: Path, state: Path, *, watched: bool, batch_bytes: int = 64 * 1024) -> Ledger:
     """One pass over ``tree`` into a new ledger; ``watched`` forces the incremental path."""
-    ledger = _ledger(state / "l.db")
+    ledger = counting_ledger(state / "l.db")
     watcher: Callable[[Applied], None] | None = (lambda _a: None) if watched else None
     Scanner(ledger, [tree / "projects"], workers=1, batch_bytes=batch_bytes,
             on_applied=watcher).scan()
@@ -130,7 +126,7 @@ def test_raw_pass_is_only_taken_on_an_empty_ledger(resumed_tree: Path, tmp_path:
     """A second pass (the ledger holds rows) is incremental: its batches carry their rows."""
     tree = tmp_path / "tree"
     shutil.copytree(resumed_tree, tree)
-    ledger = _ledger(tmp_path / "l.db")
+    ledger = counting_ledger(tmp_path / "l.db")
     first = Scanner(ledger, [tree / "projects"], workers=1).scan()
     assert first.new_requests == ledger.count() > 0
     extra = tree / "projects" / "-home-u-extra" / "x.jsonl"
@@ -143,34 +139,11 @@ def test_raw_pass_is_only_taken_on_an_empty_ledger(resumed_tree: Path, tmp_path:
     assert [len(a.new) for a in seen] == [1] and seen[0].counts
 
 
-def _killed_pass(tree: Path, state: Path, kill_after: int) -> None:
-    """Run a raw pass in a child process and SIGKILL it after ``kill_after`` batches."""
-    code = f"""
-import os, signal
-from pathlib import Path
-from exporter.ingest.scan import Scanner
-from tests.test_ledger_bulk import _ledger
-calls = 0
-def progress(done, total):
-    global calls
-    calls += 1
-    if calls == {kill_after}:
-        os.kill(os.getpid(), signal.SIGKILL)  # a crash between two committed batches
-Scanner(_ledger(Path({str(state / 'l.db')!r})), [Path({str(tree / 'projects')!r})], workers=1,
-        batch_bytes=1).scan(progress=progress)
-raise SystemExit("the pass was not killed")
-"""
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          timeout=120, check=False)
-    assert proc.returncode == -9, proc.stderr.decode()
-
-
 def test_raw_pass_cut_short_is_derived_on_the_next_open(resumed_tree: Path,
                                                          tmp_path: Path) -> None:
     """A raw pass killed midway: the next open derives it; a further pass completes it exactly."""
-    _killed_pass(resumed_tree, tmp_path / "cut", kill_after=5)
-    reopened = _ledger(tmp_path / "cut" / "l.db")
+    killed_pass(resumed_tree, tmp_path / "cut", kill_after=5)
+    reopened = counting_ledger(tmp_path / "cut" / "l.db")
     assert reopened.read("SELECT value FROM meta WHERE name = ?", (RAW_PASS,)) == []
     partial = reopened.count()
     assert partial > 0
@@ -190,8 +163,8 @@ def test_raw_pass_killed_between_its_end_transactions_is_derived_alike(
 import os, signal
 from pathlib import Path
 from exporter.ingest.scan import Scanner
-from tests.test_ledger_bulk import _ledger
-ledger = _ledger(Path({str(state / 'l.db')!r}))
+from tests.support.scan import counting_ledger
+ledger = counting_ledger(Path({str(state / 'l.db')!r}))
 # The second transaction of the end stamps the slots' layout: die there.
 ledger._db.create_function("die", 0, lambda: os.kill(os.getpid(), signal.SIGKILL))
 ledger._db.execute("CREATE TEMP TRIGGER die BEFORE INSERT ON slot_meta BEGIN SELECT die(); END")
@@ -207,7 +180,7 @@ raise SystemExit("the pass was not killed")
         assert flag == (1,)
         assert db.execute("SELECT count(gap) FROM requests").fetchone()[0] > 0
         assert db.execute("SELECT count(*) FROM rollup_counts").fetchone() == (0,)
-    reopened = _ledger(state / "l.db")
+    reopened = counting_ledger(state / "l.db")
     fresh = _ingest(resumed_tree, tmp_path / "fresh", watched=False)
     _same(_dump(fresh), _dump(reopened))
     assert reopened.read("SELECT count(*) FROM meta WHERE name = ?", (RAW_PASS,)) == [(0,)]
@@ -241,7 +214,7 @@ def test_incremental_chains_follow_appends_in_any_time_order(tmp_path: Path) -> 
             writes.append(("b.jsonl", line(n, max(minute - 1, 0), "B")))
         if n % 11 == 0:  # a later copy marks it a sidechain: it leaves the main chain
             writes.append(("a.jsonl", line(n, max(minute, 0), "A", sidechain=True)))
-    inc = _ledger(tmp_path / "inc.db")
+    inc = counting_ledger(tmp_path / "inc.db")
     scanner = Scanner(inc, [tree / "projects"], workers=1, on_applied=lambda _a: None)
     for i, (name, data) in enumerate(writes):
         with (proj / name).open("ab") as fh:
@@ -287,7 +260,7 @@ def test_new_rows_between_changed_ones_count_once(tmp_path: Path) -> None:
 def test_a_raw_pass_whose_end_fails_says_so(tmp_path: Path) -> None:
     """When the end of a raw pass cannot be written, the pass raises (and the next open derives)."""
     path = tmp_path / "l.db"
-    ledger = _ledger(path)
+    ledger = counting_ledger(path)
     reqs = [Request(k, 1_790_000_000.0 + i, "claude-opus-4-6", "s1", "/p", Source.MAIN, 5, 10,
                     100, 1, 0) for i, k in enumerate("abc")]
     parsed = Parsed()
@@ -302,7 +275,7 @@ def test_a_raw_pass_whose_end_fails_says_so(tmp_path: Path) -> None:
     ledger.close()
     with sqlite3.connect(path) as other:
         other.execute("DROP TRIGGER full")
-    again = _ledger(path)  # derives what the pass left
+    again = counting_ledger(path)  # derives what the pass left
     assert again.read("SELECT count(*) FROM meta WHERE name = ?", (RAW_PASS,)) == [(0,)]
     assert again.read("SELECT sum(n) FROM slots") == [(3,)]
     again.close()
@@ -372,12 +345,12 @@ def test_raw_pass_of_many_batches_killed_before_its_end_is_derived_whole(
         tmp_path: Path) -> None:
     """Killed after every batch chained its files, before the end: the open derives it all."""
     tree = _moving_tree(tmp_path / "tree")
-    _killed_pass(tree, tmp_path / "cut", kill_after=9)  # one batch a file
+    killed_pass(tree, tmp_path / "cut", kill_after=9)  # one batch a file
     with sqlite3.connect(tmp_path / "cut" / "l.db") as db:  # a's chain, as its batch left it
         stale = db.execute("SELECT count(*) FROM appearances a JOIN requests r "
                            "ON r.id = a.request WHERE r.source != 0 AND a.prev IS NOT NULL")
         assert stale.fetchone()[0] > 0
-    reopened = _ledger(tmp_path / "cut" / "l.db")
+    reopened = counting_ledger(tmp_path / "cut" / "l.db")
     fresh = _ingest(tree, tmp_path / "fresh", watched=False)
     _same(_dump(fresh), _dump(reopened))
 
@@ -393,7 +366,7 @@ def test_a_file_in_two_batches_of_a_raw_pass_is_chained_whole(tmp_path: Path) ->
     halves = ([req("a", 0), req("c", 4)], [req("b", 2), req("d", 6)])  # interleaved in time
     ledgers = []
     for name, raw in (("raw", True), ("inc", False)):
-        ledger = _ledger(tmp_path / f"{name}.db")
+        ledger = counting_ledger(tmp_path / f"{name}.db")
         with ledger.bulk(4, raw=raw):
             assert ledger.raw == raw
             for half in halves:
@@ -467,7 +440,7 @@ def test_a_raw_pass_gives_a_file_one_id_and_its_smallest_session(tmp_path: Path)
     ]
     ledgers = []
     for name, raw in (("raw", True), ("inc", False)):
-        ledger = _ledger(tmp_path / f"{name}.db")
+        ledger = counting_ledger(tmp_path / f"{name}.db")
         with ledger.bulk(4, raw=raw):
             for batch in batches:
                 parsed = Parsed()

@@ -141,7 +141,7 @@ def test_a_large_unverified_ledger_is_checked_beside_serving(tmp_path: Path) -> 
 
 def test_a_mark_left_by_a_reader_beside_is_taken_up_by_serve(tmp_path: Path) -> None:
     """A report that met corruption beside serve marked it: serve's next turn says so too."""
-    from tests.test_daemon_steps import Driven
+    from tests.support.daemon import Driven
 
     driven = Driven(tmp_path)
     try:

@@ -21,8 +21,7 @@ from exporter.ledger.staging import STAGED, STAGED_SCHEMA, _staged
 from exporter.ledger.store import Ledger
 from exporter.records import Applied
 from exporter.sqlite import sqlite3
-from tests.test_ledger_bulk import _killed_pass, _ledger
-from tests.test_scan import REAL_TOTALS, totals
+from tests.support.scan import REAL_TOTALS, counting_ledger, killed_pass, totals
 
 
 def _unique_key_indexes(ledger: Ledger) -> list[str]:
@@ -50,7 +49,7 @@ def _held_back(real_tree: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def _old_form(path: Path) -> Ledger:
     """A new ledger whose requests table has the key UNIQUE in its column, as before; open."""
-    _ledger(path).close()
+    counting_ledger(path).close()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("BEGIN")
     db.execute("DROP TABLE requests")
@@ -59,7 +58,7 @@ def _old_form(path: Path) -> Ledger:
         db.execute(statement)
     db.execute("COMMIT")
     db.close()
-    ledger = _ledger(path)
+    ledger = counting_ledger(path)
     assert _unique_key_indexes(ledger) == [KEY_AUTOINDEX]
     return ledger
 
@@ -74,7 +73,7 @@ def test_a_raw_pass_leaves_the_write_indexes_to_the_first_incremental_write(
         real_tree: Path, tmp_path: Path) -> None:
     """A pass drops the indexes its staging skips; it builds the time's, a first write the rest."""
     tree, aside, place = _held_back(real_tree, tmp_path)
-    ledger = _ledger(tmp_path / "l.db")
+    ledger = counting_ledger(tmp_path / "l.db")
     assert len(_indexes(ledger, (*PASS_INDEXES, *WRITE_INDEXES))) == 2  # a new ledger has them
     during: list[tuple[list[str], list[str]]] = []
     Scanner(ledger, projects_dirs([tree]), workers=1, batch_bytes=1).scan(
@@ -83,7 +82,8 @@ def test_a_raw_pass_leaves_the_write_indexes_to_the_first_incremental_write(
     assert during and all(names == ([], []) for names in during)
     assert len(_indexes(ledger, PASS_INDEXES)) == len(PASS_INDEXES) == 1
     ledger.close()
-    ledger = _ledger(tmp_path / "l.db")  # an open builds neither, nor a pass with nothing new
+    # an open builds neither, nor a pass with nothing new
+    ledger = counting_ledger(tmp_path / "l.db")
     _scan(ledger, tree)
     assert (_unique_key_indexes(ledger), _indexes(ledger, WRITE_INDEXES)) == ([], [])
     aside.rename(place)
@@ -95,8 +95,8 @@ def test_a_raw_pass_leaves_the_write_indexes_to_the_first_incremental_write(
 
 def test_a_raw_pass_killed_midway_gets_its_indexes_back(real_tree: Path, tmp_path: Path) -> None:
     """The open that derives a killed raw pass builds the time's index; a later pass, the key's."""
-    _killed_pass(real_tree, tmp_path / "cut", kill_after=3)
-    reopened = _ledger(tmp_path / "cut" / "l.db")
+    killed_pass(real_tree, tmp_path / "cut", kill_after=3)
+    reopened = counting_ledger(tmp_path / "cut" / "l.db")
     assert len(_indexes(reopened, PASS_INDEXES)) == len(PASS_INDEXES)
     _scan(reopened, real_tree)
     assert _unique_key_indexes(reopened) == [KEY_INDEX_NAME]
@@ -126,7 +126,7 @@ def test_a_filled_ledger_of_the_old_form_keeps_its_column_unique(real_tree: Path
     _scan(ledger, real_tree, on_applied=lambda _a: None)  # the incremental path: rows first
     _scan(ledger, real_tree)
     ledger.close()
-    again = _ledger(tmp_path / "l.db")
+    again = counting_ledger(tmp_path / "l.db")
     _scan(again, real_tree)
     assert _unique_key_indexes(again) == [KEY_AUTOINDEX]
     assert totals(again.requests()) == REAL_TOTALS

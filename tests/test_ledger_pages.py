@@ -8,8 +8,7 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger.schema import PAGE_SIZE
 from exporter.sqlite import sqlite3
-from tests.test_ledger_bulk import _ledger
-from tests.test_scan import REAL_TOTALS, totals
+from tests.support.scan import REAL_TOTALS, counting_ledger, totals
 
 
 def _page_size(path: Path) -> int:
@@ -21,12 +20,12 @@ def _page_size(path: Path) -> int:
 def test_a_new_ledger_is_made_with_its_page_size(real_tree: Path, tmp_path: Path) -> None:
     """A fresh file gets PAGE_SIZE pages (not the default), kept through a pass and a reopen."""
     path = tmp_path / "l.db"
-    ledger = _ledger(path)
+    ledger = counting_ledger(path)
     Scanner(ledger, projects_dirs([real_tree]), workers=1).scan()
     ledger.close()
     assert _page_size(path) == PAGE_SIZE > sqlite3.connect(":memory:").execute(
         "PRAGMA page_size").fetchone()[0]
-    again = _ledger(path)
+    again = counting_ledger(path)
     assert totals(again.requests()) == REAL_TOTALS
 
 
@@ -38,8 +37,8 @@ def test_a_file_made_with_other_pages_keeps_them_and_counts_exactly(real_tree: P
     db.execute("PRAGMA page_size=4096")
     db.execute("PRAGMA journal_mode=WAL")  # writes the header: the size is set for good
     db.close()
-    ledger = _ledger(path)
+    ledger = counting_ledger(path)
     Scanner(ledger, projects_dirs([real_tree]), workers=1).scan()
     ledger.close()
     assert _page_size(path) == 4096
-    assert totals(_ledger(path).requests()) == REAL_TOTALS
+    assert totals(counting_ledger(path).requests()) == REAL_TOTALS

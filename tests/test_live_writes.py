@@ -9,7 +9,7 @@ import pytest
 
 from exporter.ledger.schema import PAGE_SIZE
 from exporter.ledger.wal import committed_frames
-from tests.test_daemon_steps import Driven
+from tests.support.daemon import Driven
 
 LINES = 40
 

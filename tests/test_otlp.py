@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
-    ExportMetricsServiceResponse,
 )
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from prometheus_client import CollectorRegistry
@@ -22,7 +18,6 @@ from exporter.cli.config import load_settings
 from exporter.errors import ConfigError
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
-from exporter.ledger.store import Ledger
 from exporter.projections import instruments
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.pricing import Pricing
@@ -30,54 +25,12 @@ from exporter.serve import otlp
 from exporter.serve.push import PushState
 from exporter.synth import GenOptions, generate
 from tests.support.logs import Log
+from tests.support.otlp import Receiver, attrs, metrics_of
 from tests.support.process import Serve
-from tests.support.prometheus import ThreadedServer
+from tests.support.scan import counting_ledger
 from tests.support.wait import poll
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
-
-
-class Receiver(ThreadedServer):
-    """A tiny OTLP/HTTP metrics receiver on 127.0.0.1 that keeps every decoded request."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], ExportMetricsServiceRequest]] = []
-        self._lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                req = ExportMetricsServiceRequest.FromString(body)
-                with outer._lock:
-                    outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, req))
-                reply = ExportMetricsServiceResponse().SerializeToString()
-                self.send_response(200 if self.path == "/v1/metrics" else 404)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Keep test output quiet."""
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        httpd.daemon_threads = True
-        super().__init__(httpd)
-
-    @property
-    def url(self) -> str:
-        """The base URL (the exporter appends /v1/metrics)."""
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def last(self) -> tuple[dict[str, str], ExportMetricsServiceRequest] | None:
-        """The newest request received, if any."""
-        with self._lock:
-            return self.requests[-1] if self.requests else None
 
 
 @pytest.fixture
@@ -91,17 +44,6 @@ def resource_of(req: ExportMetricsServiceRequest) -> dict[str, str]:
     """The resource attributes of the (single) resource in a request."""
     assert len(req.resource_metrics) == 1
     return {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
-
-
-def metrics_of(req: ExportMetricsServiceRequest) -> dict[str, Any]:
-    """Metrics by name across scopes."""
-    return {m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics
-            for m in sm.metrics}
-
-
-def attrs(point: Any) -> dict[str, str]:
-    """A data point's attributes."""
-    return {a.key: a.value.string_value for a in point.attributes}
 
 
 def sum_points(metric: Any, **match: str) -> float:
@@ -122,7 +64,7 @@ def test_push_carries_the_catalogue_with_truth_values(
     """One push: names, attributes, resource, cumulative temporality and the truth's totals."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "DELTA")
     truth, tree, state = tree_requests(tmp_path)
-    ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(Pricing.load()))
+    ledger = counting_ledger(state / "ledger.sqlite3")
     Scanner(ledger, projects_dirs([tree]), workers=1).scan()
     ledger.settle(force=True)
     options = otlp_options(load_settings(

@@ -17,7 +17,7 @@ from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.pricing import Pricing
 from exporter.projections.selection import Selection
 from exporter.sqlite import sqlite3
-from tests.test_slots import COLUMNS, REQUESTS
+from tests.support.requests_table import COLUMNS, REQUESTS
 
 DAY = 86_400
 START = 1_770_000_000.0 - 1_770_000_000.0 % DAY  # a UTC midnight

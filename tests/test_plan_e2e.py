@@ -8,8 +8,8 @@ from pathlib import Path
 from tests.support.exposition import total
 from tests.support.plan import record_now
 from tests.support.process import Serve
+from tests.support.statusline import payload
 from tests.support.wait import poll
-from tests.test_statusline import payload
 
 
 def used(serve: Serve, window: str) -> float | None:

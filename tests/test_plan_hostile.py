@@ -30,8 +30,8 @@ from tests.support.logs import Log
 from tests.support.plan import payload, record
 from tests.support.process import Serve
 from tests.support.records import assistant, jsonl
+from tests.support.statusline import line_of, run
 from tests.support.wait import poll
-from tests.test_statusline import line_of, run
 
 NOW = 1_790_000_000.0
 HOUR = 3600

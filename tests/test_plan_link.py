@@ -10,19 +10,9 @@ from exporter.ledger.store import Ledger
 from exporter.projections.pricing import Pricing
 from exporter.records import Parsed, Request, Source
 from exporter.serve.plan_link import PlanLink
+from tests.support.clock import Clock
 
 T0 = 1_790_000_000.0
-
-
-class Clock:
-    """A clock the test moves."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        """The current test time."""
-        return self.now
 
 
 def add(ledger: Ledger, key: str, ts: float) -> None:

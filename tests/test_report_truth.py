@@ -17,6 +17,7 @@ import pytest
 from exporter.cli.commands import main
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
+from tests.support.figures import assert_matches
 from tests.support.wait import poll
 
 
@@ -25,19 +26,6 @@ def report(tree: Path, state: Path, capsys: pytest.CaptureFixture[str], *extra: 
     assert main(["report", "--json", "--data-dir", str(tree), "--state-dir", str(state),
                  *extra]) == 0
     return json.loads(capsys.readouterr().out)
-
-
-def assert_matches(got: Any, want: Any, path: str = "") -> None:
-    """Every figure of ``want`` is in ``got``: integers exact, floats to 1e-9, USD to the cent."""
-    if isinstance(want, dict):
-        for key, value in want.items():
-            assert key in got, f"{path}/{key} missing"
-            assert_matches(got[key], value, f"{path}/{key}")
-    elif isinstance(want, float) or isinstance(got, float):
-        tol = 0.005 if path.endswith("_usd") else 1e-9 * max(1.0, abs(want))
-        assert abs(got - want) <= tol, f"{path}: {got} != {want}"
-    else:
-        assert got == want, f"{path}: {got} != {want}"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -5,32 +5,12 @@ from __future__ import annotations
 import gc
 import shutil
 from pathlib import Path
-from typing import Any
 
 from exporter.ingest.discover import find_transcripts, projects_dirs
 from exporter.ingest.scan import Pooled, Scanner, _Batch
 from exporter.ledger.store import Ledger
-from exporter.records import Request
 from tests.support.records import assistant, jsonl
-
-REAL_TOTALS = (529, 3_084, 117_289, 43_960_831, 937_099, 394_137)
-
-
-def totals(reqs: list[Request]) -> tuple[int, ...]:
-    """(requests, input, output, cache read, 5m writes, 1h writes)."""
-    return (
-        len(reqs),
-        sum(r.input for r in reqs),
-        sum(r.output for r in reqs),
-        sum(r.cache_read for r in reqs),
-        sum(r.cache_write_5m for r in reqs),
-        sum(r.cache_write_1h for r in reqs),
-    )
-
-
-def scanner(tree: Path, state: Path, **kw: Any) -> Scanner[Ledger]:
-    """A scanner over one tree with its ledger in ``state``."""
-    return Scanner(Ledger(state / "ledger.sqlite3"), projects_dirs([tree]), **kw)
+from tests.support.scan import REAL_TOTALS, scanner, totals
 
 
 def test_real_fixtures_match_the_readme_to_the_token(real_tree: Path, tmp_path: Path) -> None:

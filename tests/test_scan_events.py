@@ -3,27 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
+from tests.support.logs import Log
 from tests.support.records import assistant, jsonl
-
-
-class Log:
-    """Keeps (level, event, fields) like a structlog logger."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def info(self, event: str, **kw: Any) -> None:
-        """Keep an INFO line."""
-        self.lines.append(("info", event, kw))
-
-    def warning(self, event: str, **kw: Any) -> None:
-        """Keep a WARNING line."""
-        self.lines.append(("warning", event, kw))
 
 
 def _tree(root: Path, dirs: int, files: int) -> list[Path]:
@@ -89,7 +74,7 @@ def test_a_rewrite_in_place_is_reread_logged_and_counted_with_exact_totals(
     assert len(got) == 120
     assert sum(r.output for r in got.values()) == 30 * 10 + 70 * 1000 + 20 * 10
     assert result.rereads == 1
-    assert [kw for lvl, e, kw in log.lines if e == "transcript_reread"] == [
+    assert [kw for lvl, e, kw in log.events if e == "transcript_reread"] == [
         {"path": str(f), "reason": "rewritten"}]
     ledger.close()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.ingest.workers import gc_paused as _gc_paused
-from tests.test_scan import REAL_TOTALS, scanner, totals
+from tests.support.scan import REAL_TOTALS, scanner, totals
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.ingest.scan import PARSER_NICE
-from tests.test_scan import REAL_TOTALS, scanner, totals
+from tests.support.scan import REAL_TOTALS, scanner, totals
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(),
                                 reason="reads the process tree from Linux's /proc")

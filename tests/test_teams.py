@@ -29,12 +29,12 @@ import pytest
 import yaml
 
 from tests.support import teamstack
+from tests.support.dashboards import DASHBOARD_DIR, panels, query_variables
 from tests.support.exposition import total
 from tests.support.prometheus import PromServer, require_binary, sample_value
 from tests.support.stack import append_stage
 from tests.support.teamstack import JOB, Member, Spec, TeamStack
 from tests.support.wait import poll
-from tests.test_grafana import DASHBOARD_DIR, panels, query_variables
 
 SPECS = (
     Spec("ada", "platform", 101, budget_day_usd=40.0),

@@ -13,4 +13,16 @@
   ``ServerPool``, ``require_binary``, ``in_ci``) and small scrape targets.
 - ``hardening``: what the hardening tests check and break with: the truth check
   of a scrape, ledger reads, dropped privileges, cgroups, a slowloris client.
+- ``scan``: scanning trees into ledgers (a counting ledger, a scanner, ``ingest``),
+  ``totals`` of requests and ``REAL_TOTALS`` of the real fixtures, a killed pass.
+- ``projection``: a metrics projection on a fresh registry (``T0``, ``req``,
+  ``projection``, ``loaded``, ``batch``).
+- ``figures``: ``assert_matches``, figures compared with the expected ones.
+- ``backfill``: backfill text of requests, parsed back, and serve's start-up samples.
+- ``statusline``: the status-line command run as Claude Code runs it, and its payload.
+- ``otlp``: an OTLP/HTTP receiver on loopback and its decoded metrics.
+- ``dashboards``: the committed dashboards, their panels and query variables.
+- ``daemon``: ``Driven``, a daemon in-process over one transcript, stepped by hand.
+- ``trees``: transcript trees with odd shapes (links, loops, aliases).
+- ``requests_table``: the ledger's requests table written out, for bare connections.
 """

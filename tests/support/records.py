@@ -80,3 +80,14 @@ REPORT_KEYS = frozenset({
 def jsonl(*records: Any) -> bytes:
     """Compact JSON lines, each ending in a newline."""
     return b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records)
+
+
+# An advisor consultation as Claude Code records it in ``usage.iterations`` (claude-opus-5).
+ADVISOR_ENTRY = {"type": "advisor_message", "model": "claude-opus-5", "input_tokens": 91_627,
+                 "output_tokens": 18_716, "cache_read_input_tokens": 100,
+                 "cache_creation_input_tokens": 50}
+# A claude-sonnet-5 executor's usage with one advisor consultation between its two messages.
+ADVISOR_USAGE = {"input_tokens": 4, "output_tokens": 683, "iterations": [
+    {"type": "message", "input_tokens": 2, "output_tokens": 85},
+    ADVISOR_ENTRY,
+    {"type": "message", "input_tokens": 2, "output_tokens": 598}]}

@@ -1,0 +1,56 @@
+"""A metrics projection under test: a fresh registry, a fixed clock, requests or a ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from exporter.ledger.store import Ledger
+from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.pricing import Pricing
+from exporter.records import Parsed, Request, Source
+from tests.support.clock import Clock
+from tests.support.ledgers import ledger_of
+
+T0 = 1_790_000_000.0  # the tests' "now", give or take a few minutes
+
+
+def req(key: str, ts: float, *, session: str = "s1", source: Source = Source.MAIN,
+        model: str = "claude-opus-4-6", output: int = 100, read: int = 10_000,
+        w5: int = 500, w1h: int = 0, project: str = "/home/u/app") -> Request:
+    """A request with small, distinct numbers."""
+    return Request(key, ts, model, session, project, source, 5, output, read, w5, w1h)
+
+
+def options(**opts: object) -> MetricsOptions:
+    """The test options (budgets, version) with overrides."""
+    return MetricsOptions(budgets={"day": 20.0, "month": 400.0}, version="test",
+                          **opts)  # type: ignore[arg-type]
+
+
+def projection(clock: Clock | None = None, **opts: object) -> tuple[Projection, CollectorRegistry]:
+    """A projection on a fresh registry with a fixed clock."""
+    registry = CollectorRegistry()
+    c = clock or Clock(T0 + 100)
+    return Projection(Pricing.load(), options(**opts), registry, clock=c,
+                      files_watched=lambda: 3), registry
+
+
+def loaded(tmp: Path, requests: Sequence[Request], clock: Clock | None = None,
+           **opts: object) -> tuple[Projection, CollectorRegistry, Ledger]:
+    """A projection started from a ledger holding ``requests`` (all settled)."""
+    c = clock or Clock(T0 + 100)
+    ledger = ledger_of(tmp / "ledger.sqlite3", requests, options=options(**opts), clock=c)
+    proj, registry = projection(c, **opts)
+    proj.load(ledger)
+    return proj, registry, ledger
+
+
+def batch(ledger: Ledger, *reqs: Request) -> Parsed:
+    """Apply some request lines to ``ledger`` as one batch; return what was parsed."""
+    parsed = Parsed()
+    for r in reqs:
+        parsed.add(r)
+    return parsed
