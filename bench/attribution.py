@@ -27,7 +27,7 @@ from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.selection import Selection
 from exporter.projections.views import Options
 from exporter.sqlite import sqlite3
@@ -68,7 +68,7 @@ def measure(path: Path) -> dict[str, float]:
     def read(sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         return con.execute(sql, params).fetchall()
 
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     prices = ClassPrices.of(pricing)
     sel = Selection(read, "requests", Range(None, None, UTC_ZONE), slots=True, days=True,
                     slot_thresholds=slots.read_thresholds(read))

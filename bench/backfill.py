@@ -27,7 +27,7 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.backfill import BackfillOptions, write_blocks, write_history
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.synth import GenOptions, generate
 
 SPARSE_FIRST = datetime(2025, 9, 27, tzinfo=UTC)
@@ -47,7 +47,7 @@ def sparse_trees(sessions: int = 10) -> list[Path]:
     return roots
 
 
-def ledger_of(trees: list[Path], state: Path, pricing: Pricing) -> Ledger:
+def ledger_of(trees: list[Path], state: Path, pricing: RateTable) -> Ledger:
     """A ledger of ``trees`` (kept in ``state`` between runs)."""
     state.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(state / "ledger.sqlite3", rules=MetricsOptions().counting(pricing))
@@ -72,7 +72,7 @@ def promtool_time(promtool: str, file: Path, blocks: Path) -> float:
 
 def run(name: str, trees: list[Path], until: float | None, dense_promtool: bool) -> None:
     """Measure one history, both variants, and print the rows."""
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     promtool = shutil.which("promtool")
     ledger = ledger_of(trees, OUT / f"state-{name}", pricing)
     try:

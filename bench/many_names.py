@@ -30,11 +30,11 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.serve import page, page_figures
 tree, state = Path(sys.argv[1]), Path(sys.argv[2])
 ledger = Ledger(state / "ledger.sqlite3")
-source = page_figures.LedgerSource(ledger, projects_dirs([tree]), ClassPrices.of(Pricing.load()),
+source = page_figures.LedgerSource(ledger, projects_dirs([tree]), ClassPrices.of(RateTable.load()),
                                    UTC_ZONE, budgets={})
 start = time.perf_counter()
 html, body = page.routes(source, "bench")["/"], None

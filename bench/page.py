@@ -77,11 +77,11 @@ def measure(tree: Path, state: Path) -> tuple[float, float, float, bool]:
     from exporter.projections.class_prices import ClassPrices
     from exporter.projections.facts import Facts
     from exporter.projections.periods import UTC_ZONE
-    from exporter.projections.pricing import Pricing
+    from exporter.projections.pricing import RateTable
     from exporter.serve import page, page_figures
 
     ledger = Ledger(state / "ledger.sqlite3")
-    prices = ClassPrices.of(Pricing.load())
+    prices = ClassPrices.of(RateTable.load())
     source = page_figures.LedgerSource(ledger, projects_dirs([tree]), prices, UTC_ZONE,
                                        budgets={"day": 100.0, "month": 2000.0})
     handlers = page.routes(source, "bench", ttl=60.0)

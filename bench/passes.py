@@ -26,7 +26,7 @@ from bench.load import _now_iso, _request_lines
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 
 PER_PASS = 10  # requests appended between two passes
 
@@ -41,7 +41,7 @@ def run(passes: int = 400, *, same_time: bool = False) -> dict[str, Any]:
         for f in files:
             f.touch()
         ledger = Ledger(work / "state" / "ledger.sqlite3",
-                        rules=MetricsOptions().counting(Pricing.load()))
+                        rules=MetricsOptions().counting(RateTable.load()))
         scanner = Scanner(ledger, [work / "projects"], workers=1,
                           on_applied=lambda _applied: None)  # as the daemon: batches watched
         payload = "log line with some text " * 80

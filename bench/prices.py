@@ -52,7 +52,7 @@ import json, sys, time
 from pathlib import Path
 from exporter.ledger.store import Ledger
 from exporter.projections.figures import compute
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 
 def best(fn, n):
     out = []
@@ -61,11 +61,11 @@ def best(fn, n):
     return min(out)
 
 requests = Ledger(Path(sys.argv[1])).requests()
-pricing = Pricing.load()
+pricing = RateTable.load()
 figures = lambda: compute(requests, pricing, kv_bytes_per_token={"mla": 70272},
                           upload_bytes_per_token=4.0, lines={}, rejected={})
 per_request = lambda: [pricing.cost(r) for r in requests]
-print(json.dumps({"load": best(Pricing.load, 20), "figures": best(figures, 5),
+print(json.dumps({"load": best(RateTable.load, 20), "figures": best(figures, 5),
                   "per_request": best(per_request, 5), "requests": len(requests),
                   "cost": figures()["totals"]["cost_usd"]}))
 """

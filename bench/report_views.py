@@ -60,10 +60,10 @@ def in_process(tree: Path, state: Path, repeat: int) -> dict[str, float]:
     from exporter.projections import figures, views
     from exporter.projections.class_prices import ClassPrices
     from exporter.projections.periods import UTC_ZONE, Range
-    from exporter.projections.pricing import Pricing
+    from exporter.projections.pricing import RateTable
 
     ledger = Ledger(state / "ledger.sqlite3")
-    prices = ClassPrices.of(Pricing.load())
+    prices = ClassPrices.of(RateTable.load())
     args = argparse.Namespace(project=[], model=[], source=[])
     sel = report_cli.selection(ledger, projects_dirs([tree]), args, Range(None, None, UTC_ZONE))
     out: dict[str, list[float]] = {v: [] for v in VIEWS}

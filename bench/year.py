@@ -42,7 +42,7 @@ from exporter.ledger.store import Ledger
 from exporter.projections import figures
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.synth import GenOptions, generate
 from tests.support.net import free_port
 
@@ -104,7 +104,7 @@ def warm_report(root: Path, state: Path) -> tuple[float, float, dict[str, object
 
 def figures_alone(root: Path, state: Path) -> float:
     """Seconds of ``report --json``'s figures in-process: the selection and summary, no start-up."""
-    prices = ClassPrices.of(Pricing.load())
+    prices = ClassPrices.of(RateTable.load())
     ledger = Ledger(state / "ledger.sqlite3")
     try:
         start = time.perf_counter()

@@ -19,7 +19,7 @@ from exporter.cli.commands import main
 from exporter.ingest.classify import MAX_LABEL_CHARS
 from exporter.ingest.parse import parse_lines
 from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request
 from exporter.synth import GenOptions, generate
 from tests.support.clock import Clock
@@ -243,7 +243,7 @@ def test_a_first_pass_without_rows_is_read_again(tmp_path: Path) -> None:
     """Batches without row lists (a raw pass): sums read again after it, or every 30 s in it."""
     clock = Clock(T0 + 100)
     ledger = ledger_of(tmp_path / "l.db", [req("a", T0)._replace(plugin="p")], clock=clock)
-    attributed = Attributed(Pricing.load(), Names(), clock=clock)
+    attributed = Attributed(RateTable.load(), Names(), clock=clock)
     first = attributed.load(ledger.read, "requests")
     assert first[("attributed_requests", (("kind", "plugin"), ("name", "p")))] == 1
     parsed = batch(ledger, req("b", T0 + 10)._replace(plugin="p"))

@@ -24,7 +24,7 @@ from exporter.projections import attribution
 from exporter.projections.attributed import Attributed, Names
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import Range, resolve_zone
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.selection import Selection
 from exporter.projections.views import Options
 from exporter.records import Request, Source
@@ -147,7 +147,7 @@ def selection(ledger: Ledger, read: Any, rng: Range, *, days: bool = True,
 def test_views_on_a_zone_with_partial_days_equal_the_rows(tmp_path: Path, by: str) -> None:
     """A non-UTC zone and --since/--until inside days: the table's days + edge rows = the rows."""
     ledger = ledger_of(tmp_path / "l.db", attributed_requests(400, seed=5, days=6))
-    prices = ClassPrices.of(Pricing.load())
+    prices = ClassPrices.of(RateTable.load())
     zone = resolve_zone("Asia/Kolkata")
     ranges = [Range(None, None, zone), Range(T0 + DAY + 3_723.5, T0 + 5 * DAY - 601.25, zone),
               Range(T0 + 2 * DAY + 10.0, T0 + 2 * DAY + 900.0, zone)]
@@ -177,11 +177,11 @@ def test_the_view_and_the_families_read_the_table(tmp_path: Path) -> None:
     con.commit()
     con.close()
     ledger = counting_ledger(tmp_path / "l.db")
-    prices = ClassPrices.of(Pricing.load())
+    prices = ClassPrices.of(RateTable.load())
     rng = Range(None, None, resolve_zone("UTC"))
     view = attribution.build("skill", selection(ledger, ledger.read, rng), prices, Options())
     assert "from-the-table" in {row.label for row in view.rows}
-    families = Attributed(Pricing.load(), Names()).load(ledger.read, "requests")
+    families = Attributed(RateTable.load(), Names()).load(ledger.read, "requests")
     assert ("attributed_requests", (("kind", "skill"), ("name", "from-the-table"))) in families
     ledger.close()
 
@@ -190,13 +190,13 @@ def test_families_start_from_the_table_as_from_the_rows(tmp_path: Path) -> None:
     """The start-up sums from the table equal those from the requests, scoped or not."""
     ledger = ledger_of(tmp_path / "l.db", attributed_requests(300, seed=7))
     scopes = [(ledger.scope(roots), ledger.scope_filter(roots)) for roots in ([ROOT], ["/x"])]
-    from_table = [Attributed(Pricing.load(), Names()).load(ledger.read, *s) for s in scopes]
+    from_table = [Attributed(RateTable.load(), Names()).load(ledger.read, *s) for s in scopes]
     con = stdlib_sqlite3.connect(tmp_path / "l.db")
     con.execute("DELETE FROM slot_meta WHERE name = 'attr_days'")  # stale: the rows answer
     con.commit()
     con.close()
     assert not attribution_days.current(ledger.read)
-    from_rows = [Attributed(Pricing.load(), Names()).load(ledger.read, *s) for s in scopes]
+    from_rows = [Attributed(RateTable.load(), Names()).load(ledger.read, *s) for s in scopes]
     assert from_table == from_rows
     assert from_table[0] and not from_table[1]  # nothing was found under /x
     ledger.close()

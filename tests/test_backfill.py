@@ -29,7 +29,7 @@ from exporter.projections.backfill import (
     write_history,
 )
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.timeline import COUNTER, Unit
 from exporter.records import Request, Source
 from exporter.synth import GenOptions, generate
@@ -147,7 +147,7 @@ def test_tied_main_requests_get_serve_startup_gaps(tmp_path: Path) -> None:
     ledger = ledger_of(tmp_path / "l.db", made)
     reqs = ledger.requests()
     out = io.StringIO()
-    write_history(reqs, Pricing.load(), MetricsOptions(), out, BackfillOptions(step=60),
+    write_history(reqs, RateTable.load(), MetricsOptions(), out, BackfillOptions(step=60),
                   now=reqs[-1].ts + 7200, serve=startup(ledger))  # checks the end against serve
     text = out.getvalue()
     _, points = parse(text)
@@ -161,7 +161,7 @@ def test_bad_options_are_refused(small: list[Request]) -> None:
     with pytest.raises(BackfillError, match="multiple"):
         history(small, step=60, anchor=90)
     with pytest.raises(BackfillError, match="clash"):
-        write_history(small, Pricing.load(), MetricsOptions(), io.StringIO(),
+        write_history(small, RateTable.load(), MetricsOptions(), io.StringIO(),
                       BackfillOptions(labels={"model": "x"}), now=small[-1].ts + 60)
 
 
@@ -345,7 +345,7 @@ def test_dashboards_and_rules_answer_alike_over_held_and_dense_blocks(tmp_path: 
                                datetime(2026, 4, 20, 9, tzinfo=UTC))):
         generate(tmp_path / f"t{i}", GenOptions(seed=31 + i, sessions=1, start=start))
         trees.append(tmp_path / f"t{i}")
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     ledger = Ledger(tmp_path / "ledger.sqlite3", rules=MetricsOptions().counting(pricing))
     Scanner(ledger, projects_dirs(trees), workers=1).scan()
     ledger.settle(force=True)
@@ -513,7 +513,7 @@ def test_plan_history_is_what_serve_showed_at_every_boundary(tmp_path: Path) -> 
     ledger = plan_ledger(tmp_path / "all", refreshes)
     until = PLAN_T0 + 2 * FIVE_H + 3600
     out = io.StringIO()
-    write_history([], Pricing.load(), MetricsOptions(), out,
+    write_history([], RateTable.load(), MetricsOptions(), out,
                   BackfillOptions(labels=TARGET, until=until), plan=plan_history(ledger.read))
     ledger.close()
     types, points = parse(out.getvalue())
@@ -547,7 +547,7 @@ def test_backfill_without_samples_writes_no_plan_series(small: list[Request]) ->
     from exporter.projections.plan.windows import PlanHistory
 
     out = io.StringIO()
-    write_history(small, Pricing.load(), MetricsOptions(), out, BackfillOptions(labels=TARGET),
+    write_history(small, RateTable.load(), MetricsOptions(), out, BackfillOptions(labels=TARGET),
                   now=small[-1].ts + 3600, plan=PlanHistory())
     assert "plan_window" not in out.getvalue()
 

@@ -27,7 +27,7 @@ from exporter.ledger.store import Ledger
 from exporter.projections import caps
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.usage import Usage
 from exporter.serve import page, page_figures
 from tests.support.paths import ROOT
@@ -121,7 +121,7 @@ def test_summary_json_caps_models_and_projects_and_still_adds_up(
     ledger = Ledger(state / "ledger.sqlite3")
     try:
         source = page_figures.LedgerSource(ledger, projects_dirs([tree]),
-                                           ClassPrices.of(Pricing.load()), UTC_ZONE, budgets={})
+                                           ClassPrices.of(RateTable.load()), UTC_ZONE, budgets={})
         doc: dict[str, Any] = json.loads(b"".join(
             page.routes(source, "t")["/api/summary.json"]({}, lambda *a: None)))
     finally:

@@ -32,7 +32,7 @@ from exporter.projections.compat.history import FAMILIES as COMPAT_FAMILIES
 from exporter.projections.counting import TOKEN_FIELDS, USD_QUANTUM
 from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS, OTHER
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Parsed, Request, Source
 from tests.support.exposition import families
 from tests.support.ledgers import appearances, ledger_of
@@ -79,7 +79,7 @@ def worst_history() -> list[Request]:
 class Truth:
     """The figures the exposition must add up to, from the requests alone (no labels)."""
 
-    def __init__(self, requests: Sequence[Request], pricing: Pricing) -> None:
+    def __init__(self, requests: Sequence[Request], pricing: RateTable) -> None:
         """Sum the requests by model (and project) and price each model's sums once."""
         self.requests = len(requests)
         self.tokens: dict[str, int] = defaultdict(int)
@@ -149,7 +149,7 @@ def worst_projection(tmp: Path, requests: Sequence[Request],
     opts = MetricsOptions(compat=COMPAT, version="test")
     cut = 2 * len(requests) // 3
     ledger = ledger_of(tmp / "l.db", requests[:cut], options=opts)
-    proj = Projection(Pricing.load(), opts, registry, clock=lambda: T0)
+    proj = Projection(RateTable.load(), opts, registry, clock=lambda: T0)
     proj.load(ledger)
     for at in range(cut, len(requests), 500):  # the rest as a live daemon takes it
         part = requests[at:at + 500]
@@ -164,7 +164,7 @@ def worst_projection(tmp: Path, requests: Sequence[Request],
 def test_every_family_over_the_worst_case_sums_to_the_truth(tmp_path: Path) -> None:
     """Models and projects past their caps, every source: each family's sums equal the truth."""
     requests = worst_history()
-    truth = Truth(requests, Pricing.load())
+    truth = Truth(requests, RateTable.load())
     registry = CollectorRegistry()
     worst_projection(tmp_path, requests, registry)
     text, fams = scrape(registry)
@@ -252,7 +252,7 @@ def test_the_issue_history_sums_to_the_truth(tmp_path: Path) -> None:
                     len(ISSUE_SOURCES) * (6 * p + m) + int(source)]]
     requests += [r._replace(key=r.key + "b", ts=r.ts + 5_000) for r in requests]
     registry = CollectorRegistry()
-    proj = Projection(Pricing.load(), MetricsOptions(), registry, clock=lambda: T0)
+    proj = Projection(RateTable.load(), MetricsOptions(), registry, clock=lambda: T0)
     proj.load(ledger_of(tmp_path / "l.db", requests))
     text, fams = scrape(registry)
     assert len(requests) == 1_440
@@ -307,7 +307,7 @@ def test_an_sdk_switched_off_by_the_environment_is_refused(
     """OTEL_SDK_DISABLED=true would serve an empty exposition: the projection refuses it."""
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     with pytest.raises(instruments.MetricsDisabledError, match="OTEL_SDK_DISABLED"):
-        Projection(Pricing.load(), MetricsOptions(), CollectorRegistry())
+        Projection(RateTable.load(), MetricsOptions(), CollectorRegistry())
 
 
 def test_serve_says_why_it_will_not_run_with_the_sdk_off(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from exporter.projections.compat.families import Families, aggregations, check
 from exporter.projections.counting import Exposure
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import CountClass, HistRow, HistSeries, Parsed, Request, Source
 from tests.support.ledgers import appearances, ledger_of
 from tests.support.otlp import Receiver, attrs, metrics_of
@@ -111,7 +111,7 @@ def loaded(tmp: Path, requests: Sequence[Request], *modes: str,
     ledger = ledger_of(tmp / "ledger.sqlite3", requests, options=options(*modes, **opts),
                        clock=lambda: T0 + 1_000)
     registry = CollectorRegistry()
-    proj = Projection(Pricing.load(), options(*modes, **opts), registry,
+    proj = Projection(RateTable.load(), options(*modes, **opts), registry,
                       clock=lambda: T0 + 1_000)
     proj.load(ledger)
     return proj, registry, ledger
@@ -168,7 +168,7 @@ def klass(model: str = OPUS, source: Source = Source.MAIN, speed: str = "",
 
 def test_native_samples_regroup_the_catalogue_samples_exactly() -> None:
     """Native tokens are the catalogue's by type (cacheCreation = 5m + 1h), cost their sum."""
-    exposure = Exposure(Pricing.load(), LabelPolicy(), {"mla": 1}, 4.0)
+    exposure = Exposure(RateTable.load(), LabelPolicy(), {"mla": 1}, 4.0)
     sums = (3, 15, 700, 30_000, 1_200, 800, 0)  # requests, in, out, read, w5, w1h, searches
     got = dict(native.Native(exposure).samples(klass(source=Source.COMPACTION), sums))
     base = (("model", OPUS), ("query_source", "auxiliary"))
@@ -181,7 +181,7 @@ def test_native_samples_regroup_the_catalogue_samples_exactly() -> None:
 
 def test_native_labels_sources_unpriced_gaps_and_caps() -> None:
     """Labels model, query_source (and type); no cost when unpriced; nothing for gap classes."""
-    exposure = Exposure(Pricing.load(), LabelPolicy(max_models=1), {}, 4.0)
+    exposure = Exposure(RateTable.load(), LabelPolicy(max_models=1), {}, 4.0)
     samples = native.Native(exposure)
     sums = (1, 1, 1, 1, 1, 1, 0)
     sub = samples.samples(klass(source=Source.SUBAGENT, speed="fast"), sums)
@@ -221,7 +221,7 @@ def test_recording_always_takes_the_genai_rows_out() -> None:
     other = (1, HistSeries("request_output_tokens", OPUS, 0, ""), 3, 1.0)
     ours = (1, genai.series(OPUS, "input"), 2, 1.0)
     rows: list[HistRow] = [other, ours]
-    off = Families((), Exposure(Pricing.load(), LabelPolicy(), {}, 4.0), MeterProvider())
+    off = Families((), Exposure(RateTable.load(), LabelPolicy(), {}, 4.0), MeterProvider())
     assert off.record_genai_rows(rows, {1}) == [other]
 
 
@@ -289,7 +289,7 @@ def test_live_batches_then_a_restart_give_the_same_compat_samples(tmp_path: Path
     modes = ("native", "genai")
     ledger = ledger_of(tmp_path / "l.db", [], options=options(*modes), clock=lambda: T0)
     registry = CollectorRegistry()
-    live = Projection(Pricing.load(), options(*modes), registry, clock=lambda: T0)
+    live = Projection(RateTable.load(), options(*modes), registry, clock=lambda: T0)
     live.load(ledger)
     for i in range(0, len(HISTORY), 3):
         part = HISTORY[i:i + 3]
@@ -303,14 +303,14 @@ def test_live_batches_then_a_restart_give_the_same_compat_samples(tmp_path: Path
     live.apply(ledger.settle(force=True))
     assert genai_points(registry) == expected_genai(HISTORY)
     again = CollectorRegistry()
-    Projection(Pricing.load(), options(*modes), again, clock=lambda: T0).load(ledger)
+    Projection(RateTable.load(), options(*modes), again, clock=lambda: T0).load(ledger)
     assert counters(again, "claude_code_") == counters(registry, "claude_code_")
     assert counters(again, "gen_ai_") == counters(registry, "gen_ai_")
 
 
 def test_backfill_writes_the_compat_families_and_ends_where_serve_starts(tmp_path: Path) -> None:
     """With both modes the history ends at serve's start-up values; other lines are unchanged."""
-    pricing = Pricing.load()
+    pricing = RateTable.load()
 
     def history(*modes: str) -> str:
         ledger = ledger_of(tmp_path / "-".join(("l", *modes)) / "l.db", HISTORY,
@@ -577,7 +577,7 @@ def daemon_cost(daemon: Serve) -> float:
 
 def truth(requests: Sequence[Request]) -> dict[str, Any]:
     """Totals of ``requests`` computed here: tokens by native type, cost, cache hit ratio."""
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     by_type = {"input": 0.0, "output": 0.0, "cacheRead": 0.0, "cacheCreation": 0.0}
     cost = 0.0
     for r in requests:

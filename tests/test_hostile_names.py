@@ -27,7 +27,7 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ledger.store import Ledger
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.serve import page, page_figures
 from tests.support.paths import ROOT
 from tests.support.records import assistant, jsonl
@@ -192,7 +192,7 @@ def test_the_page_escapes_names_and_its_json_keeps_them_exactly(tmp_path: Path) 
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     try:
         source = page_figures.LedgerSource(ledger, projects_dirs([tmp_path / "projects"]),
-                                           ClassPrices.of(Pricing.load()), UTC_ZONE, budgets={})
+                                           ClassPrices.of(RateTable.load()), UTC_ZONE, budgets={})
         handlers = page.routes(source, "t")
         html = b"".join(handlers["/"]({}, lambda *a: None)).decode()
         body = b"".join(handlers["/api/summary.json"]({}, lambda *a: None))

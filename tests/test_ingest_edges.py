@@ -11,7 +11,7 @@ from exporter.ingest.parse import parse_lines
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from tests.support.logs import Log
 from tests.support.records import assistant, jsonl
 from tests.support.trees import linked_tree
@@ -147,11 +147,11 @@ def test_mended_lines_are_a_metric_at_start_and_live(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "state" / "ledger.sqlite3")
     name = "claude_code_exporter_mended_lines_total"
     fresh = CollectorRegistry()
-    Projection(Pricing.load(), MetricsOptions(), fresh).load(ledger)
+    Projection(RateTable.load(), MetricsOptions(), fresh).load(ledger)
     assert fresh.get_sample_value(name, {"kind": "lone_surrogate"}) == 0
     Scanner(ledger, [tmp_path / "projects"], workers=1, log=Log()).scan()
     registry = CollectorRegistry()
-    projection = Projection(Pricing.load(), MetricsOptions(), registry)
+    projection = Projection(RateTable.load(), MetricsOptions(), registry)
     projection.load(ledger)
     assert registry.get_sample_value(name, {"kind": "lone_surrogate"}) == 1
     with f.open("ab") as out:

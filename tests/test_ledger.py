@@ -244,10 +244,10 @@ def test_a_migrated_ledger_exposes_the_totals_of_a_fresh_ingest(tmp_path: Path) 
     from exporter.ingest.scan import Scanner
     from exporter.projections.backfill import exposed
     from exporter.projections.metrics import MetricsOptions, Projection
-    from exporter.projections.pricing import Pricing
+    from exporter.projections.pricing import RateTable
     from exporter.synth import GenOptions, generate
 
-    rules = MetricsOptions().counting(Pricing.load())
+    rules = MetricsOptions().counting(RateTable.load())
     shutil.copy(V1_FIXTURE, tmp_path / "v1.db")
     migrated = Ledger(tmp_path / "v1.db", rules=rules)
     tree = tmp_path / "tree"  # the tree the fixture was made from (same generator, same seed)
@@ -258,7 +258,7 @@ def test_a_migrated_ledger_exposes_the_totals_of_a_fresh_ingest(tmp_path: Path) 
 
     def counters(ledger: Ledger) -> dict[Any, float]:
         registry = CollectorRegistry()
-        proj = Projection(Pricing.load(), MetricsOptions(), registry, roots=[tree / "projects"])
+        proj = Projection(RateTable.load(), MetricsOptions(), registry, roots=[tree / "projects"])
         proj.load(ledger)
         out = exposed(registry, "claude_code")
         proj.shutdown()

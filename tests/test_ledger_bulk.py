@@ -17,7 +17,7 @@ from exporter.ledger import classes, slot_sums
 from exporter.ledger.staging import RAW_PASS
 from exporter.ledger.store import Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Applied, Parsed, Request, Source
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
@@ -393,7 +393,7 @@ def test_a_raw_pass_settles_each_row_after_its_last_change(tmp_path: Path) -> No
     for name, raw in (("raw", True), ("inc", False)):
         now[0] = t0
         ledger = Ledger(tmp_path / f"{name}.db", settle_seconds=60.0, clock=lambda: now[0],
-                        rules=MetricsOptions().counting(Pricing.load()))
+                        rules=MetricsOptions().counting(RateTable.load()))
         with ledger.bulk(3, raw=raw):
             for batch in batches:
                 parsed = Parsed()
@@ -479,7 +479,7 @@ class _OffMidnight:
 
 def test_classes_from_the_day_sums_equal_those_from_the_rows(tmp_path: Path) -> None:
     """Across a price change, the long-context threshold and every gap bucket: the same classes."""
-    rules = MetricsOptions().counting(Pricing.load())
+    rules = MetricsOptions().counting(RateTable.load())
     model = "claude-opus-4-6"
     sizes, times, _gaps = rules.cuts(model)
     assert sizes and times, "the model must have a long-context price and a price change"

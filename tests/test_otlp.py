@@ -20,7 +20,7 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.projections import instruments
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.serve import otlp
 from exporter.serve.push import PushState
 from exporter.synth import GenOptions, generate
@@ -75,7 +75,7 @@ def test_push_carries_the_catalogue_with_truth_values(
     pushes = PushState(options.endpoint, Log())
     reader = otlp.reader(options, pushes)
     registry = CollectorRegistry()
-    proj = Projection(Pricing.load(), MetricsOptions(), registry, readers=[reader],
+    proj = Projection(RateTable.load(), MetricsOptions(), registry, readers=[reader],
                       resource=otlp.resource(options, host="ws-1", user="alice"))
     try:
         proj.load(ledger)

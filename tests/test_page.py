@@ -22,7 +22,7 @@ from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
 from exporter.projections import figures
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.periods import UTC_ZONE, Range
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.usage import ZERO
 from exporter.serve import page, page_figures, page_html, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
@@ -283,7 +283,7 @@ def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.sqlite3")
     try:
         ingest_samples(ledger._db)
-        source = page_figures.LedgerSource(ledger, [tmp_path], ClassPrices.of(Pricing.load()),
+        source = page_figures.LedgerSource(ledger, [tmp_path], ClassPrices.of(RateTable.load()),
                                            UTC_ZONE, budgets={}, clock=lambda: t0 + 60)
         data = source()
     finally:

@@ -14,7 +14,7 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.counting import Counting
 from exporter.projections.percentiles import Histograms, percentile
 from exporter.projections.periods import UTC_ZONE, Range
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.selection import Selection
 from exporter.sqlite import sqlite3
 from tests.support.requests_table import COLUMNS, REQUESTS
@@ -149,7 +149,7 @@ def test_bins_bound_their_values() -> None:
 
 def test_a_writer_splits_the_slots_by_the_price_tables_thresholds(tmp_path: Path) -> None:
     """A ledger opened with counting rules splits its slots by every threshold of their prices."""
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     rules = Counting(pricing, {}, 0.0)
     assert 100_000 in rules.long_context_thresholds
     Ledger(tmp_path / "ledger.sqlite3").close()  # no rules: the slots' own split

@@ -27,15 +27,15 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.plan.cost import ledger_cost, publish_today
 from exporter.projections.plan.estimate import change_points, usd_per_percent
 from exporter.projections.plan.windows import DAY, plan_figures
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request, Source
 from tests.support.plan import T0, Run, generate, store_requests
 
 
 @pytest.fixture(scope="module")
-def pricing() -> Pricing:
+def pricing() -> RateTable:
     """The shipped price table."""
-    return Pricing.load()
+    return RateTable.load()
 
 
 # ---------------------------------------------------------------- estimator
@@ -80,8 +80,8 @@ def test_no_cost_here_no_estimate() -> None:
 # -------------------------------------------------------------- ledger cost
 
 
-def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricing) -> None:
-    """The report's price classes price as Pricing.cost does per request, over a half-open range.
+def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: RateTable) -> None:
+    """The report's price classes price as RateTable.cost does per request, over a half-open range.
 
     Long context, US region, fast mode and an unpriced model included; to the
     micro-dollar the report rounds to.
@@ -112,7 +112,7 @@ def test_ledger_cost_matches_per_request_pricing(tmp_path: Path, pricing: Pricin
 
 
 def test_ledger_cost_is_the_reports_cost_web_searches_included(tmp_path: Path,
-                                                               pricing: Pricing) -> None:
+                                                               pricing: RateTable) -> None:
     """Over the same range the estimate's cost is the cost `report` shows, searches billed."""
     from exporter.projections import figures
     from exporter.projections.periods import UTC_ZONE, Range
@@ -132,7 +132,7 @@ def test_ledger_cost_is_the_reports_cost_web_searches_included(tmp_path: Path,
     led.close()
 
 
-def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pricing) -> None:
+def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: RateTable) -> None:
     """Today's cost is published (neither yesterday's nor tomorrow's); the status line reads it."""
     now = T0 + 10 * 3600
     midnight = spool.local_midnight(now)
@@ -152,7 +152,7 @@ def test_publish_today_is_what_the_status_line_shows(tmp_path: Path, pricing: Pr
 # ----------------------------------------------------------- generated run
 
 
-def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
+def replay(run: Run, state: Path, pricing: RateTable) -> Callable[[], Any]:
     """Feed the refreshes to the status-line command, the requests to the ledger; ingest."""
     env = {spool.STATE_DIR_ENV: str(state)}
     for at, doc in run.refreshes:
@@ -175,7 +175,7 @@ def replay(run: Run, state: Path, pricing: Pricing) -> Callable[[], Any]:
 
 @pytest.mark.parametrize(("decimals", "lag"), [(0, False), (1, False), (0, True)])
 def test_estimate_within_2_percent_of_the_generating_size(
-    decimals: int, lag: bool, tmp_path: Path, pricing: Pricing
+    decimals: int, lag: bool, tmp_path: Path, pricing: RateTable
 ) -> None:
     """One machine: the estimate is within 2 % of the window size that generated the figures.
 
@@ -193,7 +193,7 @@ def test_estimate_within_2_percent_of_the_generating_size(
 
 
 def test_usage_elsewhere_scales_the_estimate_by_this_machines_share(
-    tmp_path: Path, pricing: Pricing
+    tmp_path: Path, pricing: RateTable
 ) -> None:
     """A quarter of the usage elsewhere: the estimate is 0.75 x the true size (a lower bound).
 

@@ -27,7 +27,7 @@ from exporter.ledger import plan_store as store
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.plan.gauges import PLAN_FAMILIES
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request, Source
 from exporter.serve.plan_link import PlanLink
 from tests.support.exposition import families
@@ -65,7 +65,7 @@ def run_statusline(state: Path, stdin: bytes, at: float) -> None:
     assert code == 0 and out.getvalue().strip()
 
 
-def record_history(state: Path, pricing: Pricing) -> float:
+def record_history(state: Path, pricing: RateTable) -> float:
     """Every refresh (one repeated, two failed) and a torn spool line; the last context %."""
     found = refreshes(requests(), pricing, usd_5h=USD_5H, usd_7d=USD_7D)
     record(state, found)
@@ -82,7 +82,7 @@ def options() -> MetricsOptions:
     return MetricsOptions(budgets={"day": 20.0}, version="test")
 
 
-def projection(pricing: Pricing, ledger: Ledger) -> tuple[Projection, CollectorRegistry]:
+def projection(pricing: RateTable, ledger: Ledger) -> tuple[Projection, CollectorRegistry]:
     """A projection loaded from ``ledger`` at the fixed clock, on a fresh registry."""
     registry = CollectorRegistry()
     proj = Projection(pricing, options(), registry, clock=lambda: NOW, files_watched=lambda: 1)
@@ -94,7 +94,7 @@ def projection(pricing: Pricing, ledger: Ledger) -> tuple[Projection, CollectorR
 def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     """The fixed ledger and samples, scraped as serve exposes them, at ``NOW``."""
     state = tmp_path_factory.mktemp("state")
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     ledger = Ledger(state / "ledger.sqlite3", rules=options().counting(pricing),
                     clock=lambda: NOW)
     store_requests(ledger, requests())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from exporter.ingest import spool
 from exporter.ledger.store import Ledger
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Parsed, Request, Source
 from exporter.serve.plan_link import PlanLink
 from tests.support.clock import Clock
@@ -35,7 +35,7 @@ def test_today_is_repriced_at_most_every_interval_and_pending_changes_follow(
     state = tmp_path / "state"
     clock = Clock(spool.local_midnight(T0) + 12 * 3600)
     ledger = Ledger(state / "ledger.sqlite3")
-    link = PlanLink(state / "ledger.sqlite3", state, Pricing.load(), clock=clock,
+    link = PlanLink(state / "ledger.sqlite3", state, RateTable.load(), clock=clock,
                     today_every=10.0)
     try:
         add(ledger, "a", clock.now - 60)
@@ -65,7 +65,7 @@ def test_a_new_day_is_published_without_waiting_for_a_pass(tmp_path: Path) -> No
     midnight = spool.local_midnight(T0)
     clock = Clock(midnight + 86_400 - 5)
     ledger = Ledger(state / "ledger.sqlite3")
-    link = PlanLink(state / "ledger.sqlite3", state, Pricing.load(), clock=clock,
+    link = PlanLink(state / "ledger.sqlite3", state, RateTable.load(), clock=clock,
                     today_every=3600.0)
     try:
         add(ledger, "late", clock.now - 1)

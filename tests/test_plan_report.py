@@ -26,7 +26,7 @@ from exporter.cli import statusline
 from exporter.ingest import spool
 from exporter.ledger import plan_store as store
 from exporter.ledger.store import Ledger
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.report.tables import INSTANCE_FIELDS
 from exporter.sqlite import sqlite3
 from tests.support.paths import ROOT
@@ -40,7 +40,7 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
     """A state dir: a generated run that ended a day ago, its samples still in the spool."""
     state = tmp_path_factory.mktemp("plan-report") / "state"
     t0 = float(int(time.time() - 3 * DAY))
-    run = generate(Run(2.40, 14.0, decimals=1), Pricing.load(), seed=3, t0=t0)
+    run = generate(Run(2.40, 14.0, decimals=1), RateTable.load(), seed=3, t0=t0)
     env = {spool.STATE_DIR_ENV: str(state)}
     for at, doc in run.refreshes:  # the real status-line command, at the refresh's time
         out = io.BytesIO()
@@ -97,7 +97,7 @@ def test_report_ingests_the_spool_and_shows_every_window(week: tuple[Path, Run])
     assert seven[0]["usd_per_percent"] == pytest.approx(14.0, rel=0.02)
     assert seven[0]["open"]  # the weekly window resets four days from now
     # The cost inside each 5-hour instance is the cost of the requests generated in it.
-    prices = Pricing.load()
+    prices = RateTable.load()
     resets = sorted(int(d["rate_limits"]["five_hour"]["resets_at"]) for _, d in run.refreshes)
     for inst, reset in zip(five, sorted(set(resets)), strict=True):
         inside = [r for r in run.requests if reset - FIVE_HOURS <= r.ts < reset]

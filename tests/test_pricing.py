@@ -25,7 +25,7 @@ from exporter.projections.pricing import (
     MAX_MODEL_ID,
     RATE_NAMES,
     PriceUpdateError,
-    Pricing,
+    RateTable,
     fetch_prices,
     normalise_model_id,
 )
@@ -51,12 +51,12 @@ def data() -> genai.PriceData:
 
 
 @pytest.fixture(scope="module")
-def pricing(data: genai.PriceData) -> Pricing:
+def pricing(data: genai.PriceData) -> RateTable:
     """The shipped prices (database and our rules), loaded once, the clock at 2026-12-01."""
-    return Pricing.load(data=data, clock=lambda: NOW)
+    return RateTable.load(data=data, clock=lambda: NOW)
 
 
-def total(pricing: Pricing, r: Request) -> float:
+def total(pricing: RateTable, r: Request) -> float:
     """Return the request's total cost, failing if it is unpriced."""
     cost = pricing.cost(r)
     assert cost is not None
@@ -66,19 +66,19 @@ def total(pricing: Pricing, r: Request) -> float:
 # --- pricing.md's rules ------------------------------------------------------------
 
 
-def test_worked_example_small(pricing: Pricing) -> None:
+def test_worked_example_small(pricing: RateTable) -> None:
     """The first worked request of pricing.md costs $0.00144."""
     r = req(input=5, cache_read=1000, cache_write_5m=100, output=50)
     assert total(pricing, r) == pytest.approx(0.00144, rel=1e-12)
 
 
-def test_worked_example_long_context(pricing: Pricing) -> None:
+def test_worked_example_long_context(pricing: RateTable) -> None:
     """The same request with 250,000 cache-read tokens bills everything at premium: $0.151905."""
     r = req(input=5, cache_read=250_000, cache_write_5m=100, output=50)
     assert total(pricing, r) == pytest.approx(0.151905, rel=1e-12)
 
 
-def test_cost_is_split_by_token_type(pricing: Pricing) -> None:
+def test_cost_is_split_by_token_type(pricing: RateTable) -> None:
     """The cost mapping has one entry per token type, each at its own rate."""
     r = req(input=5, cache_read=1000, cache_write_5m=100, cache_write_1h=10, output=50)
     cost = pricing.cost(r)
@@ -93,26 +93,26 @@ def test_cost_is_split_by_token_type(pricing: Pricing) -> None:
     )
 
 
-def test_premium_boundary_is_strictly_above_200k(pricing: Pricing) -> None:
+def test_premium_boundary_is_strictly_above_200k(pricing: RateTable) -> None:
     """A prompt of exactly 200,000 tokens is billed normally; 200,001 at premium."""
     assert total(pricing, req(cache_read=200_000)) == pytest.approx(200_000 * 0.30e-6)
     assert total(pricing, req(cache_read=200_001)) == pytest.approx(200_001 * 0.60e-6)
 
 
-def test_premium_threshold_counts_every_prompt_field(pricing: Pricing) -> None:
+def test_premium_threshold_counts_every_prompt_field(pricing: RateTable) -> None:
     """Input, cache read and both cache writes add up to the prompt that crosses 200k."""
     r = req(input=1, cache_read=199_998, cache_write_5m=1, cache_write_1h=1, output=10)
     expected = (1 * 6 + 199_998 * 0.6 + 1 * 7.5 + 1 * 12 + 10 * 22.5) * 1e-6
     assert total(pricing, r) == pytest.approx(expected)
 
 
-def test_output_alone_never_triggers_premium(pricing: Pricing) -> None:
+def test_output_alone_never_triggers_premium(pricing: RateTable) -> None:
     """Output tokens are not prompt: a huge output on a small prompt stays at base rates."""
     assert total(pricing, req(output=300_000)) == pytest.approx(300_000 * 15e-6)
 
 
 @pytest.mark.parametrize("model", ["claude-sonnet-4", "claude-sonnet-4-20250514"])
-def test_sonnet_4_has_the_premium(pricing: Pricing, model: str) -> None:
+def test_sonnet_4_has_the_premium(pricing: RateTable, model: str) -> None:
     """Sonnet 4 shares Sonnet 4.5's long-context premium (our rule: the database has none)."""
     assert total(pricing, req(model, cache_read=300_000)) == pytest.approx(300_000 * 0.6e-6)
 
@@ -121,7 +121,7 @@ def test_sonnet_4_has_the_premium(pricing: Pricing, model: str) -> None:
     ("model", "read_rate"), [("claude-sonnet-4-6", 0.3), ("claude-opus-4-6", 0.5)]
 )
 def test_models_without_premium_since_march_13(
-    pricing: Pricing, model: str, read_rate: float
+    pricing: RateTable, model: str, read_rate: float
 ) -> None:
     """Sonnet 4.6 and Opus 4.6 bill long prompts at their normal rates from 2026-03-13 on."""
     assert total(pricing, req(model, cache_read=500_000)) == pytest.approx(
@@ -129,7 +129,7 @@ def test_models_without_premium_since_march_13(
     )
 
 
-def test_opus_4_6_long_prompt_priced_by_the_rule_of_its_date(pricing: Pricing) -> None:
+def test_opus_4_6_long_prompt_priced_by_the_rule_of_its_date(pricing: RateTable) -> None:
     """Above 200k prompt tokens, Opus 4.6 bills at its tier before 2026-03-13, flat from then.
 
     genai-prices 0.2.3: before the date input 10, cache read 1.0, output 37.5 above
@@ -156,13 +156,13 @@ def test_opus_4_6_long_prompt_priced_by_the_rule_of_its_date(pricing: Pricing) -
 
 def test_rates_without_a_date_are_those_in_force_now(data: genai.PriceData) -> None:
     """``at=None`` means the injected clock's now."""
-    early = Pricing.load(data=data, clock=lambda: MARCH_13 - 86_400)
-    late = Pricing.load(data=data, clock=lambda: MARCH_13 + 86_400)
+    early = RateTable.load(data=data, clock=lambda: MARCH_13 - 86_400)
+    late = RateTable.load(data=data, clock=lambda: MARCH_13 + 86_400)
     assert early.rates("claude-opus-4-6", long_context=True).output == 37.5  # type: ignore[union-attr]
     assert late.rates("claude-opus-4-6", long_context=True).output == 25.0  # type: ignore[union-attr]
 
 
-def test_boundaries_are_empty_for_flat_models(pricing: Pricing) -> None:
+def test_boundaries_are_empty_for_flat_models(pricing: RateTable) -> None:
     """A model whose prices never changed has no boundary; an unpriced one neither."""
     assert pricing.boundaries("claude-sonnet-4-5-20250929") == ()
     assert pricing.boundaries("claude-nova-9") == ()
@@ -190,7 +190,7 @@ PRICING_MD = {  # the table of pricing.md, row by row: the database agrees today
 }
 
 
-def test_prices_match_pricing_md_today(pricing: Pricing) -> None:
+def test_prices_match_pricing_md_today(pricing: RateTable) -> None:
     """Every row of pricing.md's table is the database's price in force now."""
     for model, row in PRICING_MD.items():
         price = pricing.price(model)
@@ -220,20 +220,20 @@ NEWEST = [
 
 
 @pytest.mark.parametrize(("model", "usd"), NEWEST)
-def test_newest_models_at_list_price(pricing: Pricing, model: str, usd: float) -> None:
+def test_newest_models_at_list_price(pricing: RateTable, model: str, usd: float) -> None:
     """Opus 5, Sonnet 5 and Opus 5.5 (any provider spelling) cost their list price."""
     r = req(model, input=1000, cache_write_5m=2000, cache_write_1h=500, cache_read=100_000,
             output=3000)
     assert total(pricing, r) == pytest.approx(usd, rel=1e-12)
 
 
-def test_newest_models_have_no_long_context_tier(pricing: Pricing) -> None:
+def test_newest_models_have_no_long_context_tier(pricing: RateTable) -> None:
     """Opus 5 bills a 300k prompt flat: 300,000 × 0.5 = $0.15."""
     assert total(pricing, req("claude-opus-5", cache_read=300_000)) == pytest.approx(0.15)
 
 
 def test_every_model_of_the_fixtures_and_generator_is_priced(
-    pricing: Pricing, real_tree: Path
+    pricing: RateTable, real_tree: Path
 ) -> None:
     """Every Claude model that bills in the real transcripts and the generator has a price."""
     seen: set[str] = set()
@@ -279,7 +279,7 @@ def test_every_model_of_the_fixtures_and_generator_is_priced(
         ("claude-4-5-opus", "claude-opus-4-5"),
     ],
 )
-def test_family_normalisation(pricing: Pricing, model_id: str, family: str) -> None:
+def test_family_normalisation(pricing: RateTable, model_id: str, family: str) -> None:
     """Provider prefixes, version and date suffixes and case do not change the family."""
     assert pricing.family(model_id) == family
 
@@ -288,14 +288,14 @@ def test_family_normalisation(pricing: Pricing, model_id: str, family: str) -> N
     "model_id",
     ["claude-opus-4-9", "claude-sonnet-4-5-preview", NOVA, "<synthetic>", "", "gpt-4o", "claude"],
 )
-def test_unknown_models_are_unpriced(pricing: Pricing, model_id: str) -> None:
+def test_unknown_models_are_unpriced(pricing: RateTable, model_id: str) -> None:
     """An id that does not normalise to a family key exactly is unpriced (None), never $0."""
     assert pricing.family(model_id) is None
     assert pricing.cost(req(model_id, input=1000, output=10)) is None
     assert pricing.rates(model_id) is None
 
 
-def test_unpriced_help_says_how_to_price(pricing: Pricing) -> None:
+def test_unpriced_help_says_how_to_price(pricing: RateTable) -> None:
     """The guidance names the config key to add and the package to update."""
     text = pricing.unpriced_help("claude-nova-9-20261101")
     assert '[pricing.models."claude-nova-9"]' in text
@@ -312,7 +312,7 @@ def test_normalise_model_id_strips_repeated_suffixes() -> None:
     assert normalise_model_id(within) == "claude-opus-4-6"
 
 
-def test_long_ids_are_cut_and_unpriced(pricing: Pricing) -> None:
+def test_long_ids_are_cut_and_unpriced(pricing: RateTable) -> None:
     """A 10 kB id of repeated ``-v1`` is cut to MAX_MODEL_ID before any work, and unpriced.
 
     The work per id is bounded by MAX_MODEL_ID, so 10,000 such ids cost what 10,000
@@ -328,7 +328,7 @@ def test_long_ids_are_cut_and_unpriced(pricing: Pricing) -> None:
 
 def test_caches_are_bounded(data: genai.PriceData) -> None:
     """10,000 distinct ids and 1,000 distinct label values leave both memos bounded."""
-    pricing = Pricing.load(data=data, clock=lambda: NOW)
+    pricing = RateTable.load(data=data, clock=lambda: NOW)
     for i in range(10_000):
         pricing.family(f"claude-x-{i}-" + "y" * 150)
         pricing.cost(req("claude-opus-4-6", input=1, inference_geo=f"geo-{i % 1000}" * 50))
@@ -339,7 +339,7 @@ def test_caches_are_bounded(data: genai.PriceData) -> None:
     assert len(pricing._rates) <= 4
 
 
-def test_family_is_memoised(pricing: Pricing) -> None:
+def test_family_is_memoised(pricing: RateTable) -> None:
     """The lookup of an id is cached (it is called once per request)."""
     pricing.family("anthropic.claude-opus-4-5-20251101-v1:0")
     fam = pricing._families["anthropic.claude-opus-4-5-20251101-v1:0"]
@@ -386,7 +386,8 @@ def test_keys_agree_with_genai_prices_matching(data: genai.PriceData) -> None:
         ({"inference_geo": "us", "service_tier": "batch"}, 0.55),
     ],
 )
-def test_whole_request_multipliers(pricing: Pricing, fields: dict[str, Any], factor: float) -> None:
+def test_whole_request_multipliers(pricing: RateTable, fields: dict[str, Any],
+                                   factor: float) -> None:
     """US-only inference costs 1.1x, batch 0.5x, and they multiply."""
     base = req(input=5, cache_read=1000, cache_write_5m=100, output=50)
     assert total(pricing, base._replace(**fields)) == pytest.approx(0.00144 * factor)
@@ -421,7 +422,7 @@ def test_batch_rule_matches_the_database(data: genai.PriceData) -> None:
         ("claude-opus-4-5", 1.0),  # no fast mode
     ],
 )
-def test_fast_mode(pricing: Pricing, model: str, factor: float) -> None:
+def test_fast_mode(pricing: RateTable, model: str, factor: float) -> None:
     """``speed: fast`` costs the database's fast price, else our multiplier."""
     r = req(model, input=1000, output=100, cache_read=5000, cache_write_1h=10)
     assert total(pricing, r._replace(speed="fast")) == pytest.approx(total(pricing, r) * factor)
@@ -459,7 +460,7 @@ def _days(data: genai.PriceData, family: str) -> list[float]:
 
 def test_every_family_matches_calc_price(data: genai.PriceData) -> None:
     """Our float table gives genai-prices' Decimal total for every family, period and mix."""
-    pricing = Pricing(data.families, data.keys)  # the database alone, no rules
+    pricing = RateTable(data.families, data.keys)  # the database alone, no rules
     checked = 0
     for family, fam in data.families.items():
         for ts in _days(data, family):
@@ -482,7 +483,7 @@ def test_every_family_matches_calc_price(data: genai.PriceData) -> None:
     assert checked > 400
 
 
-def test_web_search_price(pricing: Pricing) -> None:
+def test_web_search_price(pricing: RateTable) -> None:
     """A web search costs $10 per thousand (genai-prices), untouched by the token multipliers."""
     rates = pricing.rates("claude-opus-4-6", inference_geo="us")
     assert rates is not None
@@ -498,7 +499,7 @@ def test_web_search_price(pricing: Pricing) -> None:
 # --- where the data comes from ----------------------------------------------------
 
 
-def test_describe_names_the_data(pricing: Pricing) -> None:
+def test_describe_names_the_data(pricing: RateTable) -> None:
     """describe() gives package, installed version, data date and origin."""
     info = pricing.describe()
     assert info["package"] == "genai-prices"
@@ -506,7 +507,7 @@ def test_describe_names_the_data(pricing: Pricing) -> None:
     assert datetime.strptime(info["data_date"], "%Y-%m-%d")
     assert info["origin"] == "bundled"
     assert info["overrides"] == "none"
-    assert Pricing.load({"aliases": {"claude-z-1": "claude-opus-4-6"}},
+    assert RateTable.load({"aliases": {"claude-z-1": "claude-opus-4-6"}},
                         data=pricing_data()).describe()["overrides"] == "config"
 
 
@@ -557,8 +558,8 @@ def test_cache_keeps_one_file_per_key_and_only_the_newest(tmp_path: Path,
 def test_cached_start_does_not_import_the_database(tmp_path: Path) -> None:
     """With a warm cache, loading prices never imports genai-prices (its import is ~0.2 s)."""
     code = (
-        "import sys; from pathlib import Path; from exporter.projections.pricing import Pricing;"
-        f"p = Pricing.load(cache_dir=Path({str(tmp_path)!r}));"
+        "import sys; from pathlib import Path; from exporter.projections.pricing import RateTable;"
+        f"p = RateTable.load(cache_dir=Path({str(tmp_path)!r}));"
         "print(p.family('claude-opus-5'), 'genai_prices' in sys.modules)"
     )
     run = [sys.executable, "-c", code]
@@ -611,7 +612,7 @@ def price_server() -> Iterator[str]:
 
 def test_update_uses_fetched_data(price_server: str) -> None:
     """Fetched data prices its models and says it was fetched."""
-    pricing = Pricing.load(data=fetch_prices(price_server), clock=lambda: NOW)
+    pricing = RateTable.load(data=fetch_prices(price_server), clock=lambda: NOW)
     assert total(pricing, req("claude-opus-9", input=1_000_000, output=1000)) == pytest.approx(
         7.035)
     assert pricing.describe()["origin"].startswith("fetched ")
@@ -624,13 +625,13 @@ def test_update_uses_fetched_data(price_server: str) -> None:
 def test_override_adds_a_model(data: genai.PriceData) -> None:
     """A model missing from the database can be priced from the config."""
     rates = dict(zip(RATE_NAMES, (2.0, 2.5, 4.0, 0.2, 10.0), strict=True))
-    pricing = Pricing.load({"models": {"claude-nova-9": rates}}, data=data)
+    pricing = RateTable.load({"models": {"claude-nova-9": rates}}, data=data)
     assert total(pricing, req(NOVA, input=1_000_000)) == pytest.approx(2.0)
 
 
 def test_override_changes_one_price_and_keeps_the_rest(data: genai.PriceData) -> None:
     """Overriding one rate of a known family leaves its other rates as shipped."""
-    pricing = Pricing.load({"models": {"claude-haiku-4-5": {"output": 6.0}}}, data=data)
+    pricing = RateTable.load({"models": {"claude-haiku-4-5": {"output": 6.0}}}, data=data)
     price = pricing.price("claude-haiku-4-5")
     assert price is not None
     assert (price.rates.output, price.rates.input) == (6.0, 1.0)
@@ -638,7 +639,7 @@ def test_override_changes_one_price_and_keeps_the_rest(data: genai.PriceData) ->
 
 def test_override_wins_over_the_database(data: genai.PriceData) -> None:
     """Config beats the database's rates, its fast price and its dated tier."""
-    pricing = Pricing.load(
+    pricing = RateTable.load(
         {"models": {
             "claude-opus-5": {"input": 7.0},
             "claude-opus-4-8": {"fast_multiplier": 3.0},
@@ -657,7 +658,7 @@ def test_override_wins_over_the_database(data: genai.PriceData) -> None:
 
 def test_override_changes_multipliers(data: genai.PriceData) -> None:
     """Geo, tier and fast multipliers are configurable."""
-    pricing = Pricing.load(
+    pricing = RateTable.load(
         {
             "multipliers": {"inference_geo": {"us": 1.0}, "service_tier": {"priority": 2.0}},
             "models": {"claude-opus-4-6": {"fast_multiplier": 3}},
@@ -693,12 +694,12 @@ def test_bad_override_names_the_key(
 ) -> None:
     """An invalid override raises ValueError whose message names the offending key."""
     with pytest.raises(ValueError, match=f"'{named}'"):
-        Pricing.load(overrides, data=data)
+        RateTable.load(overrides, data=data)
 
 
 def test_alias_prices_an_id(data: genai.PriceData) -> None:
     """An alias in the config prices another id as a known family."""
-    pricing = Pricing.load({"aliases": {"claude-internal-7": "claude-opus-4-6"}}, data=data)
+    pricing = RateTable.load({"aliases": {"claude-internal-7": "claude-opus-4-6"}}, data=data)
     assert pricing.family("claude-internal-7-20260101") == "claude-opus-4-6"
 
 

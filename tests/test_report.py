@@ -15,7 +15,7 @@ from rich.console import Console
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Summary, summary
 from exporter.projections.json_text import to_json
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request, Source
 from exporter.report.summary import (
     duration,
@@ -48,7 +48,7 @@ def summarised(tmp_path_factory: pytest.TempPathFactory) -> Summary:
     with report_ledgers.real(requests, Path(tmp_path_factory.mktemp("l"))) as ledger:
         return summary(
             report_ledgers.select(ledger),
-            ClassPrices.of(Pricing.load()),
+            ClassPrices.of(RateTable.load()),
             kv_bytes_per_token={"mla": 70_272, "gqa": 516_096},
             upload_bytes_per_token=4.0,
             lines={"usage": 5, "duplicate": 7, "other": 11, "rejected": 2},

@@ -21,7 +21,7 @@ from exporter.projections import views
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import summary
 from exporter.projections.periods import UTC_ZONE, Range, resolve_zone
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.selection import Selection
 from exporter.records import Request, Source
 from exporter.report.tables import render_view, view_csv, view_json
@@ -38,7 +38,7 @@ WIDTHS = (160, 80)
 @pytest.fixture(scope="module")
 def prices() -> ClassPrices:
     """The shipped prices."""
-    return ClassPrices.of(Pricing.load())
+    return ClassPrices.of(RateTable.load())
 
 
 @pytest.fixture(scope="module")

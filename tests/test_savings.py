@@ -17,7 +17,7 @@ import pytest
 
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import summary
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.savings import counter_parts, reread_ratio, saved, without_cache
 from exporter.records import Request
 from tests.support import report_ledgers
@@ -36,7 +36,7 @@ def req(key: str, ts: float = T0, **fields: Any) -> Request:
 @pytest.fixture(scope="module", params=["ledger", "slots"])
 def figures(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Figures:
     """Requests -> report --json figures, through one producer (requests or slot sums)."""
-    prices = ClassPrices.of(Pricing.load())
+    prices = ClassPrices.of(RateTable.load())
 
     def compute(requests: list[Request]) -> dict[str, Any]:
         def run(sel: Any) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def test_definition_in_units() -> None:
 
 def test_counter_parts_only_grow_and_net_to_the_saving() -> None:
     """The counters' parts are >= 0 and reads' saving minus writes' premium is the saving."""
-    rates = Pricing.load().rates("claude-sonnet-4-5", long_context=True)
+    rates = RateTable.load().rates("claude-sonnet-4-5", long_context=True)
     assert rates is not None
     parts = counter_parts(rates, 250_000, 1_000, 10)
     # 250,000 reads x (6 - 0.60); 1,000 5m writes x (7.50 - 6); 10 1h writes x (12 - 6).

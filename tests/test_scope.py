@@ -16,7 +16,7 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.backfill import exposed
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.synth import GenOptions, generate
 from tests.support.paths import ROOT
 
@@ -62,7 +62,7 @@ def _scan(ledger: Ledger, root: Path) -> None:
 def _exposition(ledger: Ledger, root: Path) -> dict[Any, float]:
     """Counter and histogram samples a serve over ``root`` would expose on start."""
     registry = CollectorRegistry()
-    proj = Projection(Pricing.load(), MetricsOptions(), registry, roots=[root / "projects"])
+    proj = Projection(RateTable.load(), MetricsOptions(), registry, roots=[root / "projects"])
     try:
         proj.load(ledger)
         return dict(exposed(registry, "claude_code"))
@@ -72,7 +72,7 @@ def _exposition(ledger: Ledger, root: Path) -> dict[Any, float]:
 
 def test_a_restart_after_months_of_deleted_history_equals_a_fresh_ingest(tmp_path: Path) -> None:
     """Months ingested one by one, each deleted after, expose what one fresh ingest does."""
-    rules = MetricsOptions().counting(Pricing.load())
+    rules = MetricsOptions().counting(RateTable.load())
     live, whole = tmp_path / "live", tmp_path / "whole"
     long = Ledger(tmp_path / "long.db", rules=rules)
     for month in range(3):

@@ -20,7 +20,7 @@ from exporter.projections.facts import Facts
 from exporter.projections.figures import summary
 from exporter.projections.percentiles import percentile
 from exporter.projections.periods import UTC_ZONE, Range
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request, Source
 from tests.support import report_ledgers
 from tests.support.records import REPORT_KEYS, request
@@ -56,13 +56,13 @@ def small_set() -> list[Request]:
 
 
 @pytest.fixture(scope="module")
-def pricing() -> Pricing:
+def pricing() -> RateTable:
     """Return the shipped price table."""
-    return Pricing.load()
+    return RateTable.load()
 
 
 @pytest.fixture(scope="module", params=["ledger", "slots"])
-def figures(request: pytest.FixtureRequest, pricing: Pricing,
+def figures(request: pytest.FixtureRequest, pricing: RateTable,
             tmp_path_factory: pytest.TempPathFactory) -> Figures:
     """Return a function: requests -> report --json figures, through one producer."""
     prices = ClassPrices.of(pricing)
@@ -324,8 +324,8 @@ def random_requests(n: int, seed: int = 7) -> list[Request]:
     return out
 
 
-def test_cost_equals_sum_of_per_request_costs(figures: Figures, pricing: Pricing) -> None:
-    """Pricing by class gives the total of pricing every request on its own, to 1e-6 USD."""
+def test_cost_equals_sum_of_per_request_costs(figures: Figures, pricing: RateTable) -> None:
+    """RateTable by class gives the total of pricing every request on its own, to 1e-6 USD."""
     requests = random_requests(2000)
     expected = sum(sum(c.values()) for r in requests if (c := pricing.cost(r)) is not None)
     assert figures(requests)["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
@@ -348,7 +348,7 @@ def test_input_order_does_not_matter(figures: Figures) -> None:
     assert figures(requests) == figures(shuffled)
 
 
-def test_slots_and_requests_give_the_same_figures(pricing: Pricing, tmp_path: Path) -> None:
+def test_slots_and_requests_give_the_same_figures(pricing: RateTable, tmp_path: Path) -> None:
     """The usage slots and the ledger's requests give identical figures, JSON to JSON."""
     requests = random_requests(3000, seed=11)
     prices = ClassPrices.of(pricing)
@@ -376,7 +376,7 @@ def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Pa
               "cache_write_1h": 2.0, "long_context_threshold": 100_000,
               "long_context": {"input": 2.0, "output": 3.0, "cache_read": 0.2,
                                "cache_write_5m": 2.5, "cache_write_1h": 4.0}}
-    prices = ClassPrices.of(Pricing.load({"models": {"claude-test-1": family}}))
+    prices = ClassPrices.of(RateTable.load({"models": {"claude-test-1": family}}))
     assert prices.thresholds == (100_000, 200_000)
     requests = [req(f"k{i}", 1.8e9 + 7.0 * i, model=rng_model, cache_read=ctx)
                 for i, (rng_model, ctx) in enumerate(
@@ -394,7 +394,7 @@ def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Pa
     assert from_slots["totals"]["cost_usd"] == pytest.approx(expected, abs=1e-6)
 
 
-def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: Pricing,
+def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: RateTable,
                                                                  tmp_path: Path) -> None:
     """Slots split at 100k, 150k and 200k serve a price table with fewer thresholds, exactly."""
     requests = random_requests(1500, seed=5)
@@ -411,7 +411,7 @@ def test_slots_split_by_more_thresholds_answer_a_table_with_fewer(pricing: Prici
         assert run(sel) == run(report_ledgers.select(ledger))
 
 
-def test_block_sums_split_at_a_price_date_inside_a_block(pricing: Pricing,
+def test_block_sums_split_at_a_price_date_inside_a_block(pricing: RateTable,
                                                          tmp_path: Path) -> None:
     """Over months around a price change inside a 16-day block, slots price as requests do."""
     prices = ClassPrices.of(pricing)

@@ -25,7 +25,7 @@ from exporter.ingest.options import ScanOptions
 
 if TYPE_CHECKING:
     from exporter.projections.metrics import MetricsOptions
-    from exporter.projections.pricing import Pricing
+    from exporter.projections.pricing import RateTable
     from exporter.serve.daemon import DaemonParts
     from exporter.serve.http import HttpOptions
     from exporter.serve.otlp import OtlpOptions
@@ -83,7 +83,7 @@ def http_options(settings: Settings) -> HttpOptions:
                        beyond_loopback=settings.listen_beyond_loopback, hosts=hosts)
 
 
-def prices(settings: Settings, warn: Callable[[str], None]) -> Pricing:
+def prices(settings: Settings, warn: Callable[[str], None]) -> RateTable:
     """The run's prices (``update_prices`` fetches the newest); ``warn`` hears why it could not."""
     from exporter.projections.pricing import load_pricing
 

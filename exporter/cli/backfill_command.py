@@ -27,7 +27,7 @@ from exporter.cli.pipeline import (
     transcript_dirs,
 )
 from exporter.progress import progress_bar
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 
 HELP = ("ingest, then write the ledger's history as OpenMetrics text for "
         "`promtool tsdb create-blocks-from openmetrics`")
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
                           serve=serve, plan=plan)
 
 
-def _backfill_file(args: argparse.Namespace, log: Any, requests: Any, *, pricing: Pricing,
+def _backfill_file(args: argparse.Namespace, log: Any, requests: Any, *, pricing: RateTable,
                    metrics: Any, opts: Any, serve: Any, plan: Any) -> int:
     """``backfill -o FILE``: the OpenMetrics text, written beside and moved in when complete."""
     from exporter.projections.backfill import BackfillError, write_history
@@ -168,7 +168,7 @@ def _backfill_file(args: argparse.Namespace, log: Any, requests: Any, *, pricing
     return 0
 
 
-def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: Pricing,
+def _backfill_blocks(args: argparse.Namespace, requests: Any, *, pricing: RateTable,
                      metrics: Any, opts: Any, serve: Any, plan: Any) -> int:
     """``backfill --blocks DIR``: promtool turns the history into blocks, chunk by chunk."""
     from exporter.projections.backfill import BackfillError, write_blocks

@@ -218,9 +218,9 @@ class Settings(BaseSettings):
     def _check_pricing(cls, value: dict[str, Any]) -> dict[str, Any]:
         """The price overrides must make a valid table: checked with every other setting."""
         if value:
-            from exporter.projections.pricing import Pricing  # only if given
+            from exporter.projections.pricing import RateTable  # only if given
 
-            Pricing.load(value)  # its ValueError names the bad key
+            RateTable.load(value)  # its ValueError names the bad key
         return value
 
     @field_validator("listen")

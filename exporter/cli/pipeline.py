@@ -19,7 +19,7 @@ from exporter.ingest import discover
 from exporter.ingest.scan import ScanResult
 from exporter.ledger.store import Ledger
 from exporter.progress import progress_bar
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 
 Environ = Mapping[str, str]
 """The process's environment, read once by exporter.cli.commands.main and handed down."""
@@ -30,13 +30,13 @@ def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
     return discover.transcript_dirs(settings.data_dirs, environ, Path.home())
 
 
-def load_prices(settings: Settings) -> Pricing:
+def load_prices(settings: Settings) -> RateTable:
     """The prices of this run; why ``--update-prices`` could not update them goes to stderr."""
     return prices(settings, warn=lambda line: print(f"claude-code-exporter: {line}",
                                                     file=sys.stderr))
 
 
-def open_ledger(settings: Settings, pricing: Pricing, dirs: Sequence[Path],
+def open_ledger(settings: Settings, pricing: RateTable, dirs: Sequence[Path],
                 role: str = "report") -> Ledger:
     """The ledger, keeping its rollups by the counting rules ``serve`` uses.
 

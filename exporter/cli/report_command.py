@@ -171,7 +171,7 @@ def _count(text: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class ReportQuery:
     """What one `report` run was asked for, checked."""
 
     view: str
@@ -180,7 +180,7 @@ class Request:
 
 
 def check(args: argparse.Namespace, now: float, env: Any = os.environ,
-          warn: Callable[[str], None] | None = None) -> Request:
+          warn: Callable[[str], None] | None = None) -> ReportQuery:
     """Check the flags that need more than argparse; raise UsageError naming the flag.
 
     ``warn`` hears about a ``TZ`` that is not understood (the days are then UTC's).
@@ -210,7 +210,7 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ,
     except PeriodError as exc:
         raise UsageError(str(exc)) from None
     output = "json" if args.json else "csv" if args.csv else "text"
-    return Request(args.view, rng, output)
+    return ReportQuery(args.view, rng, output)
 
 
 def missing_data_dirs(settings: Settings) -> list[Path]:
@@ -259,7 +259,7 @@ def empty(sel: Selection) -> bool:
     return not sel.read(f"SELECT 1 FROM {sel.relation} LIMIT 1", [])
 
 
-def show(req: Request, sel: Selection, prices: ClassPrices, *, settings: Settings,
+def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Settings,
          counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
          now: float) -> int:
     """Compute and print the summary or the view."""
@@ -304,7 +304,7 @@ def show(req: Request, sel: Selection, prices: ClassPrices, *, settings: Setting
     return 0
 
 
-def _attributed(req: Request, view: views.View, by: str) -> int:
+def _attributed(req: ReportQuery, view: views.View, by: str) -> int:
     """Print an attribution view (exporter.report.attribution_tables)."""
     from exporter.report import attribution_tables as report_attribution  # rich, for tables only
 

@@ -38,7 +38,7 @@ from exporter.ledger import attr_days as attribution_days
 from exporter.ledger import slots
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.labels import LabelPolicy
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.selection import SUMS_SQL
 from exporter.projections.usage import Attrs
 from exporter.records import ATTRIBUTION, Request, Source
@@ -78,7 +78,7 @@ class Names:
 class Attributed:
     """Sums per (kind, value) and their growth as counter samples."""
 
-    def __init__(self, pricing: Pricing, names: Names, *,
+    def __init__(self, pricing: RateTable, names: Names, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """Price with ``pricing``; label with ``names``; ``clock`` paces the reloads."""
         self.prices = ClassPrices.of(pricing)

@@ -58,7 +58,7 @@ from exporter.projections.compat import history as compat_history
 from exporter.projections.metrics import MetricsOptions, Projection
 from exporter.projections.plan.gauges import PLAN_FAMILIES
 from exporter.projections.plan.windows import PlanHistory
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.timeline import GAUGE, SampleKey, Timeline, Unit, plan_units
 from exporter.records import Request
 
@@ -109,7 +109,7 @@ class _Replay:
     end: int  # last boundary index written
 
 
-def _replay(requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions,
+def _replay(requests: Sequence[Request], pricing: RateTable, metrics: MetricsOptions,
             opts: BackfillOptions, *, now: float | None,
             serve: Mapping[SampleKey, float] | None,
             plan: PlanHistory | None = None) -> _Replay:
@@ -142,7 +142,7 @@ def _stats(replay: _Replay, written: tuple[int | None, int | None, int],
 
 
 def write_history(
-    requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, out: IO[str],
+    requests: Sequence[Request], pricing: RateTable, metrics: MetricsOptions, out: IO[str],
     opts: BackfillOptions, *, now: float | None = None,
     serve: Mapping[SampleKey, float] | None = None, plan: PlanHistory | None = None,
 ) -> BackfillStats:
@@ -161,7 +161,7 @@ def write_history(
 
 
 def write_blocks(
-    requests: Sequence[Request], pricing: Pricing, metrics: MetricsOptions, blocks: Path,
+    requests: Sequence[Request], pricing: RateTable, metrics: MetricsOptions, blocks: Path,
     opts: BackfillOptions, *, promtool: str, now: float | None = None,
     serve: Mapping[SampleKey, float] | None = None, workdir: Path | None = None,
     progress: Callable[[int, int], None] | None = None, plan: PlanHistory | None = None,
@@ -379,7 +379,7 @@ def _family(sample: str) -> str:
     return sample
 
 
-def serve_samples(ledger: Ledger, pricing: Pricing, metrics: MetricsOptions,
+def serve_samples(ledger: Ledger, pricing: RateTable, metrics: MetricsOptions,
                   roots: Sequence[str | Path] | None = None) -> dict[SampleKey, float]:
     """The counter and histogram samples a ``serve`` over ``roots`` would expose on start.
 

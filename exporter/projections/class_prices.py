@@ -1,7 +1,7 @@
 """Exact integer prices per price class, for pricing SQL sums: :class:`ClassPrices`.
 
 :class:`ClassPrices` turns the rate table
-(:class:`~exporter.projections.pricing.Pricing`) into pico-dollar units.
+(:class:`~exporter.projections.pricing.RateTable`) into pico-dollar units.
 
 A price class is what decides a request's price: model, geo, tier, speed,
 long-context level and price period. Each class is priced once, in pico-dollars
@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from exporter.ledger import slots
 from exporter.projections.money import PICO_PER_USD
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.savings import saved
 from exporter.projections.selection import CONTEXT_SQL
 from exporter.projections.usage import Attrs, Usage
@@ -25,7 +25,7 @@ from exporter.projections.usage import Attrs, Usage
 _SLOT: Final = slots.SLOT_SECONDS
 
 
-def long_thresholds(pricing: Pricing) -> tuple[int, ...]:
+def long_thresholds(pricing: RateTable) -> tuple[int, ...]:
     """Every long-context threshold of the price table (any period), ascending."""
     families = getattr(pricing, "families", None)  # price periods, when the table has them
     periods: list[Any]
@@ -40,14 +40,14 @@ def long_thresholds(pricing: Pricing) -> tuple[int, ...]:
 class ClassPrices:
     """Prices each price class once, in integer pico-dollars per token and per search."""
 
-    pricing: Pricing
+    pricing: RateTable
     thresholds: tuple[int, ...] = ()  # every long-context threshold in the table, ascending
     starts: tuple[float, ...] = ()  # every date any family's price changes, ascending
     _units: dict[tuple[Any, ...], tuple[int, ...] | None] = field(default_factory=dict)
     _dated: bool = False
 
     @classmethod
-    def of(cls, pricing: Pricing) -> ClassPrices:
+    def of(cls, pricing: RateTable) -> ClassPrices:
         """Collect the thresholds and price dates the SQL must split requests by."""
         families = getattr(pricing, "families", None)  # price periods, when the table has them
         starts = sorted({s for fam in families.values() for s in fam.starts}) if families else []

@@ -27,7 +27,7 @@ from typing import Any, Final
 from exporter.projections.class_prices import long_thresholds
 from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.labels import LabelPolicy
-from exporter.projections.pricing import Pricing, Rates
+from exporter.projections.pricing import Rates, RateTable
 from exporter.projections.savings import counter_parts
 from exporter.records import (
     ACTIVE_GAP_SECONDS,
@@ -100,7 +100,7 @@ def bucket_index(bounds: Sequence[float], value: float) -> int:
 class Counting:
     """Where one request counts: its class, its sums, its histogram observations."""
 
-    def __init__(self, pricing: Pricing, kv_bytes_per_token: Mapping[str, int],
+    def __init__(self, pricing: RateTable, kv_bytes_per_token: Mapping[str, int],
                  upload_bytes_per_token: float) -> None:
         """Rules under the given prices (long context, price periods) and byte estimates."""
         self.pricing = pricing
@@ -197,14 +197,14 @@ def upload_bytes(context: int, per_token: float) -> float:
     return exact(context * per_token, 1.0)
 
 
-def _boundaries(pricing: Pricing, model: str) -> tuple[float, ...]:
+def _boundaries(pricing: RateTable, model: str) -> tuple[float, ...]:
     """The model's price-change times, when the price table has dated prices."""
-    # Dated prices come with a newer price table (Pricing.boundaries); until then none.
+    # Dated prices come with a newer price table (RateTable.boundaries); until then none.
     boundaries: Callable[[str], Sequence[float]] | None = getattr(pricing, "boundaries", None)
     return tuple(boundaries(model)) if boundaries is not None else ()
 
 
-def class_rates(pricing: Pricing, cls: CountClass) -> Rates | None:
+def class_rates(pricing: RateTable, cls: CountClass) -> Rates | None:
     """The rates of a class's requests (None: unpriced model)."""
     kwargs: dict[str, Any] = {}
     bounds = _boundaries(pricing, cls.model)
@@ -217,8 +217,8 @@ def class_rates(pricing: Pricing, cls: CountClass) -> Rates | None:
 class Exposure:
     """A class's sums as the catalogue's counter samples (names without namespace)."""
 
-    def __init__(self, pricing: Pricing, labels: LabelPolicy, kv_bytes_per_token: Mapping[str, int],
-                 upload_bytes_per_token: float) -> None:
+    def __init__(self, pricing: RateTable, labels: LabelPolicy,
+                 kv_bytes_per_token: Mapping[str, int], upload_bytes_per_token: float) -> None:
         """Samples under ``labels`` (the label policy), list prices and the byte estimates."""
         self.pricing = pricing
         self.labels = labels

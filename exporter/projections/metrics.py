@@ -42,7 +42,7 @@ from exporter.projections.counting import (
 )
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.live import LiveSessions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import (
     ALL_ROOTS,
     COUNT_SUMS,
@@ -78,7 +78,7 @@ class MetricsOptions:
     version: str = "0"
     compat: tuple[str, ...] = ()  # of compat.MODES (docs/compat.md)
 
-    def counting(self, pricing: Pricing) -> Counting:
+    def counting(self, pricing: RateTable) -> Counting:
         """The counting rules these options imply (what the ledger's rollups follow)."""
         return Counting(pricing, self.kv_bytes_per_token, self.upload_bytes_per_token)
 
@@ -109,7 +109,7 @@ class Projection:
 
     def __init__(
         self,
-        pricing: Pricing,
+        pricing: RateTable,
         options: MetricsOptions,
         registry: CollectorRegistry,
         *,

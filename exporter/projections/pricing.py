@@ -1,4 +1,4 @@
-"""The rate table (:class:`Pricing`): list-price cost of a request, genai-prices plus our rules.
+"""The rate table (:class:`RateTable`): list-price cost of a request, genai-prices plus our rules.
 
 Where prices come from (docs/figures.md, "Prices"): the genai-prices database,
 read once at start into plain float rates per model family and price period
@@ -36,7 +36,7 @@ from exporter.records import Request
 
 __all__ = [
     "MAX_MODEL_ID", "MULTIPLIER_FIELDS", "RATE_NAMES", "ModelPrice", "PriceData",
-    "PriceUpdateError", "Pricing", "Rates", "fetch_prices", "load_pricing", "normalise_model_id",
+    "PriceUpdateError", "RateTable", "Rates", "fetch_prices", "load_pricing", "normalise_model_id",
 ]
 
 # Distinct raw ids remembered; beyond it the memo starts over (ids come from
@@ -49,14 +49,14 @@ def fetch_prices(url: str | None = None, timeout: float = 10.0) -> PriceData:
     """The newest genai-prices data from the network (``--update-prices``).
 
     Raises :class:`PriceUpdateError` with a one-line reason; pass the result to
-    :meth:`Pricing.load` as ``data``.
+    :meth:`RateTable.load` as ``data``.
     """
     return fetch_latest(url, timeout)
 
 
 def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path | None = None, *,
                  update: bool = False,
-                 warn: Callable[[str], None] = lambda _line: None) -> Pricing:
+                 warn: Callable[[str], None] = lambda _line: None) -> RateTable:
     """The prices a command uses: the installed database, or the newest with ``update``.
 
     ``update`` (``--update-prices``) fetches genai-prices' newest data for this run;
@@ -72,10 +72,10 @@ def load_pricing(overrides: Mapping[str, Any] | None, cache_dir: Path | None = N
             data = fetch_prices()
         except PriceUpdateError as exc:
             warn(f"--update-prices: {exc}; using the installed price data")
-    return Pricing.load(overrides, data=data, cache_dir=cache_dir)
+    return RateTable.load(overrides, data=data, cache_dir=cache_dir)
 
 
-class Pricing:
+class RateTable:
     """The rate table: model id → family → rates in force at a time, plus whole-request multipliers.
 
     It prices one request (:meth:`rates`, :meth:`cost`); sums of many are priced
@@ -114,7 +114,7 @@ class Pricing:
         data: PriceData | None = None,
         cache_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
-    ) -> Pricing:
+    ) -> RateTable:
         """The database (or ``data``), our rules, then the user's ``overrides``.
 
         ``cache_dir`` holds the table built from genai-prices (default: the user

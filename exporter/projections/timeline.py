@@ -44,7 +44,7 @@ from exporter.projections.counting import (
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.plan.windows import PlanHistory
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import COUNT_SUMS, CountClass, Request
 
 COUNTER: Final = "counter"
@@ -103,7 +103,7 @@ class Unit:
 class Timeline:
     """Counters and histograms of the catalogue, logged at every step boundary."""
 
-    def __init__(self, pricing: Pricing, options: MetricsOptions, step: int) -> None:
+    def __init__(self, pricing: RateTable, options: MetricsOptions, step: int) -> None:
         """Prepare the rules; nothing is counted until :meth:`run`."""
         if step < 1:
             raise ValueError("step must be at least one second")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.projections import caps
 from exporter.projections.figures import Covered, Spread, Summary
 from exporter.projections.periods import Zone
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.projections.savings import ContextCost
 from exporter.projections.sessions import SessionRow
 from exporter.projections.usage import Usage
@@ -302,7 +302,7 @@ def render_text(figures: Summary, console: Console) -> None:
     console.print(_upload_and_lines(figures))
 
 
-def render_prices(figures: Summary, pricing: Pricing, console: Console) -> None:
+def render_prices(figures: Summary, pricing: RateTable, console: Console) -> None:
     """Where the prices come from, and how to price each model that has none.
 
     Past :data:`caps.UNPRICED_LINES` unpriced models, the most used get a line

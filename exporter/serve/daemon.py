@@ -33,7 +33,7 @@ from exporter.ledger.health import CHECK_AT_OPEN_BYTES, check_in_background
 from exporter.ledger.lock import WriterLock
 from exporter.ledger.store import Ledger, LedgerError
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.serve import page
 from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
 from exporter.serve.page import StartResponse, Wsgi
@@ -60,7 +60,7 @@ class DaemonParts:
     ledger_path: Path
     state_dir: Path  # where the status line's samples arrive (exporter.ingest.spool)
     dirs: tuple[Path, ...]  # the transcript directories followed
-    pricing: Pricing
+    pricing: RateTable
     scan: ScanOptions
     metrics: MetricsOptions  # also the ledger's settle time and the page's budgets and labels
     http: HttpOptions

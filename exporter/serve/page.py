@@ -21,7 +21,7 @@ from exporter.ledger.store import Ledger
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import local_zone
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.serve.page_figures import LedgerSource, PageData
 from exporter.serve.page_html import render
 from exporter.sqlite import sqlite3
@@ -33,7 +33,7 @@ StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
-def source_of(options: MetricsOptions, ledger: Ledger, roots: Sequence[Path], pricing: Pricing,
+def source_of(options: MetricsOptions, ledger: Ledger, roots: Sequence[Path], pricing: RateTable,
               *, clock: Callable[[], float] = time.time,
               env: Mapping[str, str] = os.environ) -> LedgerSource:
     """The page's figures for a running ``serve``: its options, ledger, roots and prices."""

@@ -66,7 +66,7 @@ class PageData:
     by_project: tuple[tuple[str, float], ...]  # (project label, cost USD), most first
     active: Mapping[str, int]  # ttl -> sessions whose last request is younger
     plan: tuple[Window, ...] = ()
-    prices: Mapping[str, str] = field(default_factory=dict)  # Pricing.describe(), as report's
+    prices: Mapping[str, str] = field(default_factory=dict)  # RateTable.describe(), as report's
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""

@@ -29,7 +29,7 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.plan import cost
 from exporter.projections.plan import gauges as metrics
 from exporter.projections.plan.windows import PlanFigures, plan_figures
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ METER_NAME = "claude_code_exporter.plan"
 class PlanLink:
     """Spool → ledger, today's cost file, and the plan metric families of one daemon."""
 
-    def __init__(self, ledger_path: Path, state_dir: Path, pricing: Pricing, *,
+    def __init__(self, ledger_path: Path, state_dir: Path, pricing: RateTable, *,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic, log: Any = None,
                  today_every: float = TODAY_EVERY_S) -> None:
@@ -71,7 +71,7 @@ class PlanLink:
 
     @classmethod
     def on_projection(cls, projection: Projection, ledger_path: Path, state_dir: Path,
-                      pricing: Pricing, *, clock: Callable[[], float] = time.time,
+                      pricing: RateTable, *, clock: Callable[[], float] = time.time,
                       monotonic: Callable[[], float] = time.monotonic,
                       log: Any = None) -> PlanLink:
         """The link ``serve`` runs: its families on ``projection``'s meter provider.

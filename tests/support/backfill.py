@@ -10,7 +10,7 @@ from typing import Any
 from exporter.ledger.store import Ledger
 from exporter.projections.backfill import BackfillOptions, serve_samples, write_history
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request
 
 # one sample line of the OpenMetrics text: name, labels, value, timestamp
@@ -23,7 +23,7 @@ def history(requests: list[Request], **opts: Any) -> str:
     """The backfill text of ``requests`` with test target labels."""
     out = io.StringIO()
     options = BackfillOptions(labels=TARGET, **opts)
-    write_history(requests, Pricing.load(), MetricsOptions(), out, options,
+    write_history(requests, RateTable.load(), MetricsOptions(), out, options,
                   now=requests[-1].ts + 2 * 3600)
     return out.getvalue()
 
@@ -60,7 +60,7 @@ def labels_of(text: str) -> dict[str, str]:
 
 def startup(ledger: Ledger) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Counter and histogram samples serve exposes on start-up over ``ledger``."""
-    return serve_samples(ledger, Pricing.load(), MetricsOptions())
+    return serve_samples(ledger, RateTable.load(), MetricsOptions())
 
 
 def at(points: dict[tuple[str, str], list[tuple[int, float]]], ts: int) -> dict[Any, float]:

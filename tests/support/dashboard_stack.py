@@ -40,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.synth import GenOptions, generate
 from exporter.synth.demo import LiveSession
 from tests.support import plan
@@ -160,7 +160,7 @@ def start(base: Path, cleanup: Callable[[Callable[[], object]], None]) -> Histor
         - timedelta(hours=HISTORY_H)))
     until = int(now) // 60 * 60
     # The status line's samples over the same history, in both state dirs' spools.
-    pricing = Pricing.load()
+    pricing = RateTable.load()
     past = plan.requests_of(tree, base / "plan-scratch")
     usd_5h, usd_7d = plan.sizes(past, pricing)
     samples = plan.refreshes(past, pricing, usd_5h=usd_5h, usd_7d=usd_7d)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Appearance, Parsed, Request
 
 ROOT = "/transcripts/projects"
@@ -28,7 +28,7 @@ def ledger_of(
     settled at once unless ``settle`` is off.
     """
     opts = options or MetricsOptions()
-    ledger = Ledger(path, rules=opts.counting(Pricing.load()), settle_seconds=opts.settle_seconds,
+    ledger = Ledger(path, rules=opts.counting(RateTable.load()), settle_seconds=opts.settle_seconds,
                     clock=clock or time.time)
     batch = list(requests)
     parsed = Parsed()

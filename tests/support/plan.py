@@ -30,7 +30,7 @@ from typing import Any
 from exporter.cli import statusline
 from exporter.ingest import spool
 from exporter.ledger.store import Ledger
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Parsed, Request, Source
 
 FIVE_HOURS = 5 * 3600
@@ -63,7 +63,7 @@ def payload(at: float, windows: Mapping[str, tuple[float, int]], *,
     return doc
 
 
-def refreshes(requests: Iterable[Request], pricing: Pricing, *, usd_5h: float,
+def refreshes(requests: Iterable[Request], pricing: RateTable, *, usd_5h: float,
               usd_7d: float) -> list[tuple[float, dict[str, Any]]]:
     """(time, payload) of the refreshes after each request of ``requests`` (time order)."""
     out: list[tuple[float, dict[str, Any]]] = []
@@ -119,7 +119,7 @@ def requests_of(tree: Path, scratch: Path) -> list[Request]:
         ledger.close()
 
 
-def sizes(requests: Iterable[Request], pricing: Pricing, *, peak_5h: float = 95.0,
+def sizes(requests: Iterable[Request], pricing: RateTable, *, peak_5h: float = 95.0,
           peak_7d: float = 60.0) -> tuple[float, float]:
     """Dollars per 1 % of each window such that the busiest 5-hour window peaks at ``peak_5h``.
 
@@ -162,7 +162,7 @@ class Run:
     refreshes: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
 
-def generate(run: Run, pricing: Pricing, seed: int = 11, t0: float = T0) -> Run:
+def generate(run: Run, pricing: RateTable, seed: int = 11, t0: float = T0) -> Run:
     """Five 5-hour windows inside one weekly window from ``t0``, each driven to 70-100 %."""
     rng = random.Random(seed)
     week_reset = int(t0 + WEEK)

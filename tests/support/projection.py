@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Parsed, Request, Source
 from tests.support.clock import Clock
 from tests.support.ledgers import ledger_of
@@ -34,7 +34,7 @@ def projection(clock: Clock | None = None, **opts: object) -> tuple[Projection, 
     """A projection on a fresh registry with a fixed clock."""
     registry = CollectorRegistry()
     c = clock or Clock(T0 + 100)
-    return Projection(Pricing.load(), options(**opts), registry, clock=c,
+    return Projection(RateTable.load(), options(**opts), registry, clock=c,
                       files_watched=lambda: 3), registry
 
 

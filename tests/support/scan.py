@@ -12,7 +12,7 @@ from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
 from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions
-from exporter.projections.pricing import Pricing
+from exporter.projections.pricing import RateTable
 from exporter.records import Request
 
 # totals() of ../shared/fixtures/real, the real transcripts every pass must count exactly
@@ -21,7 +21,7 @@ REAL_TOTALS = (529, 3_084, 117_289, 43_960_831, 937_099, 394_137)
 
 def counting_ledger(path: Path) -> Ledger:
     """A ledger keeping rollups by the default counting rules."""
-    return Ledger(path, rules=MetricsOptions().counting(Pricing.load()))
+    return Ledger(path, rules=MetricsOptions().counting(RateTable.load()))
 
 
 def scanner(tree: Path, state: Path, **kw: Any) -> Scanner[Ledger]:

@@ -1,4 +1,4 @@
-"""Where the rate table (:class:`exporter.projections.pricing.Pricing`) comes from, in parts.
+"""Where the rate table (:class:`exporter.projections.pricing.RateTable`) comes from, in parts.
 
 ``model_ids`` normalises model ids, ``rates`` holds the value types,
 ``genai_table`` builds the table from the genai-prices database (once, cached
