@@ -7,20 +7,15 @@ pricing: ``git archive <commit> | tar -x -C /tmp/peer``). Each round runs the
 peer and this tree back to back on a fresh ledger, so machine noise hits both
 alike; the figures are medians and the ratio of medians. This tree also runs
 once per round with an empty price cache (the first start after an install or
-upgrade of genai-prices). Then the pricing stages alone, in-process CPU time
-(min of repeats), each tree in its own process, alternating: loading the
-prices, the report's figures over the month's requests, and pricing every
-request on its own (what the metrics do).
+upgrade of genai-prices).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -47,77 +42,15 @@ def _round(code: Path, tree: Path, cache: Path) -> tuple[Run, Run]:
         shutil.rmtree(state)
 
 
-_STAGES = """
-import json, sys, time
-from pathlib import Path
-from exporter.ledger.store import Ledger
-from exporter.projections.figures import compute
-from exporter.projections.pricing import RateTable
-
-def best(fn, n):
-    out = []
-    for _ in range(n):
-        t = time.process_time(); fn(); out.append(time.process_time() - t)
-    return min(out)
-
-requests = Ledger(Path(sys.argv[1])).requests()
-pricing = RateTable.load()
-figures = lambda: compute(requests, pricing, kv_bytes_per_token={"mla": 70272},
-                          upload_bytes_per_token=4.0, lines={}, rejected={})
-per_request = lambda: [pricing.cost(r) for r in requests]
-print(json.dumps({"load": best(RateTable.load, 20), "figures": best(figures, 5),
-                  "per_request": best(per_request, 5), "requests": len(requests),
-                  "cost": figures()["totals"]["cost_usd"]}))
-"""
-
-
-def _stages(code: Path, ledger: Path, cache: Path) -> dict[str, float]:
-    """CPU seconds of the pricing stages, measured in a process running ``code``."""
-    env = {**os.environ, "PYTHONPATH": str(code), "XDG_CACHE_HOME": str(cache)}
-    out = subprocess.run([sys.executable, "-c", _STAGES, str(ledger)], env=env, check=True,
-                         capture_output=True, text=True, timeout=600).stdout
-    return dict(json.loads(out))
-
-
-def _stage_table(peer: Path, tree: Path, rounds: int) -> None:
-    """Alternate the stage measurements of both trees over one ledger."""
-    state = Path(tempfile.mkdtemp(prefix="bench-prices-ledger-"))
-    cache = Path(tempfile.mkdtemp(prefix="bench-price-cache-"))
-    try:
-        cmd, env = _report(HERE, tree, state, cache)
-        measure(cmd, env)
-        ledger = state / "ledger.sqlite3"
-        got: dict[str, list[dict[str, float]]] = {"peer": [], "this": []}
-        for _ in range(rounds):
-            for name, code in (("peer", peer), ("this", HERE)):
-                got[name].append(_stages(code, ledger, cache))
-    finally:
-        shutil.rmtree(state)
-        shutil.rmtree(cache)
-    n = int(got["this"][0]["requests"])
-    print(f"\nPricing stages over {n} requests, CPU ms, best of the rounds\n")
-    print("| stage | peer | this | this / peer |\n|---|---:|---:|---:|")
-    for stage in ("load", "figures", "per_request"):
-        a = min(r[stage] for r in got["peer"]) * 1000
-        b = min(r[stage] for r in got["this"]) * 1000
-        print(f"| {stage} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
-    print(f"\ncost_usd: peer {got['peer'][0]['cost']:.6f}, this {got['this'][0]['cost']:.6f}")
-
-
 def main() -> None:
     """Alternate the two trees and print a Markdown table."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", required=True, type=Path)
     ap.add_argument("--mb", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--stages-only", action="store_true", help="skip the whole-report runs")
     args = ap.parse_args()
     tree = month_tree(args.mb)
     size, files = tree_size(tree)
-    if args.stages_only:
-        print(f"Machine: {machine()}; load {os.getloadavg()[0]:.1f}")
-        _stage_table(args.peer, tree, args.rounds)
-        return
     warm_cache = Path(tempfile.mkdtemp(prefix="bench-price-cache-"))
     results: dict[str, list[Run]] = {k: [] for k in
                                      ("peer cold", "peer warm", "this cold", "this warm",
@@ -145,7 +78,6 @@ def main() -> None:
         peer_cpu = statistics.median(r.cpu for r in peer)
         print(f"| {name} | {wall:.2f} | {cpu:.2f} | {wall / peer_wall:.3f} | "
               f"{cpu / peer_cpu:.3f} |")
-    _stage_table(args.peer, tree, args.rounds)
 
 
 if __name__ == "__main__":
