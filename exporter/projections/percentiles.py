@@ -32,8 +32,6 @@ def percentile(sorted_values: Sequence[N], p: float) -> N | int:
     return sorted_values[min(max(rank, 1), n) - 1]
 
 
-
-
 def kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
     """The nearest-rank ``p``-th percentile of ``expr`` over ``n`` selected rows (0 if none).
 
@@ -56,7 +54,6 @@ def kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
     rows = selection.rows(expr, f"{expr} IS NOT NULL", *extra,
                           tail=f"ORDER BY {key}{order} LIMIT 1 OFFSET {offset}")
     return rows[0][0] if rows else 0
-
 
 
 _DAY: Final = 86_400

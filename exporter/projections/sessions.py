@@ -37,7 +37,6 @@ class SessionRow:
                 "cache_reads_per_output_token": self.reread_ratio}
 
 
-
 @dataclass(slots=True)
 class SessionSums:
     """Sums of one session while folding facts."""

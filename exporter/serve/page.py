@@ -43,7 +43,6 @@ def source_of(options: MetricsOptions, ledger: Ledger, roots: Sequence[Path], pr
                         upload_bytes_per_token=options.upload_bytes_per_token, clock=clock)
 
 
-
 class _Cache:
     """The last page and JSON: fresh for ``ttl`` s, then rebuilt, in the background if recent.
 

@@ -195,7 +195,6 @@ class LedgerSource:
         return tuple(Window(name, w.used_ratio, w.resets_at) for name, w in sorted(found.items()))
 
 
-
 class _Rows(list[tuple[Any, ...]]):
     """A query's rows with the two cursor methods the plan figures call."""
 
