@@ -27,7 +27,7 @@ from exporter.sqlite import sqlite3
 
 
 def reader(conn: sqlite3.Connection) -> Reader:
-    """A :data:`~exporter.projections.facts.Reader` over a plain SQLite connection."""
+    """A :data:`~exporter.projections.selection.Reader` over a plain SQLite connection."""
 
     def read(sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         return conn.execute(sql, list(params)).fetchall()
