@@ -11,7 +11,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,9 @@ from exporter.projections.pricing import RateTable
 from exporter.projections.usage import ZERO
 from exporter.serve import page, page_figures, page_html, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
+from exporter.serve.page_range import DEFAULT, PageQuery
 from tests.support.net import http_get
+from tests.support.page_dom import parse as _parse
 from tests.support.process import Serve
 from tests.support.tls import self_signed
 
@@ -35,61 +36,6 @@ CHARTS = ("daily-cost", "cumulative-cost", "tokens", "by-model", "by-project",
 TOKEN_ROWS = {"input": "input_tokens", "output": "output_tokens",
               "cache read": "cache_read_tokens", "cache write 5m": "cache_write_5m_tokens",
               "cache write 1h": "cache_write_1h_tokens"}
-
-
-class _Dom(HTMLParser):
-    """What the tests read off a page: figures, charts and their shapes, table cells."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.figures: dict[str, str] = {}
-        self.charts: dict[str, int] = {}  # chart name -> drawn shapes (rect/polyline/line)
-        self.tables: dict[str, list[list[str]]] = {}
-        self._figure: str | None = None
-        self._chart: str | None = None
-        self._table: str | None = None
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "svg" and "data-chart" in a:
-            self._chart = str(a["data-chart"])
-            self.charts[self._chart] = 0
-        elif self._chart and tag in ("rect", "polyline", "line"):
-            self.charts[self._chart] += 1
-        if "data-figure" in a:
-            self._figure = str(a["data-figure"])
-            self.figures[self._figure] = ""
-        if tag == "table" and "data-table" in a:
-            self._table = str(a["data-table"])
-            self.tables[self._table] = []
-        elif tag == "tr" and self._table:
-            self.tables[self._table].append([])
-        elif tag in ("td", "th") and self._table:
-            self._cell = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "svg":
-            self._chart = None
-        elif tag == "b":
-            self._figure = None
-        elif tag == "table":
-            self._table = None
-        elif tag in ("td", "th") and self._table and self._cell is not None:
-            self.tables[self._table][-1].append("".join(self._cell))
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._figure:
-            self.figures[self._figure] += data
-        if self._cell is not None:
-            self._cell.append(data)
-
-
-def _parse(html: str) -> _Dom:
-    dom = _Dom()
-    dom.feed(html)
-    return dom
 
 
 def _get(url: str, *, headers: dict[str, str] | None = None,
@@ -143,7 +89,7 @@ def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Serve, Path, Pat
     totals = recent["totals"]
     assert dom.figures["requests"] == f"{totals['requests']:,}"
     assert dom.figures["sessions"] == f"{recent['sessions']:,}"
-    assert dom.figures["cost-30d"] == page_html.money(totals["cost_usd"])
+    assert dom.figures["cost-range"] == page_html.money(totals["cost_usd"])
     assert dom.figures["cache-read-share"] == f"{recent['cache_read_share']:.1%}"
     tokens = {row[0]: row[1] for row in dom.tables["tokens"][1:]}
     assert tokens == {label: f"{totals[key]:,}" for label, key in TOKEN_ROWS.items()}
@@ -208,9 +154,9 @@ def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
     jobs: list[Callable[[], None]] = []
     now = [0.0]
 
-    def source() -> page_figures.PageData:
+    def source(query: PageQuery) -> page_figures.PageData:
         calls.append(now[0])
-        return _sample(requests=len(calls))
+        return _sample(query, requests=len(calls))
 
     handlers = page.routes(source, "t", ttl=2.0, clock=lambda: now[0], spawn=jobs.append)
 
@@ -251,7 +197,7 @@ def test_meter_clamps_and_turns_red() -> None:
     assert svg.PALETTE[2] in svg.meter("m", "t", 0.5)
 
 
-def _sample(requests: int = 0) -> page_figures.PageData:
+def _sample(query: PageQuery = DEFAULT, *, requests: int = 0) -> page_figures.PageData:
     """Page data with ``requests`` requests and every other figure zero."""
     spread = figures.Spread()
     summary = figures.Summary(
@@ -263,7 +209,8 @@ def _sample(requests: int = 0) -> page_figures.PageData:
         upload_total=0, upload=spread, lines={}, rejected={}, by_session=())
     return page_figures.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
                          periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
-                         daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0})
+                         daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0},
+                         query=query)
 
 
 def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
