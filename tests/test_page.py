@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import os
 import ssl
@@ -18,16 +17,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
-from exporter.projections import figures
 from exporter.projections.class_prices import ClassPrices
-from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import RateTable
-from exporter.projections.usage import ZERO
 from exporter.serve import page, page_figures, page_html, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
-from exporter.serve.page_range import DEFAULT, PageQuery
+from exporter.serve.page_range import PageQuery
 from tests.support.net import http_get
 from tests.support.page_dom import parse as _parse
+from tests.support.page_dom import sample_page
 from tests.support.process import Serve
 from tests.support.tls import self_signed
 
@@ -133,7 +131,7 @@ def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
     """The HTTP app puts / and /api/summary.json behind its TLS and basic auth like /metrics."""
     cert, key = self_signed(tmp_path)
     app = make_app(CollectorRegistry(), lambda: (True, {}), "t", BasicAuth("me", "pw"),
-                   routes=page.routes(_sample, "t"))
+                   routes=page.routes(sample_page, "t"))
     srv = HttpServer(app, "127.0.0.1", 0, server_context(cert, key))
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
@@ -156,7 +154,7 @@ def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
 
     def source(query: PageQuery) -> page_figures.PageData:
         calls.append(now[0])
-        return _sample(query, requests=len(calls))
+        return sample_page(query, requests=len(calls))
 
     handlers = page.routes(source, "t", ttl=2.0, clock=lambda: now[0], spawn=jobs.append)
 
@@ -197,22 +195,6 @@ def test_meter_clamps_and_turns_red() -> None:
     assert svg.PALETTE[2] in svg.meter("m", "t", 0.5)
 
 
-def _sample(query: PageQuery = DEFAULT, *, requests: int = 0) -> page_figures.PageData:
-    """Page data with ``requests`` requests and every other figure zero."""
-    spread = figures.Spread()
-    summary = figures.Summary(
-        covered=figures.Covered(Range(0.0, None, UTC_ZONE), None, None),
-        totals=dataclasses.replace(ZERO, requests=requests),
-        by_model={}, by_source={}, sessions=0, context=spread, output=spread, gap_p50=0.0,
-        gap_p90=0.0, gap_count=0, buckets={}, peak_requests_per_minute=0,
-        max_parallel_sessions_10m=0, generation_tokens_per_second=0.0, kv_bytes={},
-        upload_total=0, upload=spread, lines={}, rejected={}, by_session=())
-    return page_figures.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
-                         periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
-                         daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0},
-                         query=query)
-
-
 def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     """Where the status line fed samples, the page shows both windows with their resets."""
     from exporter.ingest import spool
@@ -240,3 +222,5 @@ def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     dom = _parse(page_html.render(data, "t"))
     assert dom.charts["plan-five_hour"] == 2 and dom.charts["plan-seven_day"] == 2
     assert "42% used" in page_html.render(data, "t").replace("</b>", "").replace("<b>", "")
+    assert dom.figures["resets-five_hour"] == "today 19:13 (in 4 h 59 min)"  # not ISO 8601
+    assert dom.figures["resets-seven_day"] == "Sat 26 Sep 10:20 (in 4 d 20 h)"

@@ -1,8 +1,15 @@
-"""What the page tests read off a page's HTML: figures, charts and their shapes, table cells."""
+"""What the page tests share: a page's HTML read back (figures, charts, tables, links), a sample."""
 
 from __future__ import annotations
 
+import dataclasses
 from html.parser import HTMLParser
+
+from exporter.projections import figures
+from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.usage import ZERO
+from exporter.serve import page_figures
+from exporter.serve.page_range import DEFAULT, PageQuery
 
 
 class Dom(HTMLParser):
@@ -81,3 +88,19 @@ def parse(html: str) -> Dom:
     dom = Dom()
     dom.feed(html)
     return dom
+
+
+def sample_page(query: PageQuery = DEFAULT, *, requests: int = 0) -> page_figures.PageData:
+    """Page data with ``requests`` requests and every other figure zero."""
+    spread = figures.Spread()
+    summary = figures.Summary(
+        covered=figures.Covered(Range(0.0, None, UTC_ZONE), None, None),
+        totals=dataclasses.replace(ZERO, requests=requests),
+        by_model={}, by_source={}, sessions=0, context=spread, output=spread, gap_p50=0.0,
+        gap_p90=0.0, gap_count=0, buckets={}, peak_requests_per_minute=0,
+        max_parallel_sessions_10m=0, generation_tokens_per_second=0.0, kv_bytes={},
+        upload_total=0, upload=spread, lines={}, rejected={}, by_session=())
+    return page_figures.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
+                                 periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
+                                 daily=(("1970-01-01", 0.0),), by_project=(),
+                                 active={"5m": 0}, query=query)
