@@ -115,6 +115,11 @@ def test_from_to_range_and_json_are_reports(spread: tuple[Serve, list[Path], Pat
     assert got == want
     assert page["daily_cost_usd"][0]["day"] == first
     assert page["daily_cost_usd"][-1]["day"] == last  # a date-only until is the whole day
+    zoned = _load(daemon.url + "/" + query.replace("tz=UTC", "tz=America/New_York"))
+    other = _report(state, dirs, "--since", first, "--until", last,
+                    "--timezone", "America/New_York")  # the last --timezone wins
+    assert zoned.range["since"] == other["range"]["since"] != want["range"]["since"]
+    assert zoned.figures["requests"] == f"{other['totals']['requests']:,}"
 
 
 def test_empty_range_offers_the_range_with_data(spread: tuple[Serve, list[Path], Path]) -> None:
