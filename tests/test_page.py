@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import os
 import ssl
@@ -11,7 +10,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +17,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench.screenshot import BUDGETS, console_messages, demo_tree, dump_dom
-from exporter.projections import figures
 from exporter.projections.class_prices import ClassPrices
-from exporter.projections.periods import UTC_ZONE, Range
+from exporter.projections.periods import UTC_ZONE
 from exporter.projections.pricing import RateTable
-from exporter.projections.usage import ZERO
 from exporter.serve import page, page_figures, page_html, svg
 from exporter.serve.http import BasicAuth, HttpServer, make_app, server_context
+from exporter.serve.page_range import PageQuery
 from tests.support.net import http_get
+from tests.support.page_dom import parse as _parse
+from tests.support.page_dom import sample_page
 from tests.support.process import Serve
 from tests.support.tls import self_signed
 
@@ -35,61 +34,6 @@ CHARTS = ("daily-cost", "cumulative-cost", "tokens", "by-model", "by-project",
 TOKEN_ROWS = {"input": "input_tokens", "output": "output_tokens",
               "cache read": "cache_read_tokens", "cache write 5m": "cache_write_5m_tokens",
               "cache write 1h": "cache_write_1h_tokens"}
-
-
-class _Dom(HTMLParser):
-    """What the tests read off a page: figures, charts and their shapes, table cells."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.figures: dict[str, str] = {}
-        self.charts: dict[str, int] = {}  # chart name -> drawn shapes (rect/polyline/line)
-        self.tables: dict[str, list[list[str]]] = {}
-        self._figure: str | None = None
-        self._chart: str | None = None
-        self._table: str | None = None
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "svg" and "data-chart" in a:
-            self._chart = str(a["data-chart"])
-            self.charts[self._chart] = 0
-        elif self._chart and tag in ("rect", "polyline", "line"):
-            self.charts[self._chart] += 1
-        if "data-figure" in a:
-            self._figure = str(a["data-figure"])
-            self.figures[self._figure] = ""
-        if tag == "table" and "data-table" in a:
-            self._table = str(a["data-table"])
-            self.tables[self._table] = []
-        elif tag == "tr" and self._table:
-            self.tables[self._table].append([])
-        elif tag in ("td", "th") and self._table:
-            self._cell = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "svg":
-            self._chart = None
-        elif tag == "b":
-            self._figure = None
-        elif tag == "table":
-            self._table = None
-        elif tag in ("td", "th") and self._table and self._cell is not None:
-            self.tables[self._table][-1].append("".join(self._cell))
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._figure:
-            self.figures[self._figure] += data
-        if self._cell is not None:
-            self._cell.append(data)
-
-
-def _parse(html: str) -> _Dom:
-    dom = _Dom()
-    dom.feed(html)
-    return dom
 
 
 def _get(url: str, *, headers: dict[str, str] | None = None,
@@ -143,7 +87,7 @@ def test_page_in_chromium_shows_the_ledger_totals(served: tuple[Serve, Path, Pat
     totals = recent["totals"]
     assert dom.figures["requests"] == f"{totals['requests']:,}"
     assert dom.figures["sessions"] == f"{recent['sessions']:,}"
-    assert dom.figures["cost-30d"] == page_html.money(totals["cost_usd"])
+    assert dom.figures["cost-range"] == page_html.money(totals["cost_usd"])
     assert dom.figures["cache-read-share"] == f"{recent['cache_read_share']:.1%}"
     tokens = {row[0]: row[1] for row in dom.tables["tokens"][1:]}
     assert tokens == {label: f"{totals[key]:,}" for label, key in TOKEN_ROWS.items()}
@@ -187,7 +131,7 @@ def test_page_behind_tls_and_basic_auth(tmp_path: Path) -> None:
     """The HTTP app puts / and /api/summary.json behind its TLS and basic auth like /metrics."""
     cert, key = self_signed(tmp_path)
     app = make_app(CollectorRegistry(), lambda: (True, {}), "t", BasicAuth("me", "pw"),
-                   routes=page.routes(_sample, "t"))
+                   routes=page.routes(sample_page, "t"))
     srv = HttpServer(app, "127.0.0.1", 0, server_context(cert, key))
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
@@ -208,9 +152,9 @@ def test_page_is_cached_and_rebuilt_off_the_request_path() -> None:
     jobs: list[Callable[[], None]] = []
     now = [0.0]
 
-    def source() -> page_figures.PageData:
+    def source(query: PageQuery) -> page_figures.PageData:
         calls.append(now[0])
-        return _sample(requests=len(calls))
+        return sample_page(query, requests=len(calls))
 
     handlers = page.routes(source, "t", ttl=2.0, clock=lambda: now[0], spawn=jobs.append)
 
@@ -251,21 +195,6 @@ def test_meter_clamps_and_turns_red() -> None:
     assert svg.PALETTE[2] in svg.meter("m", "t", 0.5)
 
 
-def _sample(requests: int = 0) -> page_figures.PageData:
-    """Page data with ``requests`` requests and every other figure zero."""
-    spread = figures.Spread()
-    summary = figures.Summary(
-        covered=figures.Covered(Range(0.0, None, UTC_ZONE), None, None),
-        totals=dataclasses.replace(ZERO, requests=requests),
-        by_model={}, by_source={}, sessions=0, context=spread, output=spread, gap_p50=0.0,
-        gap_p90=0.0, gap_count=0, buckets={}, peak_requests_per_minute=0,
-        max_parallel_sessions_10m=0, generation_tokens_per_second=0.0, kv_bytes={},
-        upload_total=0, upload=spread, lines={}, rejected={}, by_session=())
-    return page_figures.PageData(summary=summary, now=0.0, zone=UTC_ZONE,
-                         periods={"today": 0.0, "week": 0.0, "month": 0.0}, budgets={},
-                         daily=(("1970-01-01", 0.0),), by_project=(), active={"5m": 0})
-
-
 def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     """Where the status line fed samples, the page shows both windows with their resets."""
     from exporter.ingest import spool
@@ -293,3 +222,5 @@ def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     dom = _parse(page_html.render(data, "t"))
     assert dom.charts["plan-five_hour"] == 2 and dom.charts["plan-seven_day"] == 2
     assert "42% used" in page_html.render(data, "t").replace("</b>", "").replace("<b>", "")
+    assert dom.figures["resets-five_hour"] == "today 19:13 (in 4 h 59 min)"  # not ISO 8601
+    assert dom.figures["resets-seven_day"] == "Sat 26 Sep 10:20 (in 4 d 20 h)"

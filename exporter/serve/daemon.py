@@ -130,6 +130,7 @@ class Daemon:
         # each batch to the projection.
         first = parts.scan.scanner(ledger, self.dirs, log=self.log, clock=self._clock).scan()
         self._files, self._ahead = first.files, first.ahead
+        self._warn_if_none(first.files)
         ledger.settle(force=True)  # what is on disk at start-up is final
         push, resource, self.push = _otlp_push(parts.otlp, self.log)
         self.projection = Projection(
@@ -154,8 +155,8 @@ class Daemon:
         http = parts.http
         # With prometheus_enabled off (OTLP only) /metrics is gone but /healthz stays,
         # for container health checks and supervisors.
-        pages = page.routes(page.source_of(parts.metrics, ledger, self.dirs, self.pricing,
-                                           clock=self._clock), __version__)
+        source = page.source_of(parts.metrics, ledger, self.dirs, self.pricing, clock=self._clock)
+        pages = page.routes(source, __version__, check=source.check)
         refused = Refused(lambda host: self.log.warning("http_host_refused", host=host))
         app = make_app(_Withdrawn(self.registry, lambda: self.ledger.health.corrupt is not None),
                        self.health, __version__, http.auth, metrics=http.metrics,
@@ -177,6 +178,16 @@ class Daemon:
         ledger.live()
         if not ledger.health.verified:
             check_in_background(ledger.health)
+
+    def _warn_if_none(self, files: int) -> None:
+        """One WARNING when the start-up pass found no transcript, naming where it looked.
+
+        Said once, here: a rescan that still finds none stays quiet (the page says it too).
+        """
+        if not files:
+            self.log.warning("no_transcripts", dirs=[str(d) for d in self.dirs],
+                             hint="use Claude Code first, point --data-dir at a directory "
+                                  "of transcripts, or try serve --demo")
 
     def run(self) -> None:
         """Follow until stopped, then shut down cleanly."""

@@ -1,18 +1,21 @@
 """The landing page ``/`` and ``/api/summary.json``: the report's figures, without Grafana.
 
 The figures come from :mod:`exporter.serve.page_figures`, the HTML from
-:mod:`exporter.serve.page_html`; this module serves them. The rendered page
-is cached for ``ttl`` seconds; a copy up to ``stale`` seconds old is served
+:mod:`exporter.serve.page_html`, the range asked for from
+:mod:`exporter.serve.page_range`; this module serves them. The rendered page
+of each range is cached for ``ttl`` seconds; a copy up to ``stale`` seconds old is served
 while it is rebuilt in the background, so reloads never wait for the SQL,
 and an older one is rebuilt before answering.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,15 +23,17 @@ from typing import TYPE_CHECKING, Any
 from exporter.ledger.store import Ledger
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.json_text import to_json
-from exporter.projections.periods import local_zone
+from exporter.projections.periods import PeriodError, local_zone
 from exporter.projections.pricing import RateTable
 from exporter.serve.page_figures import LedgerSource, PageData
-from exporter.serve.page_html import render
+from exporter.serve.page_html import render, render_refusal
+from exporter.serve.page_range import PageQuery, QueryError, parse_query
 from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:  # the options' module imports OpenTelemetry; the page needs only four fields
     from exporter.projections.metrics import MetricsOptions
 
+MAX_RANGES = 16  # ranges whose page is cached at once
 StartResponse = Callable[..., Any]
 Wsgi = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -105,28 +110,76 @@ def _thread(job: Callable[[], None]) -> None:
     threading.Thread(target=job, name="page-rebuild", daemon=True).start()
 
 
-def routes(source: Callable[[], PageData], version: str, *, ttl: float = 2.0,
+class _Caches:
+    """One :class:`_Cache` per range asked, the :data:`MAX_RANGES` most recent kept.
+
+    Keyed by the range as normalised (:meth:`PageQuery.key` and the zone's
+    name), so ``?since=7d`` and ``?since=7d&tz=local`` share a page, and a
+    client inventing ranges costs a bounded amount of memory.
+    """
+
+    def __init__(self, make: Callable[[PageQuery], _Cache]) -> None:
+        self._make = make
+        self._lock = threading.Lock()  # guards _caches
+        self._caches: OrderedDict[tuple[str | None, ...], _Cache] = OrderedDict()
+
+    def get(self, query: PageQuery) -> tuple[bytes, bytes]:
+        """The bodies for ``query``'s range."""
+        key = query.key()
+        with self._lock:
+            cache = self._caches.get(key)
+            if cache is None:
+                cache = self._caches[key] = self._make(query)
+                while len(self._caches) > MAX_RANGES:
+                    self._caches.popitem(last=False)
+            self._caches.move_to_end(key)
+        return cache.get()
+
+
+def routes(source: Callable[[PageQuery], PageData], version: str, *,
+           check: Callable[[PageQuery], None] = lambda query: None, ttl: float = 2.0,
            stale: float = 10.0, clock: Callable[[], float] = time.monotonic,
            spawn: Callable[[Callable[[], None]], None] = _thread) -> dict[str, Wsgi]:
     """WSGI handlers for ``/``, ``/index.html`` and ``/api/summary.json``.
 
-    The HTTP app puts them behind its basic auth (and TLS) like every route.
+    Both take the range as ``since``, ``until`` and ``tz`` (:mod:`exporter.serve.page_range`);
+    ``check`` raises the PeriodError ``report`` gives for a range it cannot take,
+    answered as a 400 with that message. The HTTP app puts them behind its basic
+    auth (and TLS) like every route.
     """
-    cache = _Cache(source, version, ttl=ttl, stale=stale, clock=clock, spawn=spawn)
+    caches = _Caches(lambda query: _Cache(functools.partial(source, query), version, ttl=ttl,
+                                          stale=stale, clock=clock, spawn=spawn))
+
+    def asked(environ: dict[str, Any]) -> PageQuery | str:
+        """The range asked for, or why it cannot be served."""
+        try:
+            query = parse_query(str(environ.get("QUERY_STRING", "")))
+            check(query)
+        except (QueryError, PeriodError) as exc:
+            return str(exc)
+        return query
 
     def page(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
-        body = cache.get()[0]
-        start("200 OK", [("Content-Type", "text/html; charset=utf-8"),
-                         ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
-                         ("Content-Security-Policy",
-                          "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'")])
+        query = asked(environ)
+        if isinstance(query, str):
+            body, status = render_refusal(query, version).encode(), "400 Bad Request"
+        else:
+            body, status = caches.get(query)[0], "200 OK"
+        start(status, [("Content-Type", "text/html; charset=utf-8"),
+                       ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+                       ("Content-Security-Policy",
+                        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+                        "form-action 'self'")])
         return [body]
 
     def summary_json(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
-        body = cache.get()[1]
-        start("200 OK", [("Content-Type", "application/json"),
-                         ("Content-Length", str(len(body))), ("Cache-Control", "no-store")])
+        query = asked(environ)
+        if isinstance(query, str):
+            body, status = (to_json({"error": query}) + "\n").encode(), "400 Bad Request"
+        else:
+            body, status = caches.get(query)[1], "200 OK"
+        start(status, [("Content-Type", "application/json"),
+                       ("Content-Length", str(len(body))), ("Cache-Control", "no-store")])
         return [body]
 
     return {"/": page, "/index.html": page, "/api/summary.json": summary_json}
-

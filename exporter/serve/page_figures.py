@@ -32,15 +32,19 @@ from exporter.projections.periods import (
     iso,
     month_start,
     offset_sql,
+    resolve_zone,
     transitions,
     week_start,
 )
+from exporter.projections.range_check import checked
 from exporter.projections.selection import CONTEXT_SQL, Selection, TimeKey
 from exporter.projections.usage import ZERO, Usage
 from exporter.records import TTL_1H, TTL_5M
+from exporter.serve.page_range import DEFAULT, PageQuery
 from exporter.sqlite import sqlite3
 
 WINDOW_DAYS: Final = 30
+MAX_BARS: Final = 400  # days in the daily chart; a longer range is drawn a bar a month
 TTLS: Final = (("5m", TTL_5M), ("1h", TTL_1H))  # active sessions, as the gauge's ttl label
 
 
@@ -57,7 +61,7 @@ class Window:
 class PageData:
     """Every figure on the page, as of ``now``."""
 
-    summary: figures.Summary  # the last WINDOW_DAYS days (whole local days)
+    summary: figures.Summary  # the page's range (default: the last WINDOW_DAYS whole local days)
     now: float
     zone: Zone
     periods: Mapping[str, float]  # today / week / month: cost in USD
@@ -67,6 +71,9 @@ class PageData:
     active: Mapping[str, int]  # ttl -> sessions whose last request is younger
     plan: tuple[Window, ...] = ()
     prices: Mapping[str, str] = field(default_factory=dict)  # RateTable.describe(), as report's
+    query: PageQuery = DEFAULT  # the range as asked (links keep it)
+    span: tuple[float, float] | None = None  # first and last request of the roots, any time
+    roots: tuple[str, ...] = ()  # the transcript directories followed
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""
@@ -81,7 +88,11 @@ class PageData:
             "active_sessions": dict(self.active),
             "plan_windows": [{"window": w.name, "used_ratio": w.used_ratio,
                               "resets_at": iso(w.resets_at, self.zone)} for w in self.plan],
+            "requests_any_time": None if self.span is None else {
+                "first": iso(self.span[0], self.zone), "last": iso(self.span[1], self.zone)},
         }
+        if self.span is None:
+            page["no_transcripts"] = list(self.roots)
         if rest:
             page["by_project_other"] = caps.other_cost(rest, "projects")
         return {**caps.summary_json(self.summary), "prices": dict(self.prices), "page": page}
@@ -95,10 +106,15 @@ class LedgerSource:
                  kv_bytes_per_token: Mapping[str, int] | None = None,
                  upload_bytes_per_token: float = 0.0,
                  clock: Callable[[], float] = time.time) -> None:
-        """Remember what to read; the ledger's shape (slots, days, context) is checked once."""
+        """Remember what to read; the ledger's shape (slots, days, context) is checked once.
+
+        The plan tables are looked for at each build until found: the status
+        line's first sample creates them while ``serve`` runs.
+        """
         tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
         columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
         self._ledger = ledger
+        self._roots = tuple(str(r) for r in roots)
         self._base = Selection(
             ledger.read, ledger.scope(list(roots)), Range(None, None, zone),
             slots="slots" in tables, days={"slot_days", "slot_day_peaks"} <= tables,
@@ -115,36 +131,61 @@ class LedgerSource:
         self._upload = upload_bytes_per_token
         self._clock = clock
 
-    def __call__(self) -> PageData:
-        """The figures now."""
-        now = self._clock()
-        zone = self._zone
+    def check(self, query: PageQuery) -> None:
+        """Raise the PeriodError ``report`` would give for this range, or nothing."""
+        self.range_of(query, self._clock())
+
+    def range_of(self, query: PageQuery, now: float) -> Range:
+        """The range of ``query`` as ``report --since/--until/--timezone`` reads it.
+
+        Without ``since`` and ``until``: the default window, from the earlier of 30
+        days back and the month's first day (whole local days), on.
+        """
+        zone = self._zone if query.tz is None or query.tz.lower() == "local" \
+            else resolve_zone(query.tz, {})
+        if query.ranged:
+            return checked(Range.parse(query.since, query.until, zone, now),
+                           query.since, query.until)
         today = date_day(zone.local(now).date())
-        # At least 30 days, and the whole month (31 days on the 31st).
-        first = min(today - WINDOW_DAYS + 1, month_start(today))
-        recent = self._select(zone.midnight(first))
+        return Range(zone.midnight(min(today - WINDOW_DAYS + 1, month_start(today))), None, zone)
+
+    def __call__(self, query: PageQuery = DEFAULT) -> PageData:
+        """The figures now, over the range ``query`` asks for."""
+        now = self._clock()
+        rng = self.range_of(query, now)
+        zone = rng.zone
+        today = date_day(zone.local(now).date())
+        span = self._base.bounds()
+        first, last = _days(rng, span, now)
+        chosen = dataclasses.replace(self._base, range=rng)
         summary = figures.summary(
-            recent, self._prices, kv_bytes_per_token=self._kv,
+            chosen, self._prices, kv_bytes_per_token=self._kv,
             upload_bytes_per_token=self._upload, lines=self._ledger.counters("lines"),
             rejected=self._ledger.counters("rejected"), session_rows=0)
-        days, by_project = self._by_day(recent, zone.midnight(first), now)
+        days, by_project = self._by_day(chosen, zone.midnight(first), now)
+        daily = tuple((day_date(n).isoformat(), usd(days[n].cost_pico if n in days else 0))
+                      for n in range(first, last + 1))
+        return PageData(
+            summary=summary, now=now, zone=zone, periods=self._periods(rng, days, today, now),
+            budgets=self._budgets, daily=daily, by_project=by_project, active=self._active(now),
+            plan=self._windows(now), prices=self._prices.pricing.describe(), query=query,
+            span=span, roots=self._roots)
+
+    def _periods(self, rng: Range, days: Mapping[int, Usage], today: int,
+                 now: float) -> dict[str, float]:
+        """Today's, this week's and this month's cost (the range's days when they cover them)."""
+        zone = rng.zone
+        start = min(week_start(today), month_start(today))
+        if not (rng.until is None and rng.since is not None and rng.since <= zone.midnight(start)):
+            recent = dataclasses.replace(self._base, range=Range(zone.midnight(start), None, zone))
+            days = self._by_day(recent, zone.midnight(start), now)[0]
         cost = {day: usage.cost_pico for day, usage in days.items()}
 
-        def since(start: int) -> float:
-            return usd(sum(c for d, c in cost.items() if d >= start))
+        def since(first: int) -> float:
+            return usd(sum(c for d, c in cost.items() if d >= first))
 
-        periods = {"today": since(today), "week": since(week_start(today)),
-                   "month": since(month_start(today))}
-        daily = tuple((day_date(n).isoformat(), usd(cost.get(n, 0)))
-                      for n in range(first, today + 1))
-        return PageData(
-            summary=summary, now=now, zone=zone, periods=periods, budgets=self._budgets,
-            daily=daily, by_project=by_project, active=self._active(now),
-            plan=self._windows(now), prices=self._prices.pricing.describe())
-
-    def _select(self, since: float) -> Selection:
-        """The base selection from ``since`` on."""
-        return dataclasses.replace(self._base, range=Range(since, None, self._zone))
+        return {"today": since(today), "week": since(week_start(today)),
+                "month": since(month_start(today))}
 
     def _by_day(self, selection: Selection, lo: float, now: float,
                 ) -> tuple[dict[int, Usage], tuple[tuple[str, float], ...]]:
@@ -154,7 +195,8 @@ class LedgerSource:
         zone's offsets keep slots whole); projects go through the scrape's
         ``project_label`` policy, so the page names them as /metrics does.
         """
-        segments = transitions(self._zone, lo, max(now, lo) + DAY)
+        zone = selection.range.zone
+        segments = transitions(zone, lo, max(now, lo) + DAY)
         aligned = all(o % slots.SLOT_SECONDS == 0 for _, o in segments) and all(
             t % slots.SLOT_SECONDS == 0 for t, _ in segments[1:])
         utc = len(segments) == 1 and segments[0][1] % DAY == 0
@@ -186,6 +228,9 @@ class LedgerSource:
 
     def _windows(self, now: float) -> tuple[Window, ...]:
         """The plan-limit windows, where the status line has fed any."""
+        if not self._plan:  # looked for again: the first sample may have come since
+            self._plan = bool(self._ledger.read(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'plan_windows'", []))
         if not self._plan:
             return ()
         from exporter.projections.plan.windows import plan_figures  # noqa: PLC0415 - only with plan tables
@@ -193,6 +238,28 @@ class LedgerSource:
         conn = cast(sqlite3.Connection, _ReadConnection(self._ledger))
         found = plan_figures(conn, now).windows
         return tuple(Window(name, w.used_ratio, w.resets_at) for name, w in sorted(found.items()))
+
+
+def _days(rng: Range, span: tuple[float, float] | None, now: float) -> tuple[int, int]:
+    """The first and last local day of the daily chart: the range, cut to what can be drawn.
+
+    An open end is the first request (or today) and today (or the last request);
+    a range far longer than :data:`MAX_BARS` days is cut to the requests' days,
+    and one with no requests at all to its last :data:`MAX_BARS` days.
+    """
+    zone = rng.zone
+
+    def day(t: float) -> int:
+        return date_day(zone.local(t).date())
+
+    newest = now if span is None else max(now, span[1])
+    last = day(newest if rng.until is None else min(rng.until - 1, newest))
+    first = day(rng.since if rng.since is not None else span[0] if span else now)
+    if last - first >= MAX_BARS and span is not None:
+        first = max(first, day(span[0]))
+    if last - first >= MAX_BARS and span is None:
+        first = last - MAX_BARS + 1
+    return first, max(first, last)
 
 
 class _Rows(list[tuple[Any, ...]]):

@@ -10,9 +10,11 @@ from html import escape
 from typing import Final
 
 from exporter.projections import caps, figures
+from exporter.projections.model_names import short_model
 from exporter.projections.periods import iso
-from exporter.serve import svg
-from exporter.serve.page_figures import WINDOW_DAYS, PageData
+from exporter.serve import page_nav, svg
+from exporter.serve.page_figures import MAX_BARS, PageData
+from exporter.shown import visible
 
 TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"
 
@@ -46,6 +48,11 @@ td:first-child,th:first-child{text-align:left}tr+tr td{border-top:1px solid #eee
 p.note{font-size:12px;color:#666;margin:2px 0}
 th{font-weight:600;color:#555;border-bottom:1px solid #ccc}
 footer{padding:0 20px 16px;font-size:12px;color:#666}
+nav.ranges{padding:8px 20px 0;display:flex;flex-wrap:wrap;gap:6px 10px;align-items:center}
+nav.ranges a{color:#20324d}nav.ranges a.on{font-weight:700;text-decoration:none}
+nav.ranges form{margin-left:auto;font-size:12px}
+p.hint{margin:10px 20px 0;padding:8px 12px;background:#fff6dd;border:1px solid #e8d49a;
+border-radius:6px}
 """
 
 
@@ -83,23 +90,71 @@ def render(data: PageData, version: str) -> str:
     if data.plan:
         sections.append(_section("Plan limits", "".join(
             f'<p>{escape(_WINDOW_NAMES.get(w.name, w.name))}: <b>{w.used_ratio:.0%}</b> used, '
-            f'resets {escape(iso(w.resets_at, zone))}</p>'
+            f'resets <span data-figure="resets-{escape(w.name)}">'
+            f'{escape(page_nav.when(w.resets_at, data.now, zone))}'
+            f' ({escape(page_nav.relative(w.resets_at, data.now))})</span></p>'
             + svg.meter(f"plan-{w.name}", f"{w.name} window used", w.used_ratio)
-            for w in data.plan)))
-    covered = data.summary.covered.to_json()
+            for w in data.plan), name="plan"))
     return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>claude-code-exporter</title><style>{_CSS}</style></head><body>"
-        f"<header><h1>Claude Code usage</h1><p>last {WINDOW_DAYS} days from "
-        f"{escape(str(covered['since'])[:10])} · {escape(zone.name)} · as of "
-        f"{escape(iso(data.now, zone))} · "
+        _HEAD + f"<header><h1>Claude Code usage</h1><p>"
+        f'<span data-figure="range"{_range_marks(data)}>'
+        f"{escape(page_nav.range_text(data))}</span> · "
+        f"{escape(zone.name)} · as of {escape(page_nav.when(data.now, data.now, zone))} · "
         '<a href="metrics">/metrics</a> · <a href="healthz">/healthz</a> · '
-        '<a href="api/summary.json">/api/summary.json</a></p></header>'
+        f'<a href="api/summary.json{escape(_json_query(data))}">/api/summary.json</a></p>'
+        f"</header>{page_nav.range_bar(data)}{page_nav.notes(data)}"
         f"<main>{''.join(sections)}</main>"
         f"<footer>claude-code-exporter {escape(version)} · figures from the request ledger, "
         "as <code>report --json</code> computes them</footer></body></html>"
     )
+
+
+_HEAD: Final = ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+                '<meta name="viewport" content="width=device-width,initial-scale=1">'
+                f"<title>claude-code-exporter</title><style>{_CSS}</style></head><body>")
+
+
+def _range_marks(data: PageData) -> str:
+    """The range's exact ends as attributes (ISO 8601), for programs reading the page."""
+    covered = data.summary.covered.range
+    return "".join(f' data-{name}="{escape(iso(at, data.zone))}"' for name, at in
+                   (("since", covered.since), ("until", covered.until)) if at is not None)
+
+
+def _json_query(data: PageData) -> str:
+    """The page's query string for the JSON link (empty for the default range)."""
+    query = data.query.query()
+    return "" if query == "./" else query
+
+
+def render_refusal(message: str, version: str) -> str:
+    """The page for a range it cannot take: ``report``'s message and the way back."""
+    return (_HEAD + "<header><h1>Claude Code usage</h1></header>"
+            f'<p class="hint" data-note="bad-range">{escape(visible(message))}</p>'
+            '<p class="hint">The page takes <code>since</code>, <code>until</code> and '
+            "<code>tz</code> as <code>report --since</code>, <code>--until</code> and "
+            '<code>--timezone</code> take them. <a href="./">The last 30 days</a>.</p>'
+            f"<footer>claude-code-exporter {escape(version)}</footer></body></html>")
+
+
+def _models(s: figures.Summary) -> list[tuple[str, float]]:
+    """Cost by model under the short names the report uses, most first, the tail as other."""
+    costs: dict[str, float] = {}
+    for model, usage in s.by_model.items():
+        costs[short_model(model)] = costs.get(short_model(model), 0.0) + usage.cost_usd
+    return caps.chart_rows(sorted(costs.items(), key=lambda kv: (-kv[1], kv[0])), TOP_ROWS)
+
+
+def _daily_chart(data: PageData) -> tuple[str, str]:
+    """The cost chart's title and bars: a bar a day, or a month when the range is long."""
+    if len(data.daily) > MAX_BARS:
+        months = page_nav.monthly(data.daily)
+        return "Cost per month", svg.bars("daily-cost", "Cost per month (USD)", months,
+                                          fmt=money, label_every=max(1, len(months) // 6))
+    short = [(day[5:], cost) for day, cost in data.daily]  # MM-DD under the bars
+    return "Cost per day", svg.bars("daily-cost", "Cost per day (USD)", short, fmt=money,
+                                    limit=data.budgets.get("day"),
+                                    label_every=max(7, len(short) // 6))
 
 
 def _cost_sections(data: PageData) -> list[str]:
@@ -115,27 +170,26 @@ def _cost_sections(data: PageData) -> list[str]:
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
               ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]
-    models = caps.chart_rows(sorted(((m, u.cost_usd) for m, u in s.by_model.items()),
-                                    key=lambda kv: (-kv[1], kv[0])), TOP_ROWS)
-    short = [(day[5:], cost) for day, cost in data.daily]  # MM-DD under the bars
+    title, bars = _daily_chart(data)
+    short = [(day[5:], cost) for day, cost in data.daily]
+    budget_line = data.budgets.get("day") and len(data.daily) <= MAX_BARS
     return [
         _section("Cost (list prices)", f'<div class="kpis">{kpis}</div>', wide=True),
-        _section(f"Cost per day, last {WINDOW_DAYS} days",
-                 svg.bars("daily-cost", "Cost per day (USD)", short, fmt=money,
-                          limit=data.budgets.get("day"), label_every=7)
+        _section(title, bars
                  + ('<p class="note">Dashed: the daily budget. Below: the running total.</p>'
-                    if data.budgets.get("day") else '<p class="note">Below: the running total.</p>')
+                    if budget_line else '<p class="note">Below: the running total.</p>')
                  + svg.line("cumulative-cost", "Running total (USD)", _cumulative(short),
                             fmt=money)),
         _section("Tokens by type",
                  svg.stacked("tokens", "Tokens by type", tokens, fmt=count)
-                 + _table(("type", "tokens (30 days)"), [(k, f"{v:,}") for k, v in tokens],
+                 + _table(("type", "tokens"), [(k, f"{v:,}") for k, v in tokens],
                           "tokens")
                  + f'<p>Cache-read share of the prompt: <b data-figure="cache-read-share">'
                    f'{s.cache_read_share:.1%}</b> · requests <b data-figure="requests">'
                    f'{t.requests:,}</b> · sessions <b data-figure="sessions">{s.sessions:,}</b>'
-                   f' · cost <b data-figure="cost-30d">{money(t.cost_usd)}</b></p>'),
-        _section("Cost by model", svg.hbars("by-model", "Cost by model (USD)", models, fmt=money)),
+                   f' · cost <b data-figure="cost-range">{money(t.cost_usd)}</b></p>'),
+        _section("Cost by model",
+                 svg.hbars("by-model", "Cost by model (USD)", _models(s), fmt=money)),
         _section("Cost by project",
                  svg.hbars("by-project", "Cost by project (USD)",
                            caps.chart_rows(data.by_project, TOP_ROWS), fmt=money)),
@@ -171,7 +225,8 @@ def _shape_sections(data: PageData) -> list[str]:
 _WINDOW_NAMES: Final = {"five_hour": "5-hour window", "seven_day": "Weekly window"}
 
 
-def _section(title: str, body: str, *, wide: bool = False) -> str:
-    """One card of the page."""
+def _section(title: str, body: str, *, wide: bool = False, name: str = "") -> str:
+    """One card of the page (``name``: its ``data-section``, for the tests)."""
     cls = ' class="wide"' if wide else ""
-    return f"<section{cls}><h2>{escape(title)}</h2>{body}</section>"
+    mark = f' data-section="{escape(name)}"' if name else ""
+    return f"<section{cls}{mark}><h2>{escape(title)}</h2>{body}</section>"
