@@ -245,6 +245,10 @@ class LineCounts:
         self.mended.update(other.mended)
 
 
+RootLines = dict[str, tuple[LineCounts, int]]
+"""A batch's line counts and bytes read by transcript root (a scan's files, folded by root)."""
+
+
 @dataclass(slots=True)
 class Parsed:
     """What the parser made of a run of complete lines.

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
             if req.output == "text":
                 return 0
         return show(req, sel, ClassPrices.of(pricing), settings=settings,
-                    counters=ledger.counters, args=args, now=now)
+                    counters=lambda name: ledger.counters(name, list(dirs)), args=args, now=now)
     finally:
         ledger.close()
 

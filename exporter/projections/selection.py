@@ -155,8 +155,16 @@ def _no_match(flag: str, name: str, choices: Sequence[str]) -> str:
 
 
 def known_values(selection: Selection, column: str) -> list[str]:
-    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept)."""
-    if selection.slots:
+    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept).
+
+    The keys of other roots' requests are not in the scope: the 16-day block
+    sums (a few rows per key) say which keys the scope's roots hold.
+    """
+    if selection.slots and selection.slot_scope is None:
         return [r[0] for r in selection.read(f"SELECT DISTINCT {column} FROM slot_keys", [])]
+    if selection.slots and selection.days:
+        return [r[0] for r in selection.read(
+            f"SELECT DISTINCT {column} FROM slot_keys WHERE id IN (SELECT key FROM slot_blocks "
+            f"WHERE {selection.slot_scope})", [])]
     return [r[0] for r in selection.read(
         f"SELECT DISTINCT {column} FROM {selection.relation}", [])]
