@@ -27,9 +27,9 @@ from exporter.cli.pipeline import (
     ingest,
     ingest_plan_samples,
     load_prices,
-    open_ledger,
     transcript_dirs,
 )
+from exporter.cli.report_ledger import report_ledger
 from exporter.ingest import discover
 from exporter.ingest.scan import ScanResult
 from exporter.ledger import slots
@@ -81,13 +81,14 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         raise UsageError(f"--data-dir {missing[0]} does not exist")
     dirs = transcript_dirs(settings, environ)
     pricing = load_prices(settings)
-    ledger = open_ledger(settings, pricing, dirs)
-    try:
+    # Beside a serve that does not follow ``dirs``: a private ledger (exporter.cli.report_ledger).
+    with report_ledger(settings, pricing, dirs) as opened:
+        ledger = opened.ledger
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
         present = discover.present(dirs)
-        scan = ScanResult(files=1) if ledger.readonly else ingest(
+        scan = ScanResult(files=1) if not opened.writes else ingest(
             ledger, settings, log, present, show_progress=req.output == "text", quiet=True)
-        if not ledger.readonly:
+        if opened.writes and not opened.private:
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         sel = selection(ledger, dirs, args, req.range)
         if empty(sel) and not scan.files and req.view != LIMITS:
@@ -97,8 +98,6 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
                 return 0
         return show(req, sel, ClassPrices.of(pricing), settings=settings,
                     counters=lambda name: ledger.counters(name, list(dirs)), args=args, now=now)
-    finally:
-        ledger.close()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
