@@ -368,3 +368,5 @@ class Applied:
     upgraded_count: int = 0
     iterations: dict[str, int] = field(default_factory=dict)  # usage.iterations entries, by kind
     mended: dict[str, int] = field(default_factory=dict)  # lines read once an oddity was mended
+    # The project folders of the batch's files (exporter.projections.project_groups).
+    folders: set[str] = field(default_factory=set)

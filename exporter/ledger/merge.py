@@ -17,6 +17,7 @@ from exporter.ledger import attr_days, chains, rollups, root_counts, slot_bins, 
 from exporter.ledger import rows as stored_rows
 from exporter.ledger.batch import Batch
 from exporter.ledger.rows import COLUMNS, FIELDS
+from exporter.ledger.scopes import folder_of
 from exporter.ledger.staging import ensure_write_indexes
 from exporter.records import (
     Appearance,
@@ -80,6 +81,7 @@ def finish(db: sqlite3.Connection, batch: Batch, parsed: Parsed,
     top); ``by_root``: its line counts split by root (exporter.ledger.root_counts).
     """
     added = len(new_keys)
+    batch.folders = {folder for app in appearances if (folder := folder_of(app.path, app.root))}
     db.executemany(
         "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?)",
         [(c.path, c.dev, c.ino, c.size, c.offset, c.fp_len, c.fingerprint, c.mtime_ns)

@@ -15,6 +15,18 @@ from pathlib import Path
 from exporter.records import ALL_ROOTS
 
 
+def folder_of(path: str, root: str) -> str:
+    """The project folder of a transcript file: the first part of its path below its root.
+
+    "" for a file straight in the root (or not below it): it has no folder.
+    """
+    top = root.rstrip("/") + "/"
+    if not path.startswith(top):
+        return ""
+    rest = path[len(top):]
+    return rest.split("/", 1)[0] if "/" in rest else ""
+
+
 def _inside(path: str, wanted: Sequence[str]) -> bool:
     """Whether a root's path is at or below one of the ``wanted`` absolute paths."""
     return any(path == w or path.startswith(w.rstrip("/") + "/") for w in wanted)
