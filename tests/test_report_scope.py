@@ -37,9 +37,10 @@ def assert_lines(got: dict[str, Any], truth: dict[str, Any]) -> None:
 
 
 def _trees(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Two independent trees, A and B, with rejected lines of every reason."""
+    """Two independent trees, A and B, with rejected lines of every reason (B: advisor parts)."""
     a = generate(tmp_path / "A", GenOptions(seed=11, sessions=2, requests_per_session=25))
-    b = generate(tmp_path / "B", GenOptions(seed=12, sessions=3, requests_per_session=30))
+    b = generate(tmp_path / "B", GenOptions(seed=12, sessions=3, requests_per_session=30,
+                                             iterations=True))
     return a, b
 
 
