@@ -245,6 +245,10 @@ class LineCounts:
         self.mended.update(other.mended)
 
 
+RootLines = dict[str, tuple[LineCounts, int]]
+"""A batch's line counts and bytes read by transcript root (a scan's files, folded by root)."""
+
+
 @dataclass(slots=True)
 class Parsed:
     """What the parser made of a run of complete lines.
@@ -364,3 +368,5 @@ class Applied:
     upgraded_count: int = 0
     iterations: dict[str, int] = field(default_factory=dict)  # usage.iterations entries, by kind
     mended: dict[str, int] = field(default_factory=dict)  # lines read once an oddity was mended
+    # The project folders of the batch's files (exporter.projections.project_groups).
+    folders: set[str] = field(default_factory=set)

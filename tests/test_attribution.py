@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 from exporter.cli.commands import main
 from exporter.ingest.classify import MAX_LABEL_CHARS
 from exporter.ingest.parse import parse_lines
+from exporter.ledger.opening import SCHEMA_VERSION
 from exporter.projections.attributed import RELOAD_SECONDS, Attributed, Names
 from exporter.projections.pricing import RateTable
 from exporter.records import Request
@@ -157,7 +158,7 @@ def test_v2_ledger_gains_the_columns_and_old_rows_read_none(
     got = run(tmp_path / "t", tmp_path / "s", capsys, "skill")
     assert [(r["skill"], r["requests"]) for r in got["rows"]] == [("none", 1)]
     con = stdlib_sqlite3.connect(tmp_path / "s" / "ledger.sqlite3")
-    assert con.execute("PRAGMA user_version").fetchone() == (3,)
+    assert con.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     con.close()
 
 

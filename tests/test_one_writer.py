@@ -14,6 +14,7 @@ import pytest
 
 from exporter.ledger.access import open_ledger
 from exporter.ledger.lock import LedgerBusyError, WriterLock
+from exporter.ledger.opening import SCHEMA_VERSION
 from exporter.ledger.store import Ledger
 from exporter.synth import GenOptions, generate
 from tests.support.exposition import total
@@ -133,7 +134,7 @@ def test_two_processes_creating_a_fresh_ledger_at_once_both_succeed(tmp_path: Pa
             p.join(timeout=60)
         assert [p.exitcode for p in procs] == [0, 0], trial
         ledger = Ledger(path)
-        assert ledger.read("PRAGMA user_version") == [(3,)]
+        assert ledger.read("PRAGMA user_version") == [(SCHEMA_VERSION,)]
         ledger.close()
 
 
@@ -168,7 +169,7 @@ def test_a_creator_killed_at_any_step_leaves_a_usable_ledger(tmp_path: Path) -> 
                               check=False, capture_output=True)
         kills += proc.returncode == 9
         ledger = Ledger(path)
-        assert ledger.read("PRAGMA user_version") == [(3,)] and ledger.count() == 0
+        assert ledger.read("PRAGMA user_version") == [(SCHEMA_VERSION,)] and ledger.count() == 0
         ledger.close()
     assert kills >= 5  # most steps fell inside the creation
 

@@ -49,6 +49,7 @@ def metrics_options(settings: Settings) -> MetricsOptions:
         budgets["month"] = settings.budget_month_usd
     return MetricsOptions(
         namespace=settings.namespace, project_label=settings.project_label,
+        project_grouping=settings.project_grouping,
         kv_bytes_per_token=dict(settings.kv_bytes_per_token),
         upload_bytes_per_token=settings.upload_bytes_per_token, budgets=budgets,
         settle_seconds=settings.settle_seconds, version=exporter.__version__,

@@ -8,6 +8,7 @@ per ``--step``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import shutil
 import sys
@@ -28,6 +29,7 @@ from exporter.cli.pipeline import (
 )
 from exporter.progress import progress_bar
 from exporter.projections.pricing import RateTable
+from exporter.projections.project_groups import folders_of
 
 HELP = ("ingest, then write the ledger's history as OpenMetrics text for "
         "`promtool tsdb create-blocks-from openmetrics`")
@@ -74,6 +76,8 @@ def add_arguments(bf: argparse.ArgumentParser) -> None:
                     f"(default: {shown_default('listen')})")
     bf.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                     help=f"as for serve (default: {shown_default('project_label')})")
+    bf.add_argument("--project-grouping", choices=["folder", "cwd"],
+                    help=f"as for serve (default: {shown_default('project_grouping')})")
     bf.add_argument("--compat", action="append", choices=["native", "genai"],
                     help="as for serve: also write those families (default: neither)")
 
@@ -125,6 +129,8 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
             ingest(ledger, settings, log, dirs, show_progress=True)
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         requests = ledger.requests(view=ledger.scope(dirs))
+        # The replay groups projects by the folders serve's projection knows (below).
+        metrics = dataclasses.replace(metrics, project_folders=frozenset(folders_of(ledger.read)))
         serve = serve_samples(ledger, pricing, metrics, dirs)
         plan = plan_history(ledger.read)  # the status line's samples (docs/plan-limits.md)
     finally:

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     )
     namespace: str = Field("claude_code", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     project_label: Literal["basename", "full", "hash", "none"] = "basename"
+    # What a project is (exporter.projections.project_groups): the folder Claude Code files
+    # a session's transcript in (git worktrees of one repository share it), or each cwd.
+    project_grouping: Literal["folder", "cwd"] = "folder"
     upload_bytes_per_token: float = Field(4.0, gt=0)
     kv_bytes_per_token: dict[str, Annotated[int, Field(gt=0)]] = Field(
         default_factory=lambda: {"mla": 70_272, "gqa": 516_096}

@@ -37,19 +37,22 @@ def load_prices(settings: Settings) -> RateTable:
 
 
 def open_ledger(settings: Settings, pricing: RateTable, dirs: Sequence[Path],
-                role: str = "report") -> Ledger:
-    """The ledger, keeping its rollups by the counting rules ``serve`` uses.
+                role: str = "report", *, path: Path | None = None,
+                quiet: bool = False) -> Ledger:
+    """The ledger (at ``path``, default the state dir's), keeping serve's counting rules.
 
     Beside a running ``serve`` it is a reader of serve's ledger (``readonly``):
-    nothing is ingested, serve does that (exporter.ledger.access.open_ledger).
+    nothing is ingested, serve does that (exporter.ledger.access.open_ledger);
+    stderr says so, and which of ``dirs`` serve does not follow, unless
+    ``quiet`` (the caller says it: exporter.cli.report_ledger).
     """
     from exporter.ledger.access import open_ledger as open_for
     from exporter.projections.counting import Counting
 
     rules = Counting(pricing, settings.kv_bytes_per_token, settings.upload_bytes_per_token)
-    ledger = open_for(settings.ledger_path, role, [str(d) for d in dirs], rules=rules,
+    ledger = open_for(path or settings.ledger_path, role, [str(d) for d in dirs], rules=rules,
                       settle_seconds=settings.settle_seconds)
-    if ledger.readonly and ledger.holder is not None:
+    if ledger.readonly and ledger.holder is not None and not quiet:
         followed = {os.path.abspath(r) for r in ledger.holder.roots}
         unread = [str(d) for d in dirs if os.path.abspath(d) not in followed and d.is_dir()]
         print(f"claude-code-exporter: serve (pid {ledger.holder.pid}) is following the "

@@ -27,9 +27,9 @@ from exporter.cli.pipeline import (
     ingest,
     ingest_plan_samples,
     load_prices,
-    open_ledger,
     transcript_dirs,
 )
+from exporter.cli.report_ledger import report_ledger
 from exporter.ingest import discover
 from exporter.ingest.scan import ScanResult
 from exporter.ledger import slots
@@ -38,6 +38,7 @@ from exporter.projections import attribution, caps, figures, views
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
+from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.projections.selection import (
     CONTEXT_SQL,
     FilterError,
@@ -81,24 +82,23 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         raise UsageError(f"--data-dir {missing[0]} does not exist")
     dirs = transcript_dirs(settings, environ)
     pricing = load_prices(settings)
-    ledger = open_ledger(settings, pricing, dirs)
-    try:
+    # Beside a serve that does not follow ``dirs``: a private ledger (exporter.cli.report_ledger).
+    with report_ledger(settings, pricing, dirs) as opened:
+        ledger = opened.ledger
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
         present = discover.present(dirs)
-        scan = ScanResult(files=1) if ledger.readonly else ingest(
+        scan = ScanResult(files=1) if not opened.writes else ingest(
             ledger, settings, log, present, show_progress=req.output == "text", quiet=True)
-        if not ledger.readonly:
+        if opened.writes and not opened.private:
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
-        sel = selection(ledger, dirs, args, req.range)
+        sel = selection(ledger, dirs, args, req.range, grouping=settings.project_grouping)
         if empty(sel) and not scan.files and req.view != LIMITS:
             print(first_run_message(dirs, Path.home()),
                   file=sys.stderr if req.output != "text" else sys.stdout)
             if req.output == "text":
                 return 0
         return show(req, sel, ClassPrices.of(pricing), settings=settings,
-                    counters=ledger.counters, args=args, now=now)
-    finally:
-        ledger.close()
+                    counters=lambda name: ledger.counters(name, list(dirs)), args=args, now=now)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,6 +132,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--project", action="append", default=[], metavar="NAME",
         help="only this project: its path, the path's last part or Claude Code's "
              "directory name for it; repeatable (default: every project)")
+    parser.add_argument(
+        "--project-grouping", choices=["folder", "cwd"],
+        help="what a project is: Claude Code's project folder of the session (worktrees of a "
+             "repository are one project) or each working directory (default: folder)")
     parser.add_argument(
         "--model", action="append", default=[], metavar="NAME",
         help="only models whose id contains NAME, e.g. opus; repeatable (default: every model)")
@@ -232,8 +236,11 @@ def first_run_message(dirs: Sequence[Path], home: Path) -> str:
 
 
 def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
-              rng: Range) -> Selection:
-    """The requests `report` covers: the roots' scope, the range and the filters."""
+              rng: Range, grouping: str = "folder") -> Selection:
+    """The requests `report` covers: the roots' scope, the range and the filters.
+
+    ``grouping``: what a project is (exporter.projections.project_groups).
+    """
     tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
     columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
     stored = (ledger.read("SELECT value FROM slot_meta WHERE name = 'thresholds'", [])
@@ -243,9 +250,11 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
                      slot_thresholds=(tuple(json.loads(stored[0][0])) if stored
                                       else slots.DEFAULT_THRESHOLDS),
                      slot_scope=ledger.scope_filter(list(dirs)),
-                     context="context" if "context" in columns else CONTEXT_SQL)
+                     context="context" if "context" in columns else CONTEXT_SQL,
+                     groups=ProjectGroups(grouping, folders_of(ledger.read)))
     try:
-        projects = (resolve_projects(known_values(base, "project"), args.project)
+        projects = (resolve_projects(known_values(base, "project"), args.project,
+                                     base.project_of)
                     if args.project else ())
         models = resolve_models(known_values(base, "model"), args.model) if args.model else ()
     except FilterError as exc:  # it names the ledger's projects and models: transcript data

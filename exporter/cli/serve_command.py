@@ -41,6 +41,10 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--project-label", choices=["basename", "full", "hash", "none"],
                        help="the project label: the path's last part, the whole path, a hash, "
                             f"or none (default: {shown_default('project_label')})")
+    serve.add_argument("--project-grouping", choices=["folder", "cwd"],
+                       help="what a project is: the project folder Claude Code keeps the "
+                            "session in (worktrees of one repository are one project), or each "
+                            f"working directory (default: {shown_default('project_grouping')})")
     serve.add_argument("--budget-day-usd", type=float, metavar="USD",
                        help="daily budget, for the alert rules (default: none)")
     serve.add_argument("--budget-month-usd", type=float, metavar="USD",

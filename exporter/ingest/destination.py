@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
-from exporter.records import Appearance, Applied, Checkpoint, Parsed
+from exporter.records import Appearance, Applied, Checkpoint, Parsed, RootLines
 
 
 class Destination(Protocol):
@@ -18,9 +18,9 @@ class Destination(Protocol):
 
     def apply(
         self, parsed: Parsed, checkpoints: Sequence[Checkpoint], bytes_read: int,
-        appearances: Sequence[Appearance] = (), /,
+        appearances: Sequence[Appearance] = (), by_root: RootLines | None = None, /,
     ) -> Applied:
-        """Merge one batch, its checkpoints, line counts and provenance atomically."""
+        """Merge one batch, its checkpoints, line counts (also by root), provenance atomically."""
         ...
 
     def checkpoints(self) -> dict[str, Checkpoint]:

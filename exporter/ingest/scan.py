@@ -42,6 +42,7 @@ from exporter.records import (
     Parsed,
     RejectReason,
     Request,
+    RootLines,
 )
 
 BATCH_BYTES: Final = 128 * 1024 * 1024  # per ledger transaction
@@ -92,6 +93,8 @@ class _Batch:
     seen: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
     rereads: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     ahead: list[tuple[str, int]] = field(default_factory=list)  # (path, request lines left)
+    # (path, its line counts, its bytes read) of each file read: the counts by root
+    by_file: list[tuple[str, LineCounts, int]] = field(default_factory=list)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled (a worker's result to the parent) with its requests as one msgpack blob.
@@ -104,7 +107,7 @@ class _Batch:
         makes) goes by pickle.
         """
         state = (self.parsed.counts, self.checkpoints, self.bytes_read, self.errors,
-                 self.seen, self.rereads, self.ahead)
+                 self.seen, self.rereads, self.ahead, self.by_file)
         try:
             wire = _WIRE_ENCODE(list(self.parsed.requests.values()))
         except (TypeError, ValueError, OverflowError):  # UnicodeEncodeError is a ValueError
@@ -120,6 +123,7 @@ class _Batch:
         self.seen.extend(other.seen)
         self.rereads.extend(other.rereads)
         self.ahead.extend(other.ahead)
+        self.by_file.extend(other.by_file)
         return self
 
 
@@ -151,6 +155,7 @@ def read_files(
         cp = start_cp
         # Each file parsed on its own, then folded in: its keys are its provenance.
         local = Parsed()
+        before = batch.bytes_read
         try:
             while (chunk := read_new(path, cp, max_line=max_line_bytes)) is not None:
                 chunk, ahead = parse_chunk(chunk, cp, local, compaction_file=is_compaction_file(
@@ -172,6 +177,8 @@ def read_files(
             session = min(r.session for r in local.requests.values())
             batch.seen.append((path, session, tuple(local.requests)))
         batch.parsed.update(local)
+        if local.counts.total or batch.bytes_read > before:
+            batch.by_file.append((path, local.counts, batch.bytes_read - before))
         if cp is not None:
             batch.checkpoints.append(cp)
     return batch
@@ -414,7 +421,14 @@ class Scanner(Generic[DestinationT]):
         tops = [os.path.abspath(top) for top in self.dirs]  # once, not per file (a getcwd each)
         seen = [Appearance(path, _root_of(path, tops), session, keys)
                 for path, session, keys in batch.seen]
-        applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read, seen)
+        by_root: RootLines = {}
+        for path, counts, nbytes in batch.by_file:
+            root = _root_of(path, tops)
+            kept, before = by_root.get(root) or (LineCounts(), 0)
+            kept.add(counts)
+            by_root[root] = (kept, before + nbytes)
+        applied = self.ledger.apply(batch.parsed, batch.checkpoints, batch.bytes_read, seen,
+                                    by_root)
         if self._cps is not None:  # committed: the cache follows the ledger
             self._cps.update((cp.path, cp) for cp in batch.checkpoints)
         for path, reason in batch.rereads:

@@ -39,10 +39,11 @@ class Batch:
     sessions: dict[str, float] = field(default_factory=dict)  # latest ts seen per session
     grown: set[str] = field(default_factory=set)  # sessions whose last time moved
     slot_times: set[float] = field(default_factory=set)  # times of changed rows (old and new)
+    folders: set[str] = field(default_factory=set)  # project folders of the batch's files
 
     def applied(self) -> Applied:
         """The public result."""
         return Applied(self.new, self.upgraded, self.lines, self.rejected, self.bytes_read,
                        self.counts, self.hists, self.late, self.roots, len(self.new),
-                       len(self.upgraded), self.iterations, self.mended)
+                       len(self.upgraded), self.iterations, self.mended, self.folders)
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from exporter.ledger import attr_days, chains, rollups, slot_bins, slot_sums, slots
+from exporter.ledger import attr_days, chains, rollups, root_counts, slot_bins, slot_sums, slots
 from exporter.ledger import rows as stored_rows
 from exporter.ledger.batch import Batch
 from exporter.ledger.rows import COLUMNS, FIELDS
+from exporter.ledger.scopes import folder_of
 from exporter.ledger.staging import ensure_write_indexes
 from exporter.records import (
     Appearance,
@@ -25,6 +26,7 @@ from exporter.records import (
     LineResult,
     Parsed,
     Request,
+    RootLines,
     Rules,
     Source,
     merge,
@@ -37,7 +39,8 @@ _SESSION: Final = Request._fields.index("session")
 
 def apply(db: sqlite3.Connection, parsed: Parsed, checkpoints: Sequence[Checkpoint],
           bytes_read: int, appearances: Sequence[Appearance], *, rules: Rules | None,
-          clock: Callable[[], float], settle_seconds: float) -> Applied:
+          clock: Callable[[], float], settle_seconds: float,
+          by_root: RootLines | None = None) -> Applied:
     """Merge one parsed batch, its provenance, checkpoints and line counts (caller's transaction).
 
     The indexes only this path reads (a row by its key, appearances by their
@@ -62,14 +65,23 @@ def apply(db: sqlite3.Connection, parsed: Parsed, checkpoints: Sequence[Checkpoi
         *(_bin_row(batch.rows[rid], batch.masks[rid], 1) for rid in batch.changed)])
     attr_days.update(db, batch.new_ids, [(r.session, r.ts) for rid, known in
                      batch.changed.items() for r in (known, batch.rows[rid])])
-    finish(db, batch, parsed, checkpoints, bytes_read=bytes_read, added=sum(  # not parts
-        batch.rows[rid].source is not Source.ADVISOR for rid in batch.new_ids))
+    finish(db, batch, parsed, checkpoints, bytes_read=bytes_read, new_keys=[  # not parts
+        batch.rows[rid].key for rid in batch.new_ids
+        if batch.rows[rid].source is not Source.ADVISOR], appearances=appearances,
+        by_root=by_root)
     return batch.applied()
 
 
 def finish(db: sqlite3.Connection, batch: Batch, parsed: Parsed,
-           checkpoints: Sequence[Checkpoint], *, bytes_read: int, added: int) -> None:
-    """The batch's checkpoints and line counters (``added``: its new requests)."""
+           checkpoints: Sequence[Checkpoint], *, bytes_read: int, new_keys: Sequence[str],
+           appearances: Sequence[Appearance], by_root: RootLines | None) -> None:
+    """The batch's checkpoints and line counters, global and per root.
+
+    ``new_keys``: its new requests that a line carried (not parts billed on
+    top); ``by_root``: its line counts split by root (exporter.ledger.root_counts).
+    """
+    added = len(new_keys)
+    batch.folders = {folder for app in appearances if (folder := folder_of(app.path, app.root))}
     db.executemany(
         "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?)",
         [(c.path, c.dev, c.ino, c.size, c.offset, c.fp_len, c.fingerprint, c.mtime_ns)
@@ -89,6 +101,7 @@ def finish(db: sqlite3.Connection, batch: Batch, parsed: Parsed,
             *(("iterations", kind, n) for kind, n in batch.iterations.items())]
     for name, label, n in (row for row in rows if row[2]):
         stored_rows.add_to_counter(db, name, label, n)
+    root_counts.add(db, by_root, new_keys, appearances, whole=counts, bytes_read=bytes_read)
 
 
 def root_bit(db: sqlite3.Connection, root: str, batch: Batch) -> int:

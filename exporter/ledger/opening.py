@@ -25,6 +25,7 @@ from exporter.ledger.schema import (
     READER_INDEXES,
     V1_TABLES,
     WAL_CHECKPOINT_BYTES,
+    attribute_counters,
     create,
     has_index,
     index_name,
@@ -36,7 +37,7 @@ from exporter.records import Rules
 from exporter.sqlite import sqlite3
 
 APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
-SCHEMA_VERSION: Final = 3  # 3: the attribution columns (schema.create)
+SCHEMA_VERSION: Final = 4  # 3: the attribution columns (schema.create); 4: root_counters
 
 
 def open_file(path: Path, file_health: Health, lock: threading.RLock, *, readonly: bool,
@@ -182,6 +183,8 @@ def _create_or_migrate(db: sqlite3.Connection) -> None:
     if v1:
         migrate_v1(db)
     create(db)
+    if "counters" in tables and "root_counters" not in tables:
+        attribute_counters(db)  # v1 to v3: the counts kept for all roots at once
     if v1:
         v1_provenance(db)
         slot_sums.rebuild(db)

@@ -34,7 +34,7 @@ from exporter.ledger.health import LedgerError
 from exporter.ledger.reader_thread import ReaderThread
 from exporter.ledger.schema import PASS_INDEXES, READER_INDEXES, index_name
 from exporter.ledger.tx import Tx
-from exporter.records import Appearance, Applied, Checkpoint, Parsed, Rules
+from exporter.records import Appearance, Applied, Checkpoint, Parsed, RootLines, Rules
 from exporter.sqlite import sqlite3
 
 Transaction = Callable[[], Tx]
@@ -84,7 +84,8 @@ def end(db: sqlite3.Connection, transaction: Transaction, rules: Rules | None,
 
 def apply(db: sqlite3.Connection, transaction: Transaction, state: staging.Pass,
           parsed: Parsed, checkpoints: Sequence[Checkpoint], *, bytes_read: int,
-          appearances: Sequence[Appearance], due: float) -> Applied:
+          appearances: Sequence[Appearance], due: float, by_root: RootLines | None = None,
+          ) -> Applied:
     """One batch of a raw pass: rows, provenance, checkpoints and counters only."""
     try:
         with transaction():
@@ -92,14 +93,14 @@ def apply(db: sqlite3.Connection, transaction: Transaction, state: staging.Pass,
             # Once per root, not per file (a month's batch holds a hundred files).
             bits = {root: merge.root_bit(db, root, batch)
                     for root in dict.fromkeys(app.root for app in appearances)}
-            added, changed, parts = staging.stage(db, parsed, appearances, bits, state, due=due)
+            new, changed, new_keys = staging.stage(db, parsed, appearances, bits, state, due=due)
             merge.finish(db, batch, parsed, checkpoints, bytes_read=bytes_read,
-                         added=added - parts)
+                         new_keys=new_keys, appearances=appearances, by_root=by_root)
     except BaseException:
         state.broken = True  # its memory may not match what was rolled back
         raise
     out = batch.applied()
-    out.new_count, out.upgraded_count = added, changed
+    out.new_count, out.upgraded_count = new, changed
     return out
 
 

@@ -1,4 +1,4 @@
-"""Every table of the ledger file (schema v3), and the in-place migrations from v1 and v2.
+"""Every table of the ledger file (schema v4), and the in-place migrations from v1, v2 and v3.
 
 The requests and their provenance, counters, meta and rollups (:data:`SCHEMA`,
 with the usage slots' tables, :data:`SLOT_TABLES`); the attribution day sums
@@ -93,6 +93,13 @@ SLOT_TABLES: Final = (
     PRIMARY KEY (measure, span, unit, roots, bin)) WITHOUT ROWID""",
 )
 
+# The same counters per transcript root (``roots.id``), so that a report on some roots
+# shows their lines and rejections only; root 0 holds what a v3 ledger of several roots
+# counted before (it cannot be split: in the whole ledger's figures only).
+ROOT_COUNTERS: Final = """CREATE TABLE IF NOT EXISTS root_counters (
+    root INTEGER NOT NULL, name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (root, name, label)) WITHOUT ROWID"""
+UNATTRIBUTED_ROOT: Final = 0
 REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY, key TEXT NOT NULL, ts REAL NOT NULL, model TEXT NOT NULL,
     session TEXT NOT NULL, project TEXT NOT NULL, source INTEGER NOT NULL,
@@ -137,6 +144,7 @@ SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS appearances_file ON appearances (file)",
     """CREATE TABLE IF NOT EXISTS counters (
     name TEXT NOT NULL, label TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY (name, label))""",
+    ROOT_COUNTERS,
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     # Counter rollups: the sums of every request per raw class and roots bitmask.
     f"""CREATE TABLE IF NOT EXISTS rollup_counts (
@@ -253,6 +261,20 @@ def create(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
     if not set(ATTRIBUTION) <= have:  # any attribution sums kept were of other columns
         db.execute("DELETE FROM slot_meta WHERE name = ?", (ATTR_DAYS_META,))
+
+
+def attribute_counters(db: sqlite3.Connection) -> None:
+    """v4: a ledger's counters, kept so far for all its roots at once, given to a root.
+
+    Exact when the ledger knows one root (every line it counted was that
+    root's); with several, the counts go to :data:`UNATTRIBUTED_ROOT`, which
+    only the whole ledger's figures include: a guess would show a report on one
+    root lines of another. Runs in the caller's transaction, once (v3 → v4).
+    """
+    roots = [r[0] for r in db.execute("SELECT id FROM roots LIMIT 2")]
+    owner = roots[0] if len(roots) == 1 else UNATTRIBUTED_ROOT
+    db.execute("INSERT OR IGNORE INTO root_counters SELECT ?, name, label, value FROM counters",
+               (owner,))
 
 
 def v1_provenance(db: sqlite3.Connection) -> None:

@@ -191,11 +191,11 @@ _INSERT: Final = (
 
 
 def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearance],
-          bits: dict[str, int], state: Pass, *, due: float) -> tuple[int, int, int]:
-    """Write one batch's rows, appearances, files and sessions; (new, changed, new parts).
+          bits: dict[str, int], state: Pass, *, due: float) -> tuple[int, int, list[str]]:
+    """Write one batch's rows, appearances, files and sessions; (new, changed, new line keys).
 
-    New parts are the new rows billed on top of a request (source ``advisor``):
-    no line's own request, so not in the line counts.
+    The new keys leave out parts, new rows billed on top of a request (source
+    ``advisor``): no line's own request, so not in the line counts.
 
     ``bits`` maps each appearance's root to its ``requests.roots`` bit. Each
     file's predecessors and the new rows' gaps are chained here from the rows
@@ -246,7 +246,7 @@ def stage(db: sqlite3.Connection, parsed: Parsed, appearances: Sequence[Appearan
     db.executemany("INSERT INTO sessions VALUES (?, ?) ON CONFLICT (session) DO UPDATE "
                    "SET last_ts = excluded.last_ts WHERE excluded.last_ts > last_ts",
                    latest.items())
-    return len(fresh), changed, sum(req.source is Source.ADVISOR for req in fresh)
+    return len(fresh), changed, [req.key for req in fresh if req.source is not Source.ADVISOR]
 
 
 def _root_masks(appearances: Sequence[Appearance],

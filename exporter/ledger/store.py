@@ -31,14 +31,24 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from exporter.ledger import health, merge, opening, raw_pass, rollups, scopes, staging, wal
+from exporter.ledger import (
+    health,
+    merge,
+    opening,
+    raw_pass,
+    rollups,
+    root_counts,
+    scopes,
+    staging,
+    wal,
+)
 from exporter.ledger.batch import Batch
 from exporter.ledger.health import LedgerError as LedgerError  # noqa: PLC0414 (re-exported)
 from exporter.ledger.rollups import Rollups
 from exporter.ledger.rows import COLUMNS, request_of
 from exporter.ledger.schema import MAX_ROOT_BITS
 from exporter.ledger.tx import Tx
-from exporter.records import Appearance, Applied, Checkpoint, Parsed, Request, Rules
+from exporter.records import Appearance, Applied, Checkpoint, Parsed, Request, RootLines, Rules
 from exporter.sqlite import sqlite3
 
 if TYPE_CHECKING:
@@ -130,17 +140,21 @@ class Ledger:
 
     def apply(
         self, parsed: Parsed, checkpoints: Sequence[Checkpoint], bytes_read: int,
-        appearances: Sequence[Appearance] = (),
+        appearances: Sequence[Appearance] = (), by_root: RootLines | None = None,
     ) -> Applied:
-        """Merge one parsed batch, its provenance, checkpoints and line counts atomically."""
+        """Merge one parsed batch, its provenance, checkpoints and line counts atomically.
+
+        ``by_root``: the batch's line counts split by transcript root (kept
+        per root too, for scoped reports); without, they are in no root's scope.
+        """
         if self._pass is not None:
             return raw_pass.apply(self._db, self._transaction, self._pass, parsed, checkpoints,
                                   bytes_read=bytes_read, appearances=appearances,
-                                  due=self._clock() + self.settle_seconds)
+                                  due=self._clock() + self.settle_seconds, by_root=by_root)
         with self._transaction():
             return merge.apply(self._db, parsed, checkpoints, bytes_read, appearances,
                                rules=self.rules, clock=self._clock,
-                               settle_seconds=self.settle_seconds)
+                               settle_seconds=self.settle_seconds, by_root=by_root)
 
     def settle(self, *, force: bool = False) -> Applied:
         """Enter requests quiet for ``settle_seconds`` (all: ``force``) into the histograms."""
@@ -222,13 +236,24 @@ class Ledger:
         n: int = self.read("SELECT count(*) FROM unsettled")[0][0]
         return n
 
-    def counters(self, name: str) -> dict[str, int]:
-        """One family of persistent counters (``lines``, ``rejected``, ``bytes_read``, …)."""
+    def counters(self, name: str, roots: Sequence[str | Path] | None = None) -> dict[str, int]:
+        """One family of persistent counters (``lines``, ``rejected``, ``bytes_read``, …).
+
+        ``roots``: only the lines of files under those roots (None: every line
+        counted, also those a v3 ledger kept for several roots at once).
+        """
+        bits = self.root_bits()
+        if roots is not None and scopes.condition(bits, roots) is not None:
+            return root_counts.read(self.read, name, scopes.root_ids(self.root_ids(), roots))
         return dict(self.read("SELECT label, value FROM counters WHERE name = ?", (name,)))
 
     def rollups(self) -> Rollups:
         """Every stored rollup row: O(classes x root sets + series x buckets)."""
         return rollups.read(self.read, self.root_bits())
+
+    def root_ids(self) -> dict[str, int]:
+        """Every transcript root the ledger knows, with its id."""
+        return {path: rid for rid, path in self.read("SELECT id, path FROM roots")}
 
     def root_bits(self) -> dict[str, int]:
         """Every transcript root the ledger knows, with its bit in ``requests.roots``."""

@@ -228,7 +228,8 @@ class Facts:
                  f"k.speed, k.long, x.b, x.p, min(x.f), max(x.l), {sums} FROM x "
                  "JOIN slot_keys k ON k.id = x.key GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10")
         level = self._level
-        return [self._fact(r[0], Attrs("", r[1], r[2], _SOURCES[r[3]], r[4], r[5], r[6],
+        of = self.sel.project_of
+        return [self._fact(r[0], Attrs("", of(r[1]), r[2], _SOURCES[r[3]], r[4], r[5], r[6],
                                        level[r[7]]), r[8:]) for r in self.sel.read(outer, params)]
 
     def _from_requests(self, key: TimeKey | None, buckets: bool, extra: Sequence[str],
@@ -249,7 +250,8 @@ class Facts:
             f"{self.prices.period_sql('ts')}, min(ts), max(ts), count(*), {SUMS_SQL}, "
             f"sum({slots.GAP_MS})",
             *extra, tail="GROUP BY " + ", ".join(map(str, range(1, 12))), join=join)
-        return [self._fact(r[0], Attrs(r[1], r[2], r[3], _SOURCES[r[4]], r[5], r[6], r[7],
+        of = self.sel.project_of
+        return [self._fact(r[0], Attrs(r[1], of(r[2]), r[3], _SOURCES[r[4]], r[5], r[6], r[7],
                                        int(r[8])), r[9:]) for r in rows]
 
     def _fact(self, key: Any, attrs: Attrs, row: Sequence[Any]) -> Fact:
@@ -265,8 +267,8 @@ class Facts:
             found = self.sel.read("SELECT id, session FROM slot_sessions", [])
             sessions: dict[int, str] = dict(found)
             self._keys = {
-                kid: Attrs(sessions[sid], project, model, _SOURCES[source], tier, geo, speed,
-                           self._level[long])
+                kid: Attrs(sessions[sid], self.sel.project_of(project), model,
+                           _SOURCES[source], tier, geo, speed, self._level[long])
                 for kid, sid, project, model, source, tier, geo, speed, long in self.sel.read(
                     "SELECT id, sid, project, model, source, service_tier, inference_geo, "
                     "speed, long FROM slot_keys", [])

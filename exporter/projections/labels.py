@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+from exporter.projections.project_groups import ProjectGroups
+
 MAX_VALUE_LEN: Final = 120
 MAX_MODELS: Final = 16
 """Named models; the next ones are ``other``. A year of Claude Code uses a handful."""
@@ -36,12 +38,16 @@ class LabelPolicy:
     """Maps models and project paths to bounded label values."""
 
     def __init__(self, project_policy: str = "basename", max_models: int = MAX_MODELS,
-                 max_projects: int = MAX_PROJECTS, home: str | None = None) -> None:
+                 max_projects: int = MAX_PROJECTS, home: str | None = None,
+                 groups: ProjectGroups | None = None) -> None:
         """``project_policy`` is ``basename``, ``full``, ``hash`` or ``none``.
 
         ``home`` is this user's home directory (default: ``~`` expanded).
+        ``groups``: which project a cwd belongs to (default: its own); the
+        policy applies to the project's path, a leading part of the cwd.
         """
         self.project_policy = project_policy
+        self.groups = groups or ProjectGroups("cwd")
         self._home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
         self._models: dict[str, str] = {}
         self._projects: dict[str, str] = {}
@@ -53,8 +59,9 @@ class LabelPolicy:
         return _capped(self._models, model, self._max_models, lambda m: m or "unknown")
 
     def project(self, cwd: str) -> str:
-        """The label value of a project directory under the policy."""
-        return _capped(self._projects, cwd, self._max_projects, self._project_value)
+        """The label value of a working directory's project under the policy."""
+        return _capped(self._projects, self.groups.of(cwd), self._max_projects,
+                       self._project_value)
 
     def _project_value(self, cwd: str) -> str:
         """Apply the project policy to one cwd."""

@@ -43,6 +43,7 @@ from exporter.projections.counting import (
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.live import LiveSessions
 from exporter.projections.pricing import RateTable
+from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.records import (
     ALL_ROOTS,
     COUNT_SUMS,
@@ -69,6 +70,9 @@ class MetricsOptions:
 
     namespace: str = "claude_code"
     project_label: str = "basename"
+    project_grouping: str = "folder"  # exporter.projections.project_groups.GROUPINGS
+    # The project folders known before the first request is labelled (a replay's: backfill).
+    project_folders: frozenset[str] = frozenset()
     kv_bytes_per_token: Mapping[str, int] = field(
         default_factory=lambda: {"mla": 70_272, "gqa": 516_096}
     )
@@ -130,7 +134,9 @@ class Projection:
         self._build_labels = {"version": options.version, "prices": info["package"],
                               "prices_version": info["version"],
                               "prices_data_date": info["data_date"]}
-        self.exposure = Exposure(pricing, LabelPolicy(options.project_label),
+        self.exposure = Exposure(pricing, LabelPolicy(
+            options.project_label,
+            groups=ProjectGroups(options.project_grouping, options.project_folders)),
                                  options.kv_bytes_per_token, options.upload_bytes_per_token)
         self._clock = clock
         self._files_watched = files_watched
@@ -154,6 +160,7 @@ class Projection:
         """
         rollups = ledger.rollups()
         self.scope.learn(rollups.roots)
+        self.exposure.labels.groups.learn(folders_of(ledger.read))  # before any label
         self._start(rollups.counts, rollups.hists, lines=ledger.counters("lines"),
                     rejected=ledger.counters("rejected"),
                     bytes_read=ledger.counters("bytes_read").get("", 0),
@@ -192,6 +199,7 @@ class Projection:
     def apply(self, applied: Applied) -> None:
         """Count one committed batch: its rollup increments, lines, and live state."""
         self.scope.learn(applied.roots)
+        self.exposure.labels.groups.learn(applied.folders)  # a new folder: before its labels
         grown: dict[CountClass, Sums] = {}
         for roots, cls, _first, _last, sums in applied.counts:
             if roots in self.scope:

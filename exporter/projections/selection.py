@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from exporter.ledger import slots
 from exporter.projections.periods import Range
+from exporter.projections.project_groups import ProjectGroups
 from exporter.records import Source
 
 Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
@@ -56,6 +57,11 @@ class Selection:
     slot_thresholds: tuple[int, ...] = _THRESHOLDS  # the long-context split of the slot sums
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
     context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
+    groups: ProjectGroups | None = None  # which project a cwd belongs to (None: its own)
+
+    def project_of(self, cwd: str) -> str:
+        """The project a request's working directory belongs to (see ``groups``)."""
+        return cwd if self.groups is None else self.groups.of(cwd)
 
     def where(self, *extra: str, extra_params: Sequence[object] = ()) -> tuple[str, list[object]]:
         """The WHERE condition (and parameters) of this selection, plus ``extra`` terms.
@@ -118,17 +124,30 @@ def _encoded(path: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in path)
 
 
-def resolve_projects(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
-    """The project paths matching any name: a full path, its last part, or its directory name."""
+def resolve_projects(known: Iterable[str], names: Sequence[str],
+                     project_of: Callable[[str], str] = str) -> tuple[str, ...]:
+    """The working directories matching any name, as stored (``known``: the stored ones).
+
+    A name is a project's path, its last part or its folder name (the project
+    of a cwd is ``project_of(cwd)``: every cwd of the project matches), or the
+    same of one working directory.
+    """
     paths = sorted(set(known))
+    projects = {p: project_of(p) for p in paths}
     out: list[str] = []
     for name in names:
         want = name.rstrip("/") or name
-        hits = [p for p in paths if want in (p, p.rstrip("/"), _basename(p), _encoded(p))]
+        hits = [p for p in paths if _names(want, projects[p]) or _names(want, p)]
         if not hits:
-            raise FilterError(_no_match("--project", name, [_basename(p) for p in paths]))
+            raise FilterError(_no_match("--project", name,
+                                        [_basename(p) for p in projects.values()]))
         out.extend(h for h in hits if h not in out)
     return tuple(out)
+
+
+def _names(want: str, path: str) -> bool:
+    """Whether ``want`` names the path: the path itself, its last part or its folder name."""
+    return want in (path, path.rstrip("/"), _basename(path), _encoded(path))
 
 
 def resolve_models(known: Iterable[str], names: Sequence[str]) -> tuple[str, ...]:
@@ -155,8 +174,16 @@ def _no_match(flag: str, name: str, choices: Sequence[str]) -> str:
 
 
 def known_values(selection: Selection, column: str) -> list[str]:
-    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept)."""
-    if selection.slots:
+    """The distinct values of ``project`` or ``model`` in the scope (slot keys when kept).
+
+    The keys of other roots' requests are not in the scope: the 16-day block
+    sums (a few rows per key) say which keys the scope's roots hold.
+    """
+    if selection.slots and selection.slot_scope is None:
         return [r[0] for r in selection.read(f"SELECT DISTINCT {column} FROM slot_keys", [])]
+    if selection.slots and selection.days:
+        return [r[0] for r in selection.read(
+            f"SELECT DISTINCT {column} FROM slot_keys WHERE id IN (SELECT key FROM slot_blocks "
+            f"WHERE {selection.slot_scope})", [])]
     return [r[0] for r in selection.read(
         f"SELECT DISTINCT {column} FROM {selection.relation}", [])]

@@ -45,6 +45,7 @@ from exporter.projections.labels import LabelPolicy
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.plan.windows import PlanHistory
 from exporter.projections.pricing import RateTable
+from exporter.projections.project_groups import ProjectGroups
 from exporter.records import COUNT_SUMS, CountClass, Request
 
 COUNTER: Final = "counter"
@@ -112,7 +113,9 @@ class Timeline:
         self._dirty: list[Unit] = []
         self._ns = options.namespace
         self._counting = options.counting(pricing)
-        self._exposure = Exposure(pricing, LabelPolicy(options.project_label),
+        self._exposure = Exposure(pricing, LabelPolicy(
+            options.project_label,
+            groups=ProjectGroups(options.project_grouping, options.project_folders)),
                                   options.kv_bytes_per_token, options.upload_bytes_per_token)
         self._classes: dict[CountClass, Sums] = {}
         self._compat = History(options.compat, self._exposure)
