@@ -82,6 +82,17 @@ def test_since_and_until_window(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert requests("--until", "2026-01-02T10:00:00Z") == 1
 
 
+def test_an_age_past_the_calendar_is_a_usage_error(tmp_path: Path) -> None:
+    """``--since 99999999w`` (before the year 1) is refused naming the flag: no internal error."""
+    proj = tmp_path / "projects" / "-p"
+    proj.mkdir(parents=True)
+    (proj / "s.jsonl").write_bytes(jsonl(assistant()))
+    proc = run("report", "--since", "99999999w", "--data-dir", str(tmp_path),
+               "--state-dir", str(tmp_path / "s"))
+    assert proc.returncode == 2, proc.stderr
+    assert "--since '99999999w' is out of range" in proc.stderr
+
+
 def test_bad_since_is_a_usage_error() -> None:
     """An unparseable --since is refused by the argument parser (exit 2)."""
     proc = run("report", "--since", "last tuesday")

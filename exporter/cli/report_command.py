@@ -39,6 +39,7 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
 from exporter.projections.project_groups import ProjectGroups, folders_of
+from exporter.projections.range_check import checked
 from exporter.projections.selection import (
     CONTEXT_SQL,
     FilterError,
@@ -210,7 +211,7 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ,
                                  "window instance in the range, by window and reset)")
     try:
         zone = resolve_zone(args.timezone, env, warn=warn)
-        rng = Range.parse(args.since, args.until, zone, now)
+        rng = checked(Range.parse(args.since, args.until, zone, now), args.since, args.until)
     except PeriodError as exc:
         raise UsageError(str(exc)) from None
     output = "json" if args.json else "csv" if args.csv else "text"
