@@ -137,3 +137,27 @@ def test_backfill_of_the_real_worktrees_agrees_with_serve(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert 'project="spotter"' in text and 'project="spotter-gqc"' not in text
+
+
+def test_the_page_names_the_real_worktrees_as_one_project(tmp_path: Path) -> None:
+    """The page ranks projects as /metrics labels them: one "spotter" (by cwd: three)."""
+    from exporter.projections.class_prices import ClassPrices
+    from exporter.projections.periods import UTC_ZONE
+    from exporter.serve.page_figures import LedgerSource
+    from exporter.serve.page_range import PageQuery
+
+    ledger = Ledger(tmp_path / "ledger.db")
+    try:
+        Scanner(ledger, [REAL / "projects"], workers=1).scan()
+        prices = ClassPrices.of(RateTable.load())
+
+        def projects(grouping: str) -> set[str]:
+            source = LedgerSource(ledger, [REAL], prices, UTC_ZONE, budgets={},
+                                  project_grouping=grouping)
+            data = source(PageQuery(since="2026-01-01", ranged=True))
+            return {name for name, _ in data.by_project}
+
+        assert projects("folder") == {"spotter"}
+        assert projects("cwd") == {"spotter-gqc", "spotter-dov", "spotter-4te"}
+    finally:
+        ledger.close()

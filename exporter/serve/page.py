@@ -44,6 +44,7 @@ def source_of(options: MetricsOptions, ledger: Ledger, roots: Sequence[Path], pr
     """The page's figures for a running ``serve``: its options, ledger, roots and prices."""
     return LedgerSource(ledger, roots, ClassPrices.of(pricing), local_zone(env),
                         budgets=dict(options.budgets), project_label=options.project_label,
+                        project_grouping=options.project_grouping,
                         kv_bytes_per_token=dict(options.kv_bytes_per_token),
                         upload_bytes_per_token=options.upload_bytes_per_token, clock=clock)
 

@@ -36,6 +36,7 @@ from exporter.projections.periods import (
     transitions,
     week_start,
 )
+from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.projections.range_check import checked
 from exporter.projections.selection import CONTEXT_SQL, Selection, TimeKey
 from exporter.projections.usage import ZERO, Usage
@@ -103,6 +104,7 @@ class LedgerSource:
 
     def __init__(self, ledger: Ledger, roots: Sequence[Path], prices: ClassPrices, zone: Zone, *,
                  budgets: Mapping[str, float], project_label: str = "basename",
+                 project_grouping: str = "folder",
                  kv_bytes_per_token: Mapping[str, int] | None = None,
                  upload_bytes_per_token: float = 0.0,
                  clock: Callable[[], float] = time.time) -> None:
@@ -127,6 +129,7 @@ class LedgerSource:
         self._zone = zone
         self._budgets = dict(budgets)
         self._project_label = project_label
+        self._grouping = project_grouping
         self._kv = dict(kv_bytes_per_token or {})
         self._upload = upload_bytes_per_token
         self._clock = clock
@@ -157,11 +160,15 @@ class LedgerSource:
         today = date_day(zone.local(now).date())
         span = self._base.bounds()
         first, last = _days(rng, span, now)
-        chosen = dataclasses.replace(self._base, range=rng)
+        # Projects as /metrics and `report` group them; folders learned at each build
+        # (a new one may appear while serve runs).
+        groups = ProjectGroups(self._grouping, folders_of(self._ledger.read))
+        chosen = dataclasses.replace(self._base, range=rng, groups=groups)
         summary = figures.summary(
             chosen, self._prices, kv_bytes_per_token=self._kv,
-            upload_bytes_per_token=self._upload, lines=self._ledger.counters("lines"),
-            rejected=self._ledger.counters("rejected"), session_rows=0)
+            upload_bytes_per_token=self._upload,
+            lines=self._ledger.counters("lines", self._roots),
+            rejected=self._ledger.counters("rejected", self._roots), session_rows=0)
         days, by_project = self._by_day(chosen, zone.midnight(first), now)
         daily = tuple((day_date(n).isoformat(), usd(days[n].cost_pico if n in days else 0))
                       for n in range(first, last + 1))
@@ -209,7 +216,8 @@ class LedgerSource:
             TimeKey(day, aligned, day_aligned=utc))
         days: dict[int, Usage] = {}
         # The label policy's privacy, not its metric cap: the page ranks by cost and caps itself.
-        policy = LabelPolicy(self._project_label, max_projects=max(1, len(found)))
+        policy = LabelPolicy(self._project_label, max_projects=max(1, len(found)),
+                             groups=selection.groups)
         projects: dict[str, int] = {}
         for f in found:
             days[int(f.key)] = days.get(int(f.key), ZERO) + f.usage
