@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from exporter.cli.serve_command import page_url
 from exporter.projections import views
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import summary
@@ -147,3 +148,13 @@ def test_serve_names_the_page_it_serves(tmp_path: Path) -> None:
         assert any(f"{server.url}/" in line and "open" in line for line in plain), plain
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize(("host", "tls", "url"), [
+    ("127.0.0.1", False, "http://127.0.0.1:9477/"), ("0.0.0.0", False, "http://127.0.0.1:9477/"),
+    ("::", True, "https://[::1]:9477/"), ("::1", False, "http://[::1]:9477/"),
+    ("exporter.example", True, "https://exporter.example:9477/"),
+])
+def test_page_url_is_one_a_person_can_open(host: str, tls: bool, url: str) -> None:
+    """A wildcard bind is named by its loopback address; IPv6 literals go in brackets."""
+    assert page_url(host, 9477, tls=tls) == url

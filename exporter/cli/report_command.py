@@ -114,6 +114,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--json", action="store_true",
                      help="print JSON (docs/figures.md has the shape) instead of tables "
                           "(default: tables)")
+    parser.add_argument(
+        "--full", action="store_true",
+        help="the summary with every table: request shape, cache expiry, cost by source, "
+             "sessions, serving-side estimates, input lines (default: today, this week and "
+             "month, cost by model, the cache, the open 5-hour block)")
     out.add_argument("--csv", action="store_true",
                      help="print a view as CSV, one line per row (default: tables)")
     parser.add_argument(
@@ -189,6 +194,8 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ,
     if by not in (None, "model") and args.view not in attribution.VIEWS:
         raise UsageError(f"--breakdown-by {by} needs an attribution view: report "
                          f"skill|plugin|mcp|agent --breakdown-by {by}")
+    if args.view != SUMMARY and getattr(args, "full", False):
+        raise UsageError(f"--full is the summary's: report --full (not report {args.view})")
     if args.view == SUMMARY:
         for flag, given in (("--csv", args.csv), ("--breakdown", args.breakdown or by),
                             ("--limit", args.limit is not None),
@@ -275,7 +282,12 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
             sys.stdout.write(to_json(doc) + "\n")
         else:
             console = _console()
-            report.render_text(result, console)
+            if getattr(args, "full", False):
+                report.render_text(result, console)
+            else:  # what a person asks first, on one screen (exporter.report.glance)
+                from exporter.report import glance
+
+                glance.render(result, glance.glance(sel, prices, now), console)
             report.render_prices(result, prices.pricing, console)
         return 0
     if req.view == LIMITS:

@@ -102,10 +102,29 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         daemon = Daemon(parts, log)
         daemon.install_signals()
         daemon.start()
+        if daemon.http is not None:  # the port bound (port 0 picks one)
+            announce(page_url(parts.http.host, daemon.http.port,
+                              tls=parts.http.tls is not None), log)
         if args.demo:
             _start_live_demo(Path(tmp), daemon.stop_event)
         daemon.run()
     return 0
+
+
+def page_url(host: str, port: int, *, tls: bool) -> str:
+    """The page's address as a person types it: a wildcard bind is reached on loopback."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    if ":" in shown:  # an IPv6 literal goes in brackets
+        shown = f"[{shown}]"
+    return f"{'https' if tls else 'http'}://{shown}:{port}/"
+
+
+def announce(url: str, log: Any) -> None:
+    """Say where the page is: an INFO line for the log, and a plain line for a person."""
+    log.info("page", url=url)
+    # stdout, not the log: a person starting `serve` in a terminal reads this line.
+    print(f"claude-code-exporter: open {url} to see your usage (Prometheus: {url}metrics)",
+          flush=True)
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
