@@ -158,3 +158,14 @@ def test_serve_names_the_page_it_serves(tmp_path: Path) -> None:
 def test_page_url_is_one_a_person_can_open(host: str, tls: bool, url: str) -> None:
     """A wildcard bind is named by its loopback address; IPv6 literals go in brackets."""
     assert page_url(host, 9477, tls=tls) == url
+
+
+def test_the_open_block_is_the_one_holding_now(prices: ClassPrices) -> None:
+    """A request dated ahead of the clock neither hides the open block nor reads as ended."""
+    reqs = [request("a", T0, output=1000), request("b", T0 + 1800, output=10),
+            request("ahead", T0 + 20 * 3600, output=5)]
+    sel = report_ledgers.select(report_ledgers.slotted(reqs))
+    seen = glance.glance(sel, prices, T0 + 3600)
+    assert seen.block is not None and seen.block.start == T0 and seen.last_block_end is None
+    later = glance.glance(sel, prices, T0 + 6 * 3600)
+    assert later.block is None and later.last_block_end == T0 + 5 * 3600

@@ -51,7 +51,7 @@ class Glance:
 
     periods: tuple[tuple[str, float, Usage], ...]
     block: ActiveBlock | None
-    last_block_end: float | None  # when the newest block ended (or ends); None: no block
+    last_block_end: float | None  # when the newest block that has ended ended; None: none
 
 
 def glance(sel: Selection, prices: ClassPrices, now: float) -> Glance:
@@ -67,15 +67,13 @@ def glance(sel: Selection, prices: ClassPrices, now: float) -> Glance:
     periods = tuple(
         (label, start, sum((r.usage for r in rows if start <= r.start < end), ZERO))
         for label, (start, end) in spans.items() if _overlaps(sel.range, start, end))
-    starts = views.block_starts(sel)
-    if not starts:
-        return Glance(periods, None, None)
-    last = starts[-1]
+    starts = [s for s in views.block_starts(sel) if s <= now]  # not those dated ahead
+    ended = [s + views.BLOCK_SECONDS for s in starts if s + views.BLOCK_SECONDS <= now]
     block = None
-    if last <= now < last + views.BLOCK_SECONDS:  # only the newest block can be open
-        block = views.build("blocks", _within(sel, last), prices,
+    if starts and now < starts[-1] + views.BLOCK_SECONDS:  # the block holding now
+        block = views.build("blocks", _within(sel, starts[-1]), prices,
                             views.Options(now=now)).active
-    return Glance(periods, block, last + views.BLOCK_SECONDS)
+    return Glance(periods, block, ended[-1] if ended else None)
 
 
 def _within(sel: Selection, since: float) -> Selection:
