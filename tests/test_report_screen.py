@@ -84,6 +84,7 @@ def test_a_negative_saving_says_why(prices: ClassPrices, tmp_path: Path) -> None
     render_text(whole, Console(file=out, width=120))
     row = next(line for line in out.getvalue().splitlines() if "prompt cache" in line)
     assert "written, not yet read" in row
+    assert any(line.startswith("cache saved: ") for line in out.getvalue().splitlines())
     out = io.StringIO()
     render_view(view, Console(file=out, width=200))
     lines = out.getvalue().splitlines()
@@ -134,6 +135,8 @@ def test_report_is_one_screen_and_full_is_one_flag_away(real_tree: Path, tmp_pat
     assert "KV cache per request" in full.stdout and "Cache expiry" in full.stdout
     assert set(json.loads(doc.stdout)) >= REPORT_KEYS
     assert "--full" in cli("report", "--help").stdout
+    wrong = cli(*base[:1], "daily", *base[1:], "--full")
+    assert wrong.returncode == 2 and "--full is the summary's" in wrong.stderr
 
 
 def test_serve_names_the_page_it_serves(tmp_path: Path) -> None:

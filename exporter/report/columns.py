@@ -89,8 +89,6 @@ USAGE: Final = (
     _figure("re-read", lambda u: f"{u.reread_ratio:,.0f}×" if u.output else "—", 4),
     _figure("unpriced", lambda u: tokens(u.unpriced) if u.unpriced else "—", 4),
 )
-NEGATIVE_NOTE: Final = ("cache saved: negative where the cache was written and not yet read "
-                        "back enough")
 
 
 def _models(view: View, row: Row) -> str:
@@ -216,10 +214,8 @@ def rows_table(view: View, cols: Sequence[Column], part_name: Callable[[str], st
     return out
 
 
-def negative_saving(view: View, cols: Sequence[Column]) -> bool:
-    """Whether the table shows a negative cache saving (a row, a breakdown row or the total)."""
-    if not any(c.title == "cache saved" for c in cols):
-        return False
+def negative_saving(view: View) -> bool:
+    """Whether a row, a breakdown row or the total of the view has a negative cache saving."""
     usages = [view.total, view.rest, *(r.usage for r in view.rows),
               *(u for r in view.rows for _, u in r.breakdown)]
     return any(u.saved_pico < 0 and u.cost_pico for u in usages)

@@ -222,6 +222,8 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
 
 
 NEGATIVE_SAVING: Final = "written, not yet read back enough"
+NEGATIVE_NOTE: Final = ("cache saved: negative where the cache was written and not yet read "
+                        "back enough")
 
 
 def saving(t: Usage) -> str:
@@ -336,6 +338,9 @@ def render_text(figures: Summary, console: Console) -> None:
     note = " (tokens: input, cache read, cache write, output)" if wide else ""
     say(console, _cost_table("By model" + note, "model", figures.by_model, wide))
     say(console, _cost_table("By source", "source", figures.by_source, wide))
+    groups = (*figures.by_model.values(), *figures.by_source.values())
+    if wide and any(u.saved_pico < 0 and u.cost_pico for u in groups):
+        say(console, NEGATIVE_NOTE)
     if figures.by_session:
         say(console, _sessions(figures.by_session))
     if figures.context_costs:

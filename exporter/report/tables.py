@@ -39,8 +39,8 @@ from exporter.projections.plan.windows import (
 )
 from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report.columns import LEVELS, NEGATIVE_NOTE, USAGE, fitting, negative_saving
-from exporter.report.summary import duration, header, say, tokens, usd, when
+from exporter.report.columns import LEVELS, fitting, negative_saving
+from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
 from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
 
@@ -68,7 +68,7 @@ def notes(console: Console, view: View, shown: Sequence[Any], hidden: str | None
     if len(view.rows) < view.count:
         say(console, f"showing {len(view.rows):,} of {view.count:,} rows (--limit); "
                      "the other row and the total cover all of them")
-    if "cache saved" in shown and negative_saving(view, USAGE):
+    if "cache saved" in shown and negative_saving(view):
         say(console, NEGATIVE_NOTE)
     if hidden:
         say(console, hidden)
