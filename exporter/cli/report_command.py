@@ -110,11 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "first), month, session, project or 5-hour block, per skill, plugin, MCP "
              "server or agent the requests were made for, or the plan's 5-hour and "
              "weekly limits as the status line recorded them (limits)")
-    parser.add_argument(
-        "--full", action="store_true",
-        help="the summary with every table: request shape, cache expiry, cost by source, "
-             "sessions, serving-side estimates, input lines (default: today, this week and "
-             "month, cost by model, the cache, the open 5-hour block)")
+    parser.add_argument("--full", action="store_true",
+                        help="the summary with every table: request shape, cache expiry, "
+                             "sessions, estimates (default: the one-screen summary)")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
                      help="print JSON (docs/figures.md has the shape) instead of tables "
