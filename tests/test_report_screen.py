@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import pty
 import re
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +25,8 @@ from exporter.report import glance
 from exporter.report.summary import render_text
 from exporter.report.tables import render_limits, render_view
 from tests.support import report_ledgers
-from tests.support.process import Serve
+from tests.support.net import LOOPBACK, free_port
+from tests.support.process import Serve, stop
 from tests.support.records import REPORT_KEYS, request
 from tests.support.report_limits import limits_sample
 from tests.support.wait import poll
@@ -140,17 +143,42 @@ def test_report_is_one_screen_and_full_is_one_flag_away(real_tree: Path, tmp_pat
 
 
 def test_serve_names_the_page_it_serves(tmp_path: Path) -> None:
-    """At start `serve` logs the page's URL (INFO) and prints it in a plain line."""
+    """At start `serve` logs the page's URL (INFO); off a terminal the log stays all JSON."""
     (tmp_path / "data").mkdir()
     server = Serve(tmp_path / "data", tmp_path / "state")
     try:
         events = poll(lambda: [e for e in server.events() if e.get("event") == "page"], 30,
                       "the page line")
         assert events[0]["url"] == server.url + "/" and events[0]["level"] == "info"
-        plain = [line for line in server.log().splitlines() if not line.startswith("{")]
-        assert any(f"{server.url}/" in line and "open" in line for line in plain), plain
     finally:
         assert server.stop() == 0
+    assert all(line.startswith("{") for line in server.log().splitlines())
+
+
+def test_serve_on_a_terminal_prints_the_page_in_a_plain_line(tmp_path: Path) -> None:
+    """Started in a terminal, `serve` prints one plain line with the page's address."""
+    (tmp_path / "data").mkdir()
+    port = free_port()
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--data-dir", str(tmp_path / "data"),
+         "--state-dir", str(tmp_path / "state"), "--listen", f"{LOOPBACK}:{port}"],
+        stdin=subprocess.DEVNULL, stdout=secondary, stderr=secondary, start_new_session=True)
+    os.close(secondary)
+    seen = bytearray()
+    want = f"claude-code-exporter: open http://{LOOPBACK}:{port}/ to see your usage".encode()
+
+    def said() -> bool:
+        ready, _, _ = select.select([primary], [], [], 0.2)
+        if ready:
+            seen.extend(os.read(primary, 65536))
+        return want in seen
+
+    try:
+        poll(said, 30, "the plain page line")
+    finally:
+        assert stop(proc, group=True) == 0, seen.decode(errors="replace")
+        os.close(primary)
 
 
 @pytest.mark.parametrize(("host", "tls", "url"), [

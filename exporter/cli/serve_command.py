@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from exporter.cli.assemble import daemon_parts
 from exporter.cli.config import Settings, shown_default
@@ -119,12 +120,17 @@ def page_url(host: str, port: int, *, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{shown}:{port}/"
 
 
-def announce(url: str, log: Any) -> None:
-    """Say where the page is: an INFO line for the log, and a plain line for a person."""
+def announce(url: str, log: Any, out: TextIO | None = None) -> None:
+    """Say where the page is: an INFO line for the log; on a terminal, a plain line too.
+
+    Off a terminal (a service's journal, a container, a pipe) the log stays one
+    JSON object per line.
+    """
     log.info("page", url=url)
-    # stdout, not the log: a person starting `serve` in a terminal reads this line.
-    print(f"claude-code-exporter: open {url} to see your usage (Prometheus: {url}metrics)",
-          flush=True)
+    out = sys.stdout if out is None else out
+    if out.isatty():
+        print(f"claude-code-exporter: open {url} to see your usage (Prometheus: {url}metrics)",
+              file=out, flush=True)
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
