@@ -22,7 +22,7 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import summary
 from exporter.projections.pricing import RateTable
 from exporter.report import glance
-from exporter.report.summary import render_text
+from exporter.report.summary import render_prices, render_text
 from exporter.report.tables import render_limits, render_view
 from tests.support import report_ledgers
 from tests.support.net import LOOPBACK, free_port
@@ -200,3 +200,23 @@ def test_the_open_block_is_the_one_holding_now(prices: ClassPrices) -> None:
     assert seen.block is not None and seen.block.start == T0 and seen.last_block_end is None
     later = glance.glance(sel, prices, T0 + 6 * 3600)
     assert later.block is None and later.last_block_end == T0 + 5 * 3600
+
+
+def test_the_default_report_names_unpriced_models_in_two_lines(prices: ClassPrices,
+                                                               tmp_path: Path) -> None:
+    """By default the most used unpriced model gets a line, the rest one; --full names each."""
+    reqs = [request("a", T0, model="claude-nova-9", output=50),
+            request("b", T0 + 1, model="claude-nova-10", output=60),
+            request("c", T0 + 2, model="claude-nova-11", output=70)]
+    with report_ledgers.real(reqs, tmp_path) as led:
+        whole = summary(report_ledgers.select(led), prices, kv_bytes_per_token={},
+                        upload_bytes_per_token=4.0, lines={}, rejected={})
+    out = io.StringIO()
+    render_prices(whole, prices.pricing, Console(file=out, width=80), brief=True)
+    said = [line for line in out.getvalue().splitlines() if "unpriced" in line]
+    assert len(said) == 2 and "'claude-nova-11'" in said[0]
+    assert said[1] == ("  unpriced: 110 tokens of 2 more models (report --full says how to "
+                       "price each)")
+    out = io.StringIO()
+    render_prices(whole, prices.pricing, Console(file=out, width=80))
+    assert sum("unpriced:" in line for line in out.getvalue().splitlines()) == 3

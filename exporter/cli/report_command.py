@@ -286,7 +286,8 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
                 from exporter.report import glance
 
                 glance.render(result, glance.glance(sel, prices, now), console)
-            report.render_prices(result, prices.pricing, console)
+            report.render_prices(result, prices.pricing, console,
+                                 brief=not getattr(args, "full", False))
         return 0
     if req.view == LIMITS:
         from exporter.report import tables as report_views  # rich, for tables only

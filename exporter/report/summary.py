@@ -349,11 +349,13 @@ def render_text(figures: Summary, console: Console) -> None:
     say(console, _upload_and_lines(figures))
 
 
-def render_prices(figures: Summary, pricing: RateTable, console: Console) -> None:
+def render_prices(figures: Summary, pricing: RateTable, console: Console, *,
+                  brief: bool = False) -> None:
     """Where the prices come from, and how to price each model that has none.
 
     Past :data:`caps.UNPRICED_LINES` unpriced models, the most used get a line
     and one more line counts the rest (``report --json`` lists every model).
+    ``brief`` (the one-screen summary): the most used gets a line, one more counts the rest.
     """
     info = pricing.describe()
     source = f"{info['package']} {info['version']}".strip() or "no price database"
@@ -362,13 +364,16 @@ def render_prices(figures: Summary, pricing: RateTable, console: Console) -> Non
     say(console, text(f"Prices: {source}{dated} ({info['origin']}; overrides: "
                        f"{info['overrides']})"), soft_wrap=True)
     unpriced = {m: u for m, u in sorted(figures.by_model.items()) if u.unpriced}
-    capped = caps.costliest(unpriced, caps.UNPRICED_LINES)
+    capped = caps.costliest(unpriced, 1 if brief else caps.UNPRICED_LINES)
     for model, usage in capped.shown:
         say(console, text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
                            f"{pricing.unpriced_help(model)}"), soft_wrap=True)
     if capped.more:
-        say(console, f"  unpriced: {tokens(capped.rest.unpriced)} tokens of {capped.more:,} more "
-                      "models (report --json lists every model)", soft_wrap=True)
+        more = f"{capped.more:,} more model{'' if capped.more == 1 else 's'}"
+        how = ("report --full says how to price each" if brief
+               else "report --json lists every model")
+        say(console, f"  unpriced: {tokens(capped.rest.unpriced)} tokens of {more} ({how})",
+            soft_wrap=True)
 
 
 def header(title: str, covered: Covered) -> str:
