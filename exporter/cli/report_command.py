@@ -280,14 +280,14 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
             sys.stdout.write(to_json(doc) + "\n")
         else:
             console = _console()
-            if getattr(args, "full", False):
+            full = getattr(args, "full", False)
+            if full:
                 report.render_text(result, console)
             else:  # what a person asks first, on one screen (exporter.report.glance)
                 from exporter.report import glance
 
                 glance.render(result, glance.glance(sel, prices, now), console)
-            report.render_prices(result, prices.pricing, console,
-                                 brief=not getattr(args, "full", False))
+            report.render_prices(result, prices.pricing, console, brief=not full)
         return 0
     if req.view == LIMITS:
         from exporter.report import tables as report_views  # rich, for tables only

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         daemon.start()
         if daemon.http is not None:  # the port bound (port 0 picks one)
             announce(page_url(parts.http.host, daemon.http.port,
-                              tls=parts.http.tls is not None), log)
+                              tls=parts.http.tls is not None), log, metrics=parts.http.metrics)
         if args.demo:
             _start_live_demo(Path(tmp), daemon.stop_event)
         daemon.run()
@@ -120,17 +120,17 @@ def page_url(host: str, port: int, *, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{shown}:{port}/"
 
 
-def announce(url: str, log: Any, out: TextIO | None = None) -> None:
+def announce(url: str, log: Any, out: TextIO | None = None, *, metrics: bool = True) -> None:
     """Say where the page is: an INFO line for the log; on a terminal, a plain line too.
 
     Off a terminal (a service's journal, a container, a pipe) the log stays one
-    JSON object per line.
+    JSON object per line. ``metrics``: /metrics is served (not OTLP only).
     """
     log.info("page", url=url)
     out = sys.stdout if out is None else out
     if out.isatty():
-        print(f"claude-code-exporter: open {url} to see your usage (Prometheus: {url}metrics)",
-              file=out, flush=True)
+        scrape = f" (Prometheus: {url}metrics)" if metrics else ""
+        print(f"claude-code-exporter: open {url} to see your usage{scrape}", file=out, flush=True)
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
