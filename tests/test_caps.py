@@ -81,7 +81,7 @@ def requests_of(out: str, label: str) -> list[int]:
 def test_the_summary_shows_the_costliest_models_and_one_other_row(
         many: tuple[Path, Path]) -> None:
     """By model: 20 rows, then ``other (100 more)``; their requests add up to the total."""
-    out = report(*many)
+    out = report(*many, "--full")
     shown = requests_of(out, "claude-many-")
     other = requests_of(out, caps.other_label(MODELS - caps.SUMMARY_MODELS))
     assert len(shown) == caps.SUMMARY_MODELS and len(other) == 1

@@ -46,7 +46,7 @@ def test_foreign_ledger_exits_3_and_is_untouched(tmp_path: Path) -> None:
 
 def test_report_text_on_real_transcripts(real_tree: Path, tmp_path: Path) -> None:
     """The terminal report shows the real fixture's totals."""
-    proc = run("report", "--data-dir", str(real_tree), "--state-dir", str(tmp_path))
+    proc = run("report", "--full", "--data-dir", str(real_tree), "--state-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     for figure in ("529 in 3 sessions", "3,084", "117.3k", "43.96M", "$28.51"):
         assert figure in proc.stdout, figure

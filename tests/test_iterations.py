@@ -182,7 +182,7 @@ def test_unknown_iteration_type_is_counted_never_priced(
     got = report(tmp_path / "tree", tmp_path / "state", capsys)
     assert got["totals"]["cost_usd"] == EXECUTOR_USD
     assert got["iterations"] == {"unknown": 1, "unknown:critic_message": 1}
-    assert main(["report", "--data-dir", str(tmp_path / "tree"),
+    assert main(["report", "--full", "--data-dir", str(tmp_path / "tree"),
                  "--state-dir", str(tmp_path / "state")]) == 0
     text = capsys.readouterr().out
     assert "type critic_message" in text and "1 not priced" in text

@@ -94,16 +94,30 @@ def test_other_units() -> None:
     """Bytes, dollars, shares, durations and transfer times use human units."""
     assert size(457_000 * 70_272) == "32.1 GB"
     assert size(512) == "512 B"
-    assert usd(0.00144) == "$0.0014"
     assert usd(1234.5) == "$1,234.50"
-    assert usd(0) == "$0.00"
-    assert usd(-0.0343) == "-$0.0343" and usd(-1234.5) == "-$1,234.50"
     assert pct(0.969) == "96.9%"
     assert pct(0.00001) == "<0.1%"
-    assert duration(10.7) == "10.7 s"
-    assert duration(44.3 * 3600) == "44.3 h"
     assert transfer_time(32e9, 100) == "2.6 s"
     assert transfer_time(236e9, 800) == "2.4 s"
+
+
+@pytest.mark.parametrize(("amount", "shown"), [
+    (0.2634, "$0.26"), (12.23, "$12.23"), (0, "$0.00"), (0.00144, "<$0.01"),
+    (0.004999, "<$0.01"), (0.005, "$0.01"), (1234.5, "$1,234.50"), (-0.0343, "-$0.03"),
+    (-0.001, "-<$0.01"), (-1234.5, "-$1,234.50"),
+])
+def test_one_rule_for_dollars(amount: float, shown: str) -> None:
+    """Every amount has cents, whatever its size; a non-zero one under a cent says so."""
+    assert usd(amount) == shown
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0.04, "0 s"), (4.24, "4.2 s"), (13.7, "14 s"), (65, "1 min 5 s"), (3180, "53 min"),
+    (4176, "1 h 10 min"), (5.02 * 3600, "5 h 1 min"), (7200, "2 h"), (44.3 * 3600, "44 h 18 min"),
+])
+def test_one_format_for_durations(seconds: float, shown: str) -> None:
+    """A duration is its two largest whole units (h and min, min and s), never decimal hours."""
+    assert duration(seconds) == shown
 
 
 def test_render_contains_key_figures(summarised: Summary, figures: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from exporter.report.tables import render_view, view_csv, view_json
 from exporter.synth import GenOptions, generate
 from tests.support import report_ledgers
 from tests.support.records import request
+from tests.support.report_limits import limits_sample
 
 GOLDEN = Path(__file__).parent / "golden"
 STARTS = (datetime(2026, 9, 28, 7, tzinfo=UTC), datetime(2026, 10, 1, tzinfo=UTC),
@@ -306,28 +307,6 @@ def test_unknown_view_and_order_are_refused(prices: ClassPrices) -> None:
         views.build("daily", sel, prices, views.Options(order="big"))
 
 
-def limits_sample() -> object:
-    """A `report limits` view by hand: two windows now, three instances (one at the limit)."""
-    from exporter.projections.figures import Covered
-    from exporter.projections.plan.estimate import Estimate
-    from exporter.projections.plan.windows import Instance, PlanFigures, WindowFigures
-    from exporter.report.tables import Limits
-
-    now = 1_790_050_000.0
-    est = Estimate(2.4012, 1234, 5, 1000.0, 416.4)
-    five = Instance("five_hour", now - 30_000, now - 12_000, now - 29_000, now - 12_500, 103.0,
-                    247.31, Estimate(2.39, 871, 1, 247.0, 103.0))
-    other = Instance("five_hour", now - 9000, now + 9000, now - 8800, now - 60, 41.0, 98.2,
-                     Estimate(None, 0, 0, 0.0, 0.0))
-    week = Instance("seven_day", now - 200_000, now + 404_800, now - 199_000, now - 60, 62.0,
-                    1843.77, Estimate(14.02, 630, 1, 869.0, 62.0))
-    figures = PlanFigures(windows={"five_hour": WindowFigures(0.41, now + 9000, 1, est),
-                                   "seven_day": WindowFigures(0.62, now + 404_800, 0, None)},
-                          samples=9000)
-    return Limits(Covered(Range(None, None, UTC_ZONE), now - 199_000, now - 60), now, figures,
-                  (five, other, week))
-
-
 @pytest.mark.parametrize("width", [80, 160])
 def test_limits_table_never_cuts_a_figure(width: int) -> None:
     """At 80 and 160 columns every figure of `report limits` shows in full; wide has them all."""
@@ -344,3 +323,67 @@ def test_limits_table_never_cuts_a_figure(width: int) -> None:
     wide = ("start", "  pairs  ", "ended, limit")
     assert all((part in shown) == (width == 160) for part in wide), width
     assert "no estimate yet" in shown  # the weekly window has none
+
+
+# ---- columns a terminal shows ------------------------------------------------------------
+@pytest.mark.parametrize("name", views.VIEWS)
+def test_tokens_by_type_fit_at_120_columns(name: str, ledger: Ledger, trees: list[Path],
+                                           prices: ClassPrices) -> None:
+    """At 120 columns a view shows every token type: input, output, cache write, cache read."""
+    sel = select(ledger, trees)
+    view = views.build(name, sel, prices, views.Options(now=last_request(sel) + 3600))
+    head = next(line for line in text(view, 120).splitlines() if "requests" in line)
+    for title in ("input", "output", "cache write", "cache read", "cost"):
+        assert f" {title} " in f"{head} ", (name, head)
+
+
+@pytest.mark.parametrize("width", [80, 120, 160])
+def test_hidden_columns_are_named_in_one_line(width: int, ledger: Ledger, trees: list[Path],
+                                              prices: ClassPrices) -> None:
+    """A table narrower than all its columns says which are hidden and how to see them."""
+    sel = select(ledger, trees)
+    view = views.build("daily", sel, prices, views.Options())
+    notes = [line for line in text(view, width).splitlines() if line.startswith("hidden")]
+    assert len(notes) == 1 and len(notes[0]) <= 80, notes
+    assert "--json" in notes[0] and "widen" in notes[0]
+    if width == 80:
+        assert "input" in notes[0] and "more" in notes[0]
+    assert not [line for line in text(view, 400).splitlines() if line.startswith("hidden")]
+
+
+# ---- the default report ------------------------------------------------------------------
+def default_report(sel: Selection, prices: ClassPrices, now: float, width: int) -> str:
+    """`report` without --full on a plain console ``width`` columns wide."""
+    from exporter.report import glance
+
+    whole = summary(sel, prices, kv_bytes_per_token={"mla": 70_272},
+                    upload_bytes_per_token=4.0, lines={}, rejected={})
+    buffer = io.StringIO()
+    glance.render(whole, glance.glance(sel, prices, now), Console(file=buffer, width=width))
+    return buffer.getvalue()
+
+
+def test_default_report_goldens(ledger: Ledger, trees: list[Path], prices: ClassPrices) -> None:
+    """The default `report` at 80 and 160 columns equals its golden file."""
+    sel = select(ledger, trees)
+    now = last_request(sel) + 3600
+    golden("report_default.txt", "".join(f"--- {w} columns\n{default_report(sel, prices, now, w)}"
+                                         for w in WIDTHS))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_default_report_fits_one_screen(width: int, ledger: Ledger, trees: list[Path],
+                                        prices: ClassPrices) -> None:
+    """What a person asks first fits one screen; the serving-side analysis waits for --full."""
+    sel = select(ledger, trees)
+    now = last_request(sel) + 3600
+    lines = default_report(sel, prices, now, width).splitlines()
+    assert len(lines) <= 30 and max(map(len, lines)) <= width
+    shown = "\n".join(lines)
+    for figure in ("today", "this week", "this month", "opus-4-6", "cache read",
+                   "open 5-hour block", "--full"):
+        assert figure in shown, figure
+    assert "KV cache" not in shown and "Gb/s" not in shown
+    day = views.build("daily", sel, prices, views.Options())
+    today = next(line for line in lines if line.lstrip().startswith("today"))
+    assert f"${day.rows[-1].usage.cost_usd:,.2f}" in today

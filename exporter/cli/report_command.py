@@ -111,6 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "first), month, session, project or 5-hour block, per skill, plugin, MCP "
              "server or agent the requests were made for, or the plan's 5-hour and "
              "weekly limits as the status line recorded them (limits)")
+    parser.add_argument("--full", action="store_true",
+                        help="the summary with every table: request shape, cache expiry, "
+                             "sessions, estimates (default: the one-screen summary)")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
                      help="print JSON (docs/figures.md has the shape) instead of tables "
@@ -194,6 +197,8 @@ def check(args: argparse.Namespace, now: float, env: Any = os.environ,
     if by not in (None, "model") and args.view not in attribution.VIEWS:
         raise UsageError(f"--breakdown-by {by} needs an attribution view: report "
                          f"skill|plugin|mcp|agent --breakdown-by {by}")
+    if args.view != SUMMARY and getattr(args, "full", False):
+        raise UsageError(f"--full is the summary's: report --full (not report {args.view})")
     if args.view == SUMMARY:
         for flag, given in (("--csv", args.csv), ("--breakdown", args.breakdown or by),
                             ("--limit", args.limit is not None),
@@ -285,8 +290,14 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
             sys.stdout.write(to_json(doc) + "\n")
         else:
             console = _console()
-            report.render_text(result, console)
-            report.render_prices(result, prices.pricing, console)
+            full = getattr(args, "full", False)
+            if full:
+                report.render_text(result, console)
+            else:  # what a person asks first, on one screen (exporter.report.glance)
+                from exporter.report import glance
+
+                glance.render(result, glance.glance(sel, prices, now), console)
+            report.render_prices(result, prices.pricing, console, brief=not full)
         return 0
     if req.view == LIMITS:
         from exporter.report import tables as report_views  # rich, for tables only

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from exporter.cli.assemble import daemon_parts
 from exporter.cli.config import Settings, shown_default
@@ -106,10 +107,34 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         daemon = Daemon(parts, log)
         daemon.install_signals()
         daemon.start()
+        if daemon.http is not None:  # the port bound (port 0 picks one)
+            announce(page_url(parts.http.host, daemon.http.port,
+                              tls=parts.http.tls is not None), log, metrics=parts.http.metrics)
         if args.demo:
             _start_live_demo(Path(tmp), daemon.stop_event)
         daemon.run()
     return 0
+
+
+def page_url(host: str, port: int, *, tls: bool) -> str:
+    """The page's address as a person types it: a wildcard bind is reached on loopback."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    if ":" in shown:  # an IPv6 literal goes in brackets
+        shown = f"[{shown}]"
+    return f"{'https' if tls else 'http'}://{shown}:{port}/"
+
+
+def announce(url: str, log: Any, out: TextIO | None = None, *, metrics: bool = True) -> None:
+    """Say where the page is: an INFO line for the log; on a terminal, a plain line too.
+
+    Off a terminal (a service's journal, a container, a pipe) the log stays one
+    JSON object per line. ``metrics``: /metrics is served (not OTLP only).
+    """
+    log.info("page", url=url)
+    out = sys.stdout if out is None else out
+    if out.isatty():
+        scrape = f" (Prometheus: {url}metrics)" if metrics else ""
+        print(f"claude-code-exporter: open {url} to see your usage{scrape}", file=out, flush=True)
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:

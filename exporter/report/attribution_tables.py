@@ -12,22 +12,22 @@ from __future__ import annotations
 from typing import Any, Final
 
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from exporter.projections.views import Row, View
-from exporter.report.summary import header, when
-from exporter.report.tables import (
+from exporter.report.columns import (
     LEVELS,
     MODELS,
     USAGE,
     Column,
-    _csv,
-    _iso,
-    _usage_json,
+    at_level,
+    hidden_note,
     rows_table,
     short_model,
+    widest,
 )
+from exporter.report.summary import header, say, when
+from exporter.report.tables import _csv, _iso, _usage_json, notes
 from exporter.shown import clip
 
 TITLES: Final = {"skill": "Skills", "plugin": "Plugins", "mcp": "MCP servers",
@@ -48,32 +48,32 @@ def _lead(view: View) -> tuple[Column, ...]:
     """The lead columns: the name, its sessions, its first and last request."""
     zone = view.covered.range.zone
     return (Column(KEYS[view.name].replace("_", " "), lambda v, r: shown(r.label)),
-            Column("sessions", lambda v, r: f"{r.sessions:,}", 2),
-            Column("first request", lambda v, r: when(r.first, zone), 3),
-            Column("last request", lambda v, r: when(r.last, zone), 3))
+            Column("sessions", lambda v, r: f"{r.sessions:,}", 3),
+            Column("first request", lambda v, r: when(r.first, zone), 4),
+            Column("last request", lambda v, r: when(r.last, zone), 4))
 
 
-def table(view: View, level: int, by: str = "model") -> Table:
+def _columns(view: View, level: int) -> list[Column]:
+    """The view's columns of priority ``level`` or more important."""
+    return at_level((*_lead(view), *USAGE, MODELS), level)
+
+
+def table(view: View, level: int, by: str = "model", models_width: int | None = None) -> Table:
     """The view's table at one column priority: rows, their breakdown rows, the total."""
-    cols = [c for c in (*_lead(view), *USAGE, MODELS) if c.priority <= level]
-    return rows_table(view, cols, short_model if by == "model" else shown)
+    return rows_table(view, _columns(view, level), short_model if by == "model" else shown,
+                      models_width)
 
 
 def render(view: View, console: Console, by: str = "model") -> None:
-    """Print the view: the header line, the widest table that fits, the --limit note."""
-    console.print(header(TITLES[view.name], view.covered))
+    """Print the view: the header line, the widest table that fits, the notes under it."""
+    say(console, header(TITLES[view.name], view.covered))
     if not view.count:
-        console.print("No requests in this range.")
+        say(console, "No requests in this range.")
         return
-    for level in LEVELS:
-        candidate = table(view, level, by)
-        natural = Measurement.get(console, console.options.update_width(10_000), candidate)
-        if natural.maximum <= console.width:
-            break
-    console.print(candidate)
-    if len(view.rows) < view.count:
-        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit; --json and "
-                      "--csv list them all); the other row and the total cover all of them")
+    out, level = widest(console, lambda lvl, wrap: table(view, lvl, by, wrap))
+    say(console, out)
+    notes(console, view, [c.header for c in out.columns],
+          hidden_note(_columns(view, level), _columns(view, LEVELS[0])))
 
 
 def _lead_json(view: View, row: Row) -> dict[str, Any]:

@@ -10,7 +10,7 @@ Colour is whatever the console supports: none when writing to a file or a pipe.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from exporter.projections import caps
 from exporter.projections.figures import Covered, Spread, Summary
@@ -62,12 +62,15 @@ def size(n: float) -> str:
 
 
 def usd(x: float) -> str:
-    """Format dollars: cents from $1 up, four decimals below (one request costs ~$0.001).
+    """Format dollars, always to the cent: ``$0.26``, ``$1,234.50``; under a cent ``<$0.01``.
 
-    A negative amount (the cache saved less than its writes cost) reads ``-$0.0343``.
+    One rule for every amount, so a column of costs lines up on its decimal point.
+    A negative amount (the cache saved less than its writes cost) reads ``-$0.03``.
     """
     sign, x = ("-", -x) if x < 0 else ("", x)
-    return sign + (f"${x:,.2f}" if x >= 1 or x == 0 else f"${x:.4f}")
+    if 0 < x < 0.005:
+        return sign + "<$0.01"
+    return sign + f"${x:,.2f}"
 
 
 def pct(x: float) -> str:
@@ -77,19 +80,45 @@ def pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+_UNITS: Final = ((3600, "h"), (60, "min"), (1, "s"))
+
+
 def duration(seconds: float) -> str:
-    """Format seconds as s, min or h with three significant digits."""
-    if seconds < 100:
-        return f"{seconds:.3g} s"
-    if seconds < 6000:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds / 3600:.3g} h"
+    """Format seconds as their two largest whole units: ``14 s``, ``1 min 5 s``, ``5 h 1 min``.
+
+    One format for every duration a report shows; under ten seconds one decimal
+    (``4.2 s``), so a short gap does not read as nothing.
+    """
+    if seconds < 9.95:
+        return f"{max(seconds, 0.0):.1f} s".replace(".0 s", " s")
+    whole = round(seconds)
+    for i, (size, unit) in enumerate(_UNITS):
+        if whole >= size:
+            big, rest = divmod(whole, size)
+            if i + 1 < len(_UNITS):
+                small, small_unit = _UNITS[i + 1]
+                rest = round(rest / small)
+                if rest * small == size:  # 59.6 min rounds up to the next hour
+                    big, rest = big + 1, 0
+                return f"{big} {unit}" + (f" {rest} {small_unit}" if rest else "")
+            return f"{big} {unit}"
+    return "0 s"
 
 
 def transfer_time(n_bytes: float, gbps: float) -> str:
     """Time to move ``n_bytes`` over a ``gbps`` link (bytes × 8 / rate), two digits."""
     seconds = n_bytes * 8 / (gbps * 1e9)
     return f"{seconds:.2g} s" if seconds < 100 else duration(seconds)
+
+
+def say(console: Console, renderable: Any, **options: Any) -> None:
+    """Print without rich's automatic highlighting: a number is the colour of its text.
+
+    Highlighting colours what looks like a number by guesswork ("23." cyan, "21M"
+    plain, the "5" of "5-hour blocks"); a report's figures are set apart by its
+    tables instead.
+    """
+    console.print(renderable, highlight=False, **options)
 
 
 def new_table(title: str, *columns: str) -> Table:
@@ -120,8 +149,7 @@ def _overview(f: Summary) -> Table:
     rows = [
         ("requests", f"{t.requests:,} in {f.sessions:,} sessions"),
         ("estimated cost (list price)", usd(t.cost_usd)),
-        ("saved by the prompt cache", f"{usd(t.saved_usd)} (without it: "
-                                      f"{usd(t.cost_usd + t.saved_usd)})"),
+        ("saved by the prompt cache", saving(t)),
         ("unpriced tokens", tokens(t.unpriced)),
         ("input tokens (uncached)", tokens(t.input)),
         ("cache read tokens", tokens(t.cache_read)),
@@ -193,6 +221,22 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
     return table
 
 
+NEGATIVE_SAVING: Final = "written, not yet read back enough"
+NEGATIVE_NOTE: Final = ("cache saved: negative where the cache was written and not yet read "
+                        "back enough")
+
+
+def saving(t: Usage) -> str:
+    """What the prompt cache saved, and the cost without it.
+
+    Negative when the cache was written (at a premium over plain input) and read
+    back too little to pay for it yet: a new conversation, or one that went idle.
+    """
+    if t.saved_pico < 0:
+        return f"{usd(t.saved_usd)} ({NEGATIVE_SAVING})"
+    return f"{usd(t.saved_usd)} (without it: {usd(t.cost_usd + t.saved_usd)})"
+
+
 def cost_cell(t: Usage) -> str:
     """The cost of some usage; a wholly unpriced group has no cost (``n/a``), not $0."""
     return "n/a" if t.cost_pico == 0 and t.unpriced else usd(t.cost_usd)
@@ -208,7 +252,7 @@ def _sessions(rows: Iterable[SessionRow]) -> Table:
         table.add_row(
             text(row.session[:8]),
             f"{row.requests:,}",
-            f"{row.span_hours:.1f} h",
+            duration(row.span_hours * 3600),
             duration(row.gap_p50),
             tokens(row.output_tokens),
             f"{row.reread_ratio:,.0f}×" if row.output_tokens else "—",
@@ -283,45 +327,53 @@ def _iteration_rows(table: Table, kinds: Mapping[str, int]) -> None:
 
 def render_text(figures: Summary, console: Console) -> None:
     """Print the summary as a readable terminal report of rich tables."""
-    console.print(header("Summary", figures.covered))
+    say(console, header("Summary", figures.covered))
     if figures.covered.first is None:  # tables of zeros say less than one sentence
-        console.print("No requests in this range.")
-        console.print(_upload_and_lines(figures))
+        say(console, "No requests in this range.")
+        say(console, _upload_and_lines(figures))
         return
-    console.print(_overview(figures))
-    console.print(_cache_expiry(figures))
+    say(console, _overview(figures))
+    say(console, _cache_expiry(figures))
     wide = console.width >= WIDE_CONSOLE
     note = " (tokens: input, cache read, cache write, output)" if wide else ""
-    console.print(_cost_table("By model" + note, "model", figures.by_model, wide))
-    console.print(_cost_table("By source", "source", figures.by_source, wide))
+    say(console, _cost_table("By model" + note, "model", figures.by_model, wide))
+    say(console, _cost_table("By source", "source", figures.by_source, wide))
+    groups = (*figures.by_model.values(), *figures.by_source.values())
+    if wide and any(u.saved_pico < 0 and u.cost_pico for u in groups):
+        say(console, NEGATIVE_NOTE)
     if figures.by_session:
-        console.print(_sessions(figures.by_session))
+        say(console, _sessions(figures.by_session))
     if figures.context_costs:
-        console.print(_context_costs(figures.context_costs))
-    console.print(_kv(figures))
-    console.print(_upload_and_lines(figures))
+        say(console, _context_costs(figures.context_costs))
+    say(console, _kv(figures))
+    say(console, _upload_and_lines(figures))
 
 
-def render_prices(figures: Summary, pricing: RateTable, console: Console) -> None:
+def render_prices(figures: Summary, pricing: RateTable, console: Console, *,
+                  brief: bool = False) -> None:
     """Where the prices come from, and how to price each model that has none.
 
     Past :data:`caps.UNPRICED_LINES` unpriced models, the most used get a line
     and one more line counts the rest (``report --json`` lists every model).
+    ``brief`` (the one-screen summary): the most used gets a line, one more counts the rest.
     """
     info = pricing.describe()
     source = f"{info['package']} {info['version']}".strip() or "no price database"
     dated = f", prices to {info['data_date']}" if info["data_date"] else ""
     # soft_wrap: each is one line of text however narrow the terminal (grep, copy).
-    console.print(text(f"Prices: {source}{dated} ({info['origin']}; overrides: "
+    say(console, text(f"Prices: {source}{dated} ({info['origin']}; overrides: "
                        f"{info['overrides']})"), soft_wrap=True)
     unpriced = {m: u for m, u in sorted(figures.by_model.items()) if u.unpriced}
-    capped = caps.costliest(unpriced, caps.UNPRICED_LINES)
+    capped = caps.costliest(unpriced, 1 if brief else caps.UNPRICED_LINES)
     for model, usage in capped.shown:
-        console.print(text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
+        say(console, text(f"  unpriced: {tokens(usage.unpriced)} tokens — "
                            f"{pricing.unpriced_help(model)}"), soft_wrap=True)
     if capped.more:
-        console.print(f"  unpriced: {tokens(capped.rest.unpriced)} tokens of {capped.more:,} more "
-                      "models (report --json lists every model)", soft_wrap=True)
+        more = f"{capped.more:,} more model{'' if capped.more == 1 else 's'}"
+        how = ("report --full says how to price each" if brief
+               else "report --json lists every model")
+        say(console, f"  unpriced: {tokens(capped.rest.unpriced)} tokens of {more} ({how})",
+            soft_wrap=True)
 
 
 def header(title: str, covered: Covered) -> str:

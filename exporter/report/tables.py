@@ -13,9 +13,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -24,10 +23,8 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-from rich.text import Text
 
 from exporter.ledger import connections
-from exporter.projections import caps
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
 from exporter.projections.json_text import to_json
@@ -42,8 +39,9 @@ from exporter.projections.plan.windows import (
 )
 from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report.summary import cost_cell, duration, header, pct, tokens, usd, when
-from exporter.shown import clip, csv_cell, text
+from exporter.report.columns import LEVELS, fitting, negative_saving
+from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
+from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
 
 TITLES: Final = {
@@ -51,171 +49,38 @@ TITLES: Final = {
     "monthly": "Monthly usage", "session": "Sessions", "project": "Projects",
     "blocks": "5-hour blocks",
 }
-LEVELS: Final = (3, 2, 1)  # column priorities shown, widest layout first
-_DATE_SUFFIX: Final = re.compile(r"-\d{8}$")
-
-Cell = Callable[[View, Row], str]
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    """One table column: its title, its cell, and how important it is (1 always shown)."""
-
-    title: str
-    cell: Cell
-    priority: int = 1
-    usage: Callable[[Usage], str] | None = None  # the cell for a breakdown or totals row
-
-
-def short_model(model: str) -> str:
-    """A model id without the ``claude-`` prefix and date: ``opus-4-6``, ``sonnet-4-5``.
-
-    Shown, never run, and cut to :data:`exporter.shown.NAME_CHARS` characters.
-    """
-    return clip(_DATE_SUFFIX.sub("", model.removeprefix("claude-")))
-
-
-def _basename(path: str) -> str:
-    """The last part of a project path, shown and cut like a model id."""
-    return clip(path.rstrip("/").rsplit("/", 1)[-1] or path)
-
-
-def _zone(view: View) -> Zone:
-    return view.covered.range.zone
-
-
-def _figure(title: str, fn: Callable[[Usage], str], priority: int) -> Column:
-    """A usage figure, the same for rows, breakdown rows and the total."""
-    return Column(title, lambda v, r: fn(r.usage), priority, fn)
-
-
-USAGE: Final = (
-    _figure("requests", lambda u: f"{u.requests:,}", 1),
-    _figure("input", lambda u: tokens(u.input), 3),
-    _figure("output", lambda u: tokens(u.output), 2),
-    _figure("cache read", lambda u: tokens(u.cache_read), 2),
-    _figure("write 5m", lambda u: tokens(u.cache_write_5m), 3),
-    _figure("write 1h", lambda u: tokens(u.cache_write_1h), 3),
-    _figure("read share", lambda u: pct(u.cache_read_share), 3),
-    _figure("cost", cost_cell, 1),
-    # The saving before the read share when space is short: it is the figure in dollars.
-    _figure("cache saved", lambda u: usd(u.saved_usd) if u.cost_pico else "—", 2),
-    _figure("re-read", lambda u: f"{u.reread_ratio:,.0f}×" if u.output else "—", 3),
-    _figure("unpriced", lambda u: tokens(u.unpriced) if u.unpriced else "—", 3),
-)
-def _models(view: View, row: Row) -> str:
-    """The row's models by name; past caps.MODEL_NAMES, the costliest and how many more."""
-    if not row.top_models:
-        return ", ".join(map(short_model, row.models)) or "—"
-    more = len(row.models) - len(row.top_models)
-    return ", ".join(map(short_model, row.top_models)) + f", +{more:,} more"
-
-
-MODELS: Final = Column("models", _models)
-
-
-def _block_status(view: View, row: Row) -> str:
-    """``open, 2.1 h left`` for the block still open, else ``ended``."""
-    if row.active and view.active is not None:
-        return f"open, {duration(view.active.remaining)} left"
-    return "ended"
-
-
-LEAD: Final[dict[str, tuple[Column, ...]]] = {
-    "daily": (Column("day", lambda v, r: r.label),),
-    "weekly": (Column("week", lambda v, r: r.label),
-               Column("from", lambda v, r: when(r.start, _zone(v))[:10], 2)),
-    "monthly": (Column("month", lambda v, r: r.label),),
-    "session": (
-        Column("session", lambda v, r: r.label[:8]),
-        Column("project", lambda v, r: _basename(r.project), 2),
-        Column("first request", lambda v, r: when(r.first, _zone(v))),
-        Column("last request", lambda v, r: when(r.last, _zone(v)), 3),
-        Column("duration", lambda v, r: duration(max(r.last - r.first, 0.0))),
-        Column("gap p50", lambda v, r: "—" if r.gap_p50 is None else duration(r.gap_p50), 2),
-    ),
-    "project": (Column("project", lambda v, r: _basename(r.label)),
-                Column("sessions", lambda v, r: f"{r.sessions:,}", 2)),
-    "blocks": (Column("block start", lambda v, r: when(r.start, _zone(v))),
-               Column("end", lambda v, r: when(r.end, _zone(v))[11:]),
-               Column("status", _block_status, 2)),
-}
-
-
-def columns(view: View, level: int) -> list[Column]:
-    """The view's columns of priority ``level`` or more important."""
-    return [c for c in (*LEAD[view.name], *USAGE, MODELS) if c.priority <= level]
-
-
-def fitting(view: View, console: Console) -> Table:
-    """The widest layout of the view's table that fits the console without cutting a figure."""
-    for level in LEVELS:
-        candidate = table(view, level)
-        natural = Measurement.get(console, console.options.update_width(10_000), candidate)
-        if natural.maximum <= console.width:
-            return candidate
-    return candidate  # the narrowest: its last column (models) folds
-
-
-def table(view: View, level: int) -> Table:
-    """The view's table at one column priority (:func:`rows_table`)."""
-    return rows_table(view, columns(view, level), short_model)
-
-
-def rows_table(view: View, cols: Sequence[Column], part_name: Callable[[str], str]) -> Table:
-    """A view's table: rows (and their breakdown rows), the rows left out, then the total.
-
-    Rows past --limit (or :func:`caps.view_rows`) are summed in one row, and so
-    are a row's breakdown values past :data:`caps.BREAKDOWN_MODELS`: every column
-    adds up. ``part_name`` shows a breakdown value (a model id, an effort, ...).
-    """
-    out = Table(box=box.SIMPLE_HEAD)
-    for i, col in enumerate(cols):
-        last = col is MODELS
-        out.add_column(col.title, justify="left" if i == 0 or last else "right",
-                       no_wrap=not last, overflow="fold")
-    for row in view.rows:
-        out.add_row(*(text(c.cell(view, row)) for c in cols))
-        capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
-        for part, usage in capped.shown:
-            out.add_row(*_other(cols, f"  └ {part_name(part)}", usage), style="dim")
-        if capped.more:
-            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
-                        style="dim")
-    if len(view.rows) < view.count:
-        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
-    out.add_section()
-    out.add_row(*_other(cols, "total", view.total), style="bold")
-    return out
-
-
-def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[Text]:
-    """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
-    cells = [c.usage(usage) if c.usage else "" for c in cols]
-    cells[0] = label
-    return [text(c) for c in cells]
-
-
 def render_view(view: View, console: Console) -> None:
-    """Print one view: the header line, the table, the open block."""
-    console.print(header(TITLES[view.name], view.covered))
+    """Print one view: the header line, the table, what it hides, the open block."""
+    say(console, header(TITLES[view.name], view.covered))
     if not view.count:
-        console.print("No requests in this range.")
+        say(console, "No requests in this range.")
         return
-    console.print(fitting(view, console))
-    if len(view.rows) < view.count:
-        console.print(f"showing {len(view.rows):,} of {view.count:,} rows (--limit; --json and "
-                      "--csv list them all); the other row and the total cover all of them")
+    out, hidden = fitting(view, console)
+    say(console, out)
+    notes(console, view, [c.header for c in out.columns], hidden)
     if view.active is not None:
-        console.print(active_line(view.active))
+        for line in active_lines(view.active):
+            say(console, line)
 
 
-def active_line(a: ActiveBlock) -> str:
-    """The open block in one line: elapsed, burn rate, projection to its end."""
-    return (f"open block: {duration(a.elapsed)} in, {duration(a.remaining)} left · burn rate "
-            f"{tokens(a.tokens_per_hour)} tokens/h, {usd(pico_usd(a.cost_pico_per_hour))}/h · "
-            f"at its end: {tokens(a.projected_tokens)} tokens, "
-            f"{usd(pico_usd(a.projected_cost_pico))} (projected)")
+def notes(console: Console, view: View, shown: Sequence[Any], hidden: str | None) -> None:
+    """The lines under a view's table: rows left out, a negative saving, columns hidden."""
+    if len(view.rows) < view.count:
+        say(console, f"showing {len(view.rows):,} of {view.count:,} rows (--limit); "
+                     "the other row and the total cover all of them")
+    if "cache saved" in shown and negative_saving(view):
+        say(console, NEGATIVE_NOTE)
+    if hidden:
+        say(console, hidden)
+
+
+def active_lines(a: ActiveBlock) -> list[str]:
+    """The open block, a phrase per line: elapsed and left, burn rate, its projected end."""
+    return [f"open block: {duration(a.elapsed)} in, {duration(a.remaining)} left",
+            f"  burn rate: {tokens(a.tokens_per_hour)} tokens/h, "
+            f"{usd(pico_usd(a.cost_pico_per_hour))}/h",
+            f"  projected at its end: {tokens(a.projected_tokens)} tokens, "
+            f"{usd(pico_usd(a.projected_cost_pico))}"]
 
 
 def pico_usd(pico: float) -> float:
@@ -237,7 +102,7 @@ def _iso(ts: float, zone: Zone) -> str | None:
 
 def _lead_json(view: View, row: Row) -> dict[str, Any]:
     """What a row is: its period, session, project or block."""
-    zone = _zone(view)
+    zone = view.covered.range.zone
     times = {"first_request": _iso(row.first, zone), "last_request": _iso(row.last, zone)}
     if view.name == "session":
         return {"session": row.label, "project": row.project, **times,
@@ -277,7 +142,7 @@ def view_json(view: View) -> dict[str, Any]:
 
 def _active_json(view: View, a: ActiveBlock) -> dict[str, Any]:
     """The open block's elapsed time, burn rate and projection."""
-    zone = _zone(view)
+    zone = view.covered.range.zone
     return {
         "start": iso(a.start, zone), "end": iso(a.end, zone),
         "elapsed_seconds": round(a.elapsed, 3), "remaining_seconds": round(a.remaining, 3),
@@ -379,9 +244,9 @@ def _money(value: float | None) -> str:
 def render_limits(view: Limits, console: Console) -> None:
     """Each window now (figure, reset, estimate), then a table of its instances."""
     zone = view.covered.range.zone
-    console.print(header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
+    say(console, header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
     if not view.figures.windows:
-        console.print(NO_SAMPLES)
+        say(console, NO_SAMPLES)
         return
     for name, win in view.figures.windows.items():
         est = win.estimate
@@ -395,18 +260,21 @@ def render_limits(view: Limits, console: Console) -> None:
                  f"1 % ≈ {usd(value)}, the window ≈ {usd(100 * value)} at list price "
                  f"({est.pairs:,} sample pairs, {est.windows} "
                  f"window{'' if est.windows == 1 else 's'})")
-        console.print(text(f"{name}: {100 * win.used_ratio:.0f} % used, {resets} · {worth}"))
+        say(console, text(f"{name}: {100 * win.used_ratio:.0f} % used, {resets}"))
+        say(console, text(f"  {worth}"))
     if not view.instances:
-        console.print("No window in this range.")
+        say(console, "No window in this range.")
         return
     for level in LEVELS:  # the widest layout that fits: no figure is ever cut
         out = limits_table(view, level)
         natural = Measurement.get(console, console.options.update_width(10_000), out)
         if natural.maximum <= console.width:
             break
-    console.print(out)
-    console.print("Cost: this machine's requests at list price. Other machines and claude.ai "
-                  "share the windows, so $ per 1 % is a lower bound (docs/plan-limits.md).")
+    say(console, out)
+    # A sentence per line: at 80 columns a wrapped note breaks mid-sentence.
+    say(console, "Cost: this machine's requests at list price.")
+    say(console, "Other machines and claude.ai share the windows,")
+    say(console, "so $ per 1 % is a lower bound (docs/plan-limits.md).")
 
 
 #: The instance table's columns: title, cell, priority (1: always shown).
