@@ -17,7 +17,7 @@ from urllib.parse import quote, urljoin
 import pytest
 
 from bench.screenshot import demo_tree, dump_dom
-from exporter.report.tables import short_model
+from exporter.projections.model_names import short_model
 from exporter.serve import page_html
 from exporter.synth import GenOptions, generate
 from tests.support.net import http_get

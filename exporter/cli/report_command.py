@@ -120,6 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "(default: tables)")
     out.add_argument("--csv", action="store_true",
                      help="print a view as CSV, one line per row (default: tables)")
+    _add_selection_flags(parser)
+    _add_view_flags(parser)
+
+
+def _add_selection_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose the requests: the range, its zone, projects, models, sources."""
     parser.add_argument(
         "--since", metavar="WHEN",
         help="first moment covered: 2026-01-31, 20260131, 2026-01-31T09:00 or an age like "
@@ -146,6 +152,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source", action="append", default=[], choices=[s.label for s in Source],
         help="only requests of this source; repeatable (default: all three)")
+
+
+def _add_view_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape a view's rows."""
     parser.add_argument(
         "--breakdown", action="store_true",
         help="views: a row per model inside each row (default: off)")

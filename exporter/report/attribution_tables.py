@@ -14,6 +14,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
+from exporter.projections.model_names import short_model
 from exporter.projections.views import Row, View
 from exporter.report.columns import (
     LEVELS,
@@ -23,7 +24,6 @@ from exporter.report.columns import (
     at_level,
     hidden_note,
     rows_table,
-    short_model,
     widest,
 )
 from exporter.report.summary import header, say, when

@@ -9,7 +9,6 @@ the models column wraps. Whatever a table leaves out is named in one line under 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -21,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from exporter.projections import caps
+from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone
 from exporter.projections.usage import Usage
 from exporter.projections.views import Row, View
@@ -31,7 +31,6 @@ LEVELS: Final = (4, 3, 2, 1)  # column priorities shown, widest layout first
 TOKEN_TYPES: Final = 2  # the level adding input, output, cache write and cache read
 MODELS_WRAP: Final = 20  # the models column wraps to this width before columns are hidden
 NOTE_WIDTH: Final = 80  # the hidden-columns line fits an 80-column terminal
-_DATE_SUFFIX: Final = re.compile(r"-\d{8}$")
 
 Cell = Callable[[View, Row], str]
 
@@ -45,14 +44,6 @@ class Column:
     priority: int = 1
     usage: Callable[[Usage], str] | None = None  # the cell for a breakdown or totals row
     narrow: bool = False  # shown only in the narrowest layout (stands for hidden columns)
-
-
-def short_model(model: str) -> str:
-    """A model id without the ``claude-`` prefix and date: ``opus-4-6``, ``sonnet-4-5``.
-
-    Shown, never run, and cut to :data:`exporter.shown.NAME_CHARS` characters.
-    """
-    return clip(_DATE_SUFFIX.sub("", model.removeprefix("claude-")))
 
 
 def _basename(path: str) -> str:

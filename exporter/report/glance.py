@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Final
 from exporter.projections import caps, views
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Summary
+from exporter.projections.model_names import short_model
 from exporter.projections.periods import Range, date_day, month_start, next_month, week_start
 from exporter.projections.selection import Selection
 from exporter.projections.usage import ZERO, Usage
 from exporter.projections.views import ActiveBlock
-from exporter.report.columns import short_model
 from exporter.report.summary import (
     NEGATIVE_SAVING,
     cost_cell,

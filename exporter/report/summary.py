@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from exporter.projections import caps
 from exporter.projections.figures import Covered, Spread, Summary
+from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import RateTable
 from exporter.projections.savings import ContextCost
@@ -267,18 +268,11 @@ def _context_costs(costs: Iterable[ContextCost]) -> Table:
     for c in costs:
         tier = " (long context)" if c.long else ""
         ratio = c.recomputed_pico / c.cached_pico if c.cached_pico else 0.0
-        label = text(f"{clip(short_name(c.model))} · {c.quantile}{tier}")
+        label = text(f"{short_model(c.model)} · {c.quantile}{tier}")
         table.add_row(label, tokens(c.context),
                       usd(c.cached_pico / 1e12), usd(c.recomputed_pico / 1e12),
                       f"{ratio:.0f}×" if ratio else "—")
     return table
-
-
-def short_name(model: str) -> str:
-    """``claude-sonnet-4-5-20250929`` → ``sonnet-4-5``: the family without prefix and date."""
-    name = model.removeprefix("claude-")
-    head, _, tail = name.rpartition("-")
-    return head if tail.isdigit() and len(tail) == 8 else name
 
 
 def _kv(f: Summary) -> Table:
