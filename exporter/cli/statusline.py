@@ -24,6 +24,7 @@ import os
 import sys
 import time
 
+from exporter.cli import statusline_costs
 from exporter.ingest import jsonlite, spool
 
 TYPE_CHECKING = False  # as in exporter.ingest.spool: typing is not imported at run time
@@ -151,7 +152,7 @@ def _percent(value: float) -> str:
 def render(
     payload: Mapping[str, Any] | None, today_usd: float | None, now: float, *, warn: str = ""
 ) -> str:
-    """The status line: model · context % · 5h % and time to reset · 7d % · today's cost."""
+    """The line: model · context % · 5h % and time to reset · 7d % · session's and today's cost."""
     parts: list[str] = []
     rec = spool.sample_record(payload, now) if payload is not None else {}
     model = payload.get("model") if payload is not None else None
@@ -171,6 +172,8 @@ def render(
             parts.append(f"{label} {_percent(pct)} ↻{duration(resets - now)}")
         else:
             parts.append(f"{label} {_percent(pct)}")
+    if "cost" in rec:
+        parts.append(f"session ${rec['cost']:,.2f}")
     if today_usd is not None:
         parts.append(f"today ${today_usd:,.2f}")
     if warn:
@@ -275,8 +278,25 @@ def _run(
     if out.strip():
         _write(stdout, out)
         return None
-    today = spool.read_today(state_dir, now)
-    return render(payload, today, now, warn=recorded)
+    return render(payload, today_cost(state_dir, record, now), now, warn=recorded)
+
+
+def today_cost(state_dir: str, record: Mapping[str, Any], now: float) -> float | None:
+    """Today's cost: the larger of the status line's own book and the exporter's figure.
+
+    Both only grow through a day and both miss something: the book sees only the
+    sessions whose status line ran, serve's figure only what it has ingested (and
+    nothing while it is stopped). None when neither is known.
+    """
+    own = None
+    if "session" in record and "cost" in record:
+        try:
+            own = statusline_costs.record(state_dir, record["session"], record["cost"], now)
+        except OSError:
+            pass  # an unwritable book: the exporter's figure, if any
+    published = spool.read_today(state_dir, now)
+    known = [v for v in (own, published) if v is not None]
+    return max(known) if known else None
 
 
 def _record(
