@@ -182,12 +182,10 @@ def test_bad_flag_is_shown_in_the_status_line(tmp_path: Path) -> None:
 
 
 def test_help_exits_0() -> None:
-    """--help prints the usage, naming the settings.json snippet."""
+    """--help prints the usage, naming --install and the settings file it writes."""
     proc = run(b"", "--help", state=None)
     assert proc.returncode == 0
-    assert b'"statusLine": {"type": "command", "command": "claude-code-exporter statusline"}' in (
-        proc.stdout
-    )
+    assert b"--install" in proc.stdout and b"~/.claude/settings.json" in proc.stdout
 
 
 # ----------------------------------------------------------- state dir

@@ -66,7 +66,7 @@ def test_a_restarted_session_keeps_what_it_spent_and_a_late_refresh_changes_noth
 
 
 def test_the_exporters_figure_wins_when_larger(tmp_path: Path) -> None:
-    """serve's list-price total covers requests no status line saw (``claude -p``): the larger."""
+    """Serve's list-price total covers requests no status line saw (``claude -p``)."""
     spool.write_today(str(tmp_path), MIDNIGHT, 12.3456, NOW)
     assert tail(line(tmp_path, cost=1.0)) == "session $1.00 · today $12.35"
     spool.write_today(str(tmp_path), MIDNIGHT, 0.5, NOW)

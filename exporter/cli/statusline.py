@@ -40,12 +40,18 @@ FALLBACK: Final = "Claude Code"
 
 USAGE: Final = """\
 usage: claude-code-exporter statusline [--then CMD] [--then-timeout SECONDS] [--state-dir DIR]
+       claude-code-exporter statusline --install|--uninstall [--dry-run] [flags to keep]
 
 Claude Code status-line command: records the plan-limit figures Claude Code passes
-on stdin and prints model · context · 5h · 7d · today's cost. Set it in
-~/.claude/settings.json:
-  "statusLine": {"type": "command", "command": "claude-code-exporter statusline"}
+on stdin and prints model · context · 5h · 7d · the session's and today's cost.
 
+  --install              set it as Claude Code's status line: writes the statusLine
+                         entry, with this command's absolute path, into
+                         $CLAUDE_CONFIG_DIR/settings.json (else ~/.claude/settings.json),
+                         keeping every other key and a backup; a status line of your
+                         own is kept through --then. Running it twice changes nothing
+  --uninstall            take the entry out again (your own status line restored)
+  --dry-run              with either: print what would be written, change nothing
   --then CMD             run CMD (your own status-line command) with the same stdin
                          and print its output instead of ours
   --then-timeout SECONDS give up on CMD after this long (default 5)
@@ -57,6 +63,9 @@ It always prints a line and exits 0 (docs/plan-limits.md).
 """
 
 
+SWITCHES: Final = ("--install", "--uninstall", "--dry-run")
+
+
 class _Options:
     """Parsed flags."""
 
@@ -65,6 +74,10 @@ class _Options:
         self.then_timeout = THEN_TIMEOUT
         self.state_dir: str | None = None
         self.help = False
+        self.install = False
+        self.uninstall = False
+        self.dry_run = False
+        self.kept: list[str] = []  # the flags an installed command line carries
 
 
 class UsageError(Exception):
@@ -80,6 +93,9 @@ def parse_args(argv: Sequence[str]) -> _Options:
         if arg in ("-h", "--help"):
             opts.help = True
             continue
+        if arg in SWITCHES:
+            setattr(opts, arg[2:].replace("-", "_"), True)
+            continue
         name, eq, value = arg.partition("=")
         if name not in ("--then", "--then-timeout", "--state-dir"):
             raise UsageError(f"unknown option {arg!r}")
@@ -87,18 +103,28 @@ def parse_args(argv: Sequence[str]) -> _Options:
             if not args:
                 raise UsageError(f"{name} needs a value")
             value = args.pop(0)
-        if name == "--then":
-            opts.then = value
-        elif name == "--state-dir":
-            opts.state_dir = value
-        else:
-            try:
-                opts.then_timeout = float(value)
-            except ValueError:
-                raise UsageError(f"--then-timeout {value!r} is not a number") from None
-            if not opts.then_timeout > 0:
-                raise UsageError("--then-timeout must be > 0")
+        _take(opts, name, value)
+    if opts.install and opts.uninstall:
+        raise UsageError("--install and --uninstall exclude each other")
+    if opts.dry_run and not (opts.install or opts.uninstall):
+        raise UsageError("--dry-run goes with --install or --uninstall")
     return opts
+
+
+def _take(opts: _Options, name: str, value: str) -> None:
+    """Set the option ``name`` (one taking a value) from ``value``."""
+    opts.kept += [name, value]
+    if name == "--then":
+        opts.then = value
+    elif name == "--state-dir":
+        opts.state_dir = value
+    else:
+        try:
+            opts.then_timeout = float(value)
+        except ValueError:
+            raise UsageError(f"--then-timeout {value!r} is not a number") from None
+        if not opts.then_timeout > 0:
+            raise UsageError("--then-timeout must be > 0")
 
 
 # ------------------------------------------------------------------ input
@@ -225,8 +251,16 @@ def main(
     environ: Mapping[str, str],
     *,
     clock: Callable[[], float] = time.time,
+    program: str | None = None,
 ) -> int:
-    """Run the status-line command; always prints one line and returns 0."""
+    """Run the status-line command; always prints one line and returns 0.
+
+    With ``--install`` / ``--uninstall`` it edits Claude Code's settings instead
+    (a person at a terminal: errors on stderr, exit 2 or 1); ``program`` is the
+    console script this process was started as, the command the entry names.
+    """
+    if any(arg in SWITCHES for arg in argv):
+        return _settings(argv, program, environ, stdout, clock)
     now = clock()
     try:
         line = _run(argv, stdin, stdout, environ, now)
@@ -236,6 +270,25 @@ def main(
     if line is not None:
         _write(stdout, one_line(line).encode("utf-8", "replace") + b"\n")
     return 0
+
+
+def _settings(argv: Sequence[str], program: str | None, environ: Mapping[str, str],
+              stdout: BinaryIO, clock: Callable[[], float]) -> int:
+    """``--install`` / ``--uninstall`` (docs/plan-limits.md): Claude Code's settings edited."""
+    import io
+
+    from exporter.cli import statusline_install  # json, shlex: never on a refresh
+
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"claude-code-exporter statusline: {exc} (see --help)\n")
+        return 2
+    flags = {"uninstall": opts.uninstall, "dry_run": opts.dry_run, "args": opts.kept}
+    out = io.StringIO()
+    rc = statusline_install.run(flags, program, environ, out, sys.stderr, clock=clock)
+    _write(stdout, out.getvalue().encode())
+    return rc
 
 
 def one_line(text: str) -> str:
@@ -288,15 +341,20 @@ def today_cost(state_dir: str, record: Mapping[str, Any], now: float) -> float |
     sessions whose status line ran, serve's figure only what it has ingested (and
     nothing while it is stopped). None when neither is known.
     """
-    own = None
-    if "session" in record and "cost" in record:
-        try:
-            own = statusline_costs.record(state_dir, record["session"], record["cost"], now)
-        except OSError:
-            pass  # an unwritable book: the exporter's figure, if any
+    own = _booked(state_dir, record, now)
     published = spool.read_today(state_dir, now)
     known = [v for v in (own, published) if v is not None]
     return max(known) if known else None
+
+
+def _booked(state_dir: str, record: Mapping[str, Any], now: float) -> float | None:
+    """The status line's own today (booking this refresh's figure), or None."""
+    if "session" not in record or "cost" not in record:
+        return None
+    try:
+        return statusline_costs.record(state_dir, record["session"], record["cost"], now)
+    except OSError:  # an unwritable book: the exporter's figure, if any
+        return None
 
 
 def _record(
