@@ -95,6 +95,8 @@ def test_install_creates_missing_settings_and_uninstall_removes_only_its_entry(
     out = install(tmp_path, "--uninstall")
     assert out.returncode == 0, out.stderr
     assert json.loads(settings(tmp_path).read_text()) == {"model": "sonnet"}
+    state = tmp_path / "home" / ".local" / "state" / "claude-code-exporter"
+    assert state.is_dir() and state.stat().st_mode & 0o777 == 0o700  # a bind mount's source
     again = install(tmp_path, "--uninstall")
     assert again.returncode == 0 and "not installed" in again.stdout
 

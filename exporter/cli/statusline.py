@@ -39,7 +39,8 @@ SEPARATOR: Final = " · "
 FALLBACK: Final = "Claude Code"
 
 USAGE: Final = """\
-usage: claude-code-exporter statusline [--then CMD] [--then-timeout SECONDS] [--state-dir DIR]
+usage: claude-code-exporter statusline [--then CMD] [--then-timeout SECONDS]
+                                       [--spool-dir DIR | --state-dir DIR]
        claude-code-exporter statusline --install|--uninstall [--dry-run] [flags to keep]
 
 Claude Code status-line command: records the plan-limit figures Claude Code passes
@@ -55,6 +56,10 @@ on stdin and prints model · context · 5h · 7d · the session's and today's co
   --then CMD             run CMD (your own status-line command) with the same stdin
                          and print its output instead of ours
   --then-timeout SECONDS give up on CMD after this long (default 5)
+  --spool-dir DIR        where samples go when serve runs under another account or
+                         in a container: the directory given to serve as
+                         CLAUDE_CODE_EXPORTER_SPOOL_DIR (default: that variable, else
+                         the state dir below); new files there are group-shareable
   --state-dir DIR        where samples go, the state dir of serve (default
                          $CLAUDE_CODE_EXPORTER_STATE_DIR, else $XDG_STATE_HOME/
                          claude-code-exporter, else ~/.local/state/claude-code-exporter)
@@ -73,6 +78,7 @@ class _Options:
         self.then: str | None = None
         self.then_timeout = THEN_TIMEOUT
         self.state_dir: str | None = None
+        self.spool_dir: str | None = None
         self.help = False
         self.install = False
         self.uninstall = False
@@ -97,7 +103,7 @@ def parse_args(argv: Sequence[str]) -> _Options:
             setattr(opts, arg[2:].replace("-", "_"), True)
             continue
         name, eq, value = arg.partition("=")
-        if name not in ("--then", "--then-timeout", "--state-dir"):
+        if name not in ("--then", "--then-timeout", "--state-dir", "--spool-dir"):
             raise UsageError(f"unknown option {arg!r}")
         if not eq:
             if not args:
@@ -118,6 +124,8 @@ def _take(opts: _Options, name: str, value: str) -> None:
         opts.then = value
     elif name == "--state-dir":
         opts.state_dir = value
+    elif name == "--spool-dir":
+        opts.spool_dir = value
     else:
         try:
             opts.then_timeout = float(value)
@@ -284,7 +292,8 @@ def _settings(argv: Sequence[str], program: str | None, environ: Mapping[str, st
     except UsageError as exc:
         sys.stderr.write(f"claude-code-exporter statusline: {exc} (see --help)\n")
         return 2
-    flags = {"uninstall": opts.uninstall, "dry_run": opts.dry_run, "args": opts.kept}
+    flags = {"uninstall": opts.uninstall, "dry_run": opts.dry_run, "args": opts.kept,
+             "samples_dir": where(opts, environ)[0]}
     out = io.StringIO()
     rc = statusline_install.run(flags, program, environ, out, sys.stderr, clock=clock)
     _write(stdout, out.getvalue().encode())
@@ -321,17 +330,33 @@ def _run(
         record = spool.sample_record(payload, now)
     else:
         record = spool.failure_record(failure or "internal", now)
-    state_dir = opts.state_dir or spool.default_state_dir(environ)
-    recorded = _record(environ, state_dir, [record])
+    state_dir, shared = where(opts, environ)
+    recorded = _record(environ, state_dir, [record], shared=shared)
     out = b""
     if proc is not None:
         out, then_failure = finish_then(proc, data, opts.then_timeout)
     if then_failure is not None:
-        _record(environ, state_dir, [spool.failure_record(then_failure, now)])
+        _record(environ, state_dir, [spool.failure_record(then_failure, now)], shared=shared)
     if out.strip():
         _write(stdout, out)
         return None
     return render(payload, today_cost(state_dir, record, now), now, warn=recorded)
+
+
+def where(opts: _Options, environ: Mapping[str, str]) -> tuple[str, bool]:
+    """The directory samples go to, and whether it is shared on purpose (spool dir set).
+
+    ``--spool-dir``, ``--state-dir``, ``$CLAUDE_CODE_EXPORTER_SPOOL_DIR``, then the
+    state dir's default: the first given wins.
+    """
+    if opts.spool_dir:
+        return opts.spool_dir, True
+    if opts.state_dir:
+        return opts.state_dir, False
+    explicit = spool.explicit_spool_dir(environ)
+    if explicit is not None:
+        return explicit, True
+    return spool.default_state_dir(environ), False
 
 
 def today_cost(state_dir: str, record: Mapping[str, Any], now: float) -> float | None:
@@ -358,11 +383,14 @@ def _booked(state_dir: str, record: Mapping[str, Any], now: float) -> float | No
 
 
 def _record(
-    environ: Mapping[str, str], state_dir: str | None, records: list[dict[str, Any]]
+    environ: Mapping[str, str], state_dir: str | None, records: list[dict[str, Any]],
+    *, shared: bool = False,
 ) -> str:
     """Append to the spool; return "" or the warning the line shows when impossible."""
     try:
-        spool.append(state_dir or spool.default_state_dir(environ), records)
+        if state_dir is None:
+            state_dir, shared = where(_Options(), environ)
+        spool.append(state_dir, records, shared=shared)
     except spool.SpoolFullError:
         return "⚠ not recorded: spool full, is the exporter running?"
     except (OSError, ValueError):

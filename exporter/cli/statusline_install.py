@@ -220,11 +220,13 @@ def run(flags: Mapping[str, Any], program: str | None, environ: Mapping[str, str
     if flags["uninstall"] and old is None:
         out.write(f"{path}: no settings file, not installed; nothing changed\n")
         return 0
-    return _apply(path, new, old, dry_run=flags["dry_run"], out=out, err=err, now=clock())
+    samples_dir = None if flags["uninstall"] else flags.get("samples_dir")
+    return _apply(path, new, old, dry_run=flags["dry_run"], out=out, err=err, now=clock(),
+                  samples_dir=samples_dir)
 
 
 def _apply(path: str, new: dict[str, Any], old: bytes | None, *, dry_run: bool, out: TextIO,
-           err: TextIO, now: float) -> int:
+           err: TextIO, now: float, samples_dir: str | None) -> int:
     """Write (or, dry run, show) the new settings."""
     entry = new.get("statusLine")
     shown = json.dumps({"statusLine": entry} if entry else {}, indent=2, ensure_ascii=False)
@@ -233,6 +235,8 @@ def _apply(path: str, new: dict[str, Any], old: bytes | None, *, dry_run: bool, 
         return 0
     try:
         backup = write_settings(path, encode(new), old, now)
+        if samples_dir is not None:  # there before the first refresh: a bind mount's source
+            os.makedirs(samples_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
         err.write(f"claude-code-exporter statusline: {path}: {exc}; nothing changed\n")
         return 1
