@@ -7,7 +7,6 @@ import contextlib
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +108,12 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
-    """Generate about a day of sample sessions ending now, and point the settings at them."""
-    from exporter.synth import GenOptions, generate
+    """Generate a month of sample sessions ending now, and point the settings at them."""
+    from exporter.synth.demo import history
 
-    start = datetime.now(UTC) - timedelta(hours=28)
-    start = start.replace(microsecond=0)
-    truth = generate(root, GenOptions(seed=int(time.time()) % 1000, start=start))
-    log.info("demo", root=str(root), requests=truth["totals"]["requests"])
+    now = time.time()
+    requests = history(root, now, seed=int(now) % 1000)
+    log.info("demo", root=str(root), requests=requests)
     return settings.model_copy(update={"data_dirs": [root], "state_dir": root / "state"})
 
 
