@@ -113,6 +113,7 @@ def test_install_wraps_the_users_own_status_line_and_uninstall_restores_it(
     command = json.loads(path.read_text())["statusLine"]["command"]
     assert command.endswith("statusline --then '~/bin/my line.sh'")
     assert json.loads(path.read_text())["statusLine"]["padding"] == 0
+    assert "already" in install(tmp_path, "--install").stdout  # wrapped once, not twice
     assert install(tmp_path, "--uninstall").returncode == 0
     assert json.loads(path.read_text()) == {"statusLine": own}
 

@@ -135,11 +135,10 @@ def installed(doc: dict[str, Any], command: str) -> dict[str, Any]:
     """The settings with our statusLine: the user's own command kept through ``--then``."""
     entry = dict(doc.get("statusLine", {}))
     current = entry.get("command")
-    if isinstance(current, str) and current.strip() and not _is_ours(current):
-        command = f"{command} --then {shlex.quote(current)}"
-    elif isinstance(current, str) and _is_ours(current):
-        then = _then_of(current)
-        if then is not None and "--then" not in (_words(command) or []):
+    if isinstance(current, str) and current.strip() and "--then" not in (_words(command) or []):
+        # The user's own line keeps showing; a reinstall keeps the one already wrapped.
+        then = _then_of(current) if _is_ours(current) else current
+        if then is not None:
             command = f"{command} --then {shlex.quote(then)}"
     entry.update(type="command", command=command)
     return {**doc, "statusLine": entry}
