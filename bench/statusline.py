@@ -1,6 +1,6 @@
 """Latency of the status-line command as Claude Code starts it: a fresh interpreter per refresh.
 
-Usage: python3 -m bench.statusline [--runs 200] [--python PATH]
+Usage: python3 -m bench.statusline [--runs 200] [--python PATH] [--ledger-mb 40]
 
 By default the exporter package is copied into a temporary directory and
 byte-compiled (as ``pip install`` does), and run by a fresh virtual
@@ -9,7 +9,13 @@ include this checkout's editable-install hooks or missing .pyc files. Each
 command runs ``--runs`` times, the commands alternating run by run (the
 machine is shared: a burst of load hits all of them alike). Wall time
 includes interpreter start; the baseline row is ``python -c pass``.
-Prints a Markdown table for docs/plan-limits.md.
+
+The state dir is a month old, as a user's is with no ``serve`` running: a
+ledger of a generated month (``--ledger-mb``, scanned by ``report``), a month
+of samples never ingested in the spool, the status line's book of session
+costs for 35 days (30 sessions a day) and 40 sessions today, and a today's
+file from an earlier ``serve``; every line printed shows the session's and
+today's cost (checked). Prints a Markdown table for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import time
 import venv
 from pathlib import Path
 
-from bench.common import machine
+from bench.common import exporter_cmd, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,6 +87,8 @@ def measure(commands: dict[str, list[str]], stdin: bytes, env: dict[str, str],
             times[name].append((time.perf_counter() - start) * 1000)
             if proc.returncode != 0 or (cmd[-1] != "pass" and not proc.stdout.strip()):
                 raise RuntimeError(f"{name}: exit {proc.returncode} {proc.stderr!r}")
+            if "statusline" in cmd and "--then" not in cmd and b"today $" not in proc.stdout:
+                raise RuntimeError(f"{name}: no costs shown: {proc.stdout!r}")
     return times
 
 
@@ -90,11 +98,44 @@ def p95(values: list[float]) -> float:
     return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
+def month_old_state(work: Path, state: Path, now: float, ledger_mb: int) -> str:
+    """A state dir as a month of use leaves it without serve; returns what it holds."""
+    from datetime import UTC, datetime
+
+    from exporter.cli import statusline_costs
+    from exporter.ingest import spool
+    from exporter.synth import GenOptions, generate
+
+    tree = work / "claude"
+    start = datetime.fromtimestamp(now - 30 * 86_400, tz=UTC)
+    generate(tree, GenOptions(seed=7, sessions=20, start=start, malformed=False,
+                              target_bytes=ledger_mb * 1_000_000))
+    subprocess.run([*exporter_cmd("report", "--data-dir", str(tree), "--state-dir", str(state),
+                                  "--json")], check=True, capture_output=True)
+    sample = spool.encode(spool.sample_record(json.loads(payload(now)), now))
+    per_day = 3000  # a busy day's refreshes
+    with open(state / spool.SPOOL_NAME, "ab") as f:
+        for _ in range(30):
+            f.write(sample * per_day)
+    for day in range(35, -1, -1):
+        for n in range(40 if day == 0 else 30):
+            at = now - day * 86_400 - 3600 + n
+            for cost in (0.5, 1.5, 2.5):
+                statusline_costs.record(str(state), f"session-{day}-{n}", cost, at)
+    spool.write_today(str(state), spool.local_midnight(now), 12.34, now)
+    ledger_mb_real = (state / "ledger.sqlite3").stat().st_size / 1e6
+    spool_mb = (state / spool.SPOOL_NAME).stat().st_size / 1e6
+    return (f"ledger {ledger_mb_real:.0f} MB (a generated month), spool {spool_mb:.0f} MB "
+            f"never ingested, book of 36 days")
+
+
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--python", help="interpreter to use (default: a fresh venv)")
+    parser.add_argument("--ledger-mb", type=int, default=40,
+                        help="transcript MB of the generated month in the ledger")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-statusline-") as tmp:
         work = Path(tmp)
@@ -106,9 +147,9 @@ def main() -> None:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work),
                "PYTHONPATH": path, "CLAUDE_CODE_EXPORTER_STATE_DIR": str(state)}
         now = time.time()
-        from exporter.ingest import spool  # the exporter's own "today" file, as serve writes it
+        from exporter.ingest import spool
 
-        spool.write_today(str(state), spool.local_midnight(now), 12.34, now)
+        held = month_old_state(work, state, now, args.ledger_mb)
         commands = {
             "python -c pass (interpreter start, baseline)": [python, "-c", "pass"],
             "claude-code-exporter statusline (console-script path)":
@@ -118,11 +159,11 @@ def main() -> None:
                 [python, "-c", CONSOLE, "statusline", "--then", "cat >/dev/null; echo mine"],
         }
         times = measure(commands, payload(now), env, args.runs)
-        lines = (state / spool.SPOOL_NAME).read_bytes().count(b"\n")
+        lines = (state / spool.SPOOL_NAME).read_bytes().count(b"\n") - 30 * 3000
     load = os.getloadavg()[0]
     print(f"Machine: {machine()}; load average {load:.1f}; {args.runs} runs each, alternating; "
           f"interpreter: {'given' if args.python else 'fresh venv, byte-compiled copy'}; "
-          f"{lines} samples spooled.\n")
+          f"{lines} samples spooled; state: {held}.\n")
     # Runs alternate, so run i of every command saw about the same load: the
     # median of the per-run differences is the command's own cost.
     base = next(iter(times.values()))

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,7 +183,47 @@ def test_a_typo_gets_the_nearest_option(args: tuple[str, ...], message: str) -> 
     """A mistyped option, view or command is exit 2 with the nearest valid one."""
     proc = run(*args)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1] == message
+    assert proc.stderr.splitlines()[0] == message
+
+
+@pytest.mark.parametrize("args", [("report", "--sinse", "7d"), ("serve", "--nope"),
+                                  ("report", "dayly"), ("reprot",)])
+def test_a_usage_error_is_two_lines_not_the_whole_usage(args: tuple[str, ...]) -> None:
+    """An unknown flag, view or command: the error and where the options are, no usage dump."""
+    proc = run(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0].startswith("claude-code-exporter") and ": error: " in lines[0]
+    prog = lines[0].split(": error: ")[0]
+    assert lines[1] == f"Try '{prog} --help' for the options."
+
+
+def test_since_and_until_take_today_and_yesterday(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``yesterday`` and ``today`` are dates in the report's zone: whole days, as 2026-01-31."""
+    now = time.time()
+    day = 86_400
+    stamps = {"two-days-ago": now - 2 * day, "yesterday": now - day, "today": now}
+    midnight = now // day * day  # UTC, the zone of the report below
+    proj = tmp_path / "projects" / "-p"
+    proj.mkdir(parents=True)
+    (proj / "s.jsonl").write_bytes(jsonl(*(
+        assistant(key, ts=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(
+            min(ts, midnight - day + 60) if key == "yesterday" else ts)))
+        for key, ts in stamps.items())))
+    args = ["report", "--json", "--data-dir", str(tmp_path), "--state-dir", str(tmp_path / "s"),
+            "--timezone", "UTC"]
+
+    def requests(*extra: str) -> int:
+        assert main([*args, *extra]) == 0
+        return int(json.loads(capsys.readouterr().out)["totals"]["requests"])
+
+    assert requests("--since", "yesterday", "--until", "yesterday") == 1
+    assert requests("--since", "Yesterday") == 2
+    assert requests("--since", "today") == 1
+    assert requests("--until", "yesterday") == 2
 
 
 def test_a_typo_in_the_config_file_names_the_file(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_full_payload_prints_every_segment_and_records_a_sample(tmp_path: Path) 
 def test_payload_without_rate_limits_still_records_the_session(tmp_path: Path) -> None:
     """API-key users and fresh sessions have no rate_limits: no 5h/7d, a sample all the same."""
     line = line_of(run(json.dumps(payload(five=None, seven=None)).encode(), state=tmp_path))
-    assert line == "Opus 4.6 · ctx 42%"
+    assert line == "Opus 4.6 · ctx 42% · session $1.23 · today $1.23"
     (rec,) = spooled(tmp_path)
     assert "windows" not in rec and rec["model"] == "claude-opus-4-6"
 
@@ -96,11 +96,11 @@ def test_passed_reset_shows_reset_and_today_cost_from_the_exporter(tmp_path: Pat
 
 
 def test_yesterdays_cost_file_is_not_shown(tmp_path: Path) -> None:
-    """A cost published for another day is not today's cost."""
+    """A cost published for another day is not today's cost (the status line's own book is)."""
     now = time.time()
     spool.write_today(str(tmp_path), spool.local_midnight(now - 86_400 * 2), 99.0, now)
     line = line_of(run(json.dumps(payload()).encode(), state=tmp_path))
-    assert "today" not in line
+    assert line.endswith(" · today $1.23")
 
 
 # ------------------------------------------------------------ bad payloads
@@ -131,7 +131,8 @@ def test_control_characters_from_the_payload_cannot_break_the_line(tmp_path: Pat
     """A model name with a newline or a terminal escape still gives exactly one plain line."""
     doc = payload(five=None, seven=None)
     doc["model"]["display_name"] = "Opus\n4.6\x1b[2J"
-    assert line_of(run(json.dumps(doc).encode(), state=tmp_path)) == "Opus 4.6 [2J · ctx 42%"
+    assert line_of(run(json.dumps(doc).encode(), state=tmp_path)) == (
+        "Opus 4.6 [2J · ctx 42% · session $1.23 · today $1.23")
 
 
 def test_wrong_types_everywhere_record_what_is_valid(tmp_path: Path) -> None:
@@ -181,12 +182,10 @@ def test_bad_flag_is_shown_in_the_status_line(tmp_path: Path) -> None:
 
 
 def test_help_exits_0() -> None:
-    """--help prints the usage, naming the settings.json snippet."""
+    """--help prints the usage, naming --install and the settings file it writes."""
     proc = run(b"", "--help", state=None)
     assert proc.returncode == 0
-    assert b'"statusLine": {"type": "command", "command": "claude-code-exporter statusline"}' in (
-        proc.stdout
-    )
+    assert b"--install" in proc.stdout and b"~/.claude/settings.json" in proc.stdout
 
 
 # ----------------------------------------------------------- state dir
@@ -333,7 +332,8 @@ def test_in_process_main_is_what_the_cli_calls(tmp_path: Path) -> None:
     rc = statusline.main([], io.BytesIO(json.dumps(payload(now=NOW)).encode()), out, env,
                          clock=lambda: NOW)
     assert rc == 0
-    assert out.getvalue().decode() == "Opus 4.6 · ctx 42% · 5h 35% ↻2h30m · 7d 17%\n"
+    assert out.getvalue().decode() == (
+        "Opus 4.6 · ctx 42% · 5h 35% ↻2h30m · 7d 17% · session $1.23 · today $1.23\n")
     assert spooled(tmp_path)[0]["t"] == NOW
 
 

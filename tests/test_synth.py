@@ -466,3 +466,26 @@ def test_cost_follows_the_pricing_rules() -> None:
     assert opus is not None
     assert cost_nano_usd(req("claude-opus-4-6", 1000, speed="fast")) == 6 * opus
     assert cost_nano_usd(req("claude-nova-9-20261101", 1000)) is None
+
+
+def test_the_demo_has_a_month_of_days_and_report_counts_every_request(tmp_path: Path) -> None:
+    """``serve --demo``'s history: a request on each of the last 30 days, none ahead of now."""
+    import subprocess
+    import sys
+    import time
+
+    from exporter.synth.demo import history
+
+    now = time.time()
+    requests = history(tmp_path / "demo", now, seed=5)
+    proc = subprocess.run([sys.executable, "-m", "exporter", "report", "daily", "--json",
+                           "--timezone", "UTC", "--data-dir", str(tmp_path / "demo"),
+                           "--state-dir", str(tmp_path / "state"), "--since", "31d"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["totals"]["requests"] == requests
+    days = {row["period"] for row in got["rows"] if row["requests"]}
+    assert len(days) >= 30, sorted(days)
+    assert all(row["period"] <= time.strftime("%Y-%m-%d", time.gmtime(now + 86_400))
+               for row in got["rows"])

@@ -87,18 +87,20 @@ class Parser(argparse.ArgumentParser):
                 if w.startswith("--") and w.split("=", 1)[0] not in known]
 
     def error(self, message: str) -> NoReturn:
-        """Print usage and the message (with a suggestion for a mistyped choice); exit 2.
+        """Print the message (with a suggestion for a mistyped choice) and --help's name; exit 2.
 
         An unknown option comes first: its value would otherwise be taken for a
         positional argument (``report --sinse 7d`` is not the view "7d").
         """
         unknown = self.unknown_options()
         if unknown and "unrecognized arguments" not in message:
-            super().error(f"unrecognized arguments: {unknown[0]}{self.hint(unknown)}")
+            message = f"unrecognized arguments: {unknown[0]}{self.hint(unknown)}"
         match = _CHOICE.search(message)
         if match and "meant" not in message:  # 3.14's suggest_on_error says "maybe you meant"
             choices = [c.strip().strip("'") for c in match.group(2).split(",")]
             near = nearest(match.group(1), choices)
             if near:
                 message = f"{message}; did you mean {near!r}?"
-        super().error(message)
+        # The error and where the options are, not the usage: for `report` that is 14
+        # lines, and the one that matters would scroll by under them.
+        self.exit(2, f"{self.prog}: error: {message}\nTry '{self.prog} --help' for the options.\n")

@@ -99,7 +99,7 @@ def daemon_parts(settings: Settings, dirs: Sequence[Path],
     """Everything ``serve`` runs with; ``warn`` hears why the prices could not be updated."""
     from exporter.serve.daemon import DaemonParts
 
-    return DaemonParts(ledger_path=settings.ledger_path, state_dir=settings.state_dir,
+    return DaemonParts(ledger_path=settings.ledger_path, state_dir=settings.samples_dir,
                        dirs=tuple(dirs), pricing=prices(settings, warn),
                        scan=scan_options(settings), metrics=metrics_options(settings),
                        http=http_options(settings), otlp=otlp_options(settings),

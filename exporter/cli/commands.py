@@ -108,7 +108,8 @@ def build_parser() -> Parser:
     # Listed for --help only: the console script runs it (exporter.cli.entry).
     parser.add_command(sub, "statusline", add_help=False,
                        help="Claude Code's statusLine command: record the plan-limit figures, "
-                            "print one line (docs/plan-limits.md)")
+                            "print one line with the session's and today's cost; "
+                            "`statusline --install` sets it up (docs/plan-limits.md)")
     gen = parser.add_command(
         sub, "generate", help="write a synthetic transcript tree with ground truth",
         description="Write a synthetic Claude Code transcript tree and truth.json, the totals "

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     state_dir: Path = Field(
         default_factory=_state_dir_without_env, description="where the ledger lives"
     )
+    spool_dir: Path | None = Field(
+        None, description="where the status line's samples arrive and today's cost for it is "
+                          "written, when not the state dir: the user's own state dir for a "
+                          "system service or a container (docs/plan-limits.md)",
+    )
     listen: str = Field(f"127.0.0.1:{DEFAULT_PORT}", description="HOST:PORT for /metrics")
     listen_beyond_loopback: bool = Field(
         False, description="a listen address beyond loopback is intended (the container image, "
@@ -248,6 +253,11 @@ class Settings(BaseSettings):
                 "the config file or CLAUDE_CODE_EXPORTER_BASIC_AUTH_PASSWORD)"
             )
         return self
+
+    @property
+    def samples_dir(self) -> Path:
+        """Where the status line's samples are read from: ``spool_dir``, else the state dir."""
+        return self.spool_dir or self.state_dir
 
     @property
     def ledger_path(self) -> Path:

@@ -26,7 +26,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words[:1] == ["statusline"]:
         from exporter.cli import statusline  # the point of this module
 
-        return statusline.main(words[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ)
+        return statusline.main(words[1:], sys.stdin.buffer, sys.stdout.buffer, os.environ,
+                               program=sys.argv[0] if argv is None else None)
     # Imported before startup.run freezes the heap: the command line's modules are what
     # the freeze is for.
     from exporter.cli import commands, startup

@@ -88,7 +88,7 @@ def ingest_plan_samples(settings: Settings, log: Any) -> None:
     from exporter.sqlite import sqlite3
 
     try:
-        done = ingest_spool(settings.ledger_path, settings.state_dir)
+        done = ingest_spool(settings.ledger_path, settings.samples_dir)
     except (OSError, sqlite3.Error) as exc:
         log.warning("plan_samples_not_ingested", detail=str(exc))
         return

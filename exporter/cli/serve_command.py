@@ -8,7 +8,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -138,13 +137,12 @@ def announce(url: str, log: Any, out: TextIO | None = None, *, metrics: bool = T
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
-    """Generate about a day of sample sessions ending now, and point the settings at them."""
-    from exporter.synth import GenOptions, generate
+    """Generate a month of sample sessions ending now, and point the settings at them."""
+    from exporter.synth.demo import history
 
-    start = datetime.now(UTC) - timedelta(hours=28)
-    start = start.replace(microsecond=0)
-    truth = generate(root, GenOptions(seed=int(time.time()) % 1000, start=start))
-    log.info("demo", root=str(root), requests=truth["totals"]["requests"])
+    now = time.time()
+    requests = history(root, now, seed=int(now) % 1000)
+    log.info("demo", root=str(root), requests=requests)
     return settings.model_copy(update={"data_dirs": [root], "state_dir": root / "state"})
 
 

@@ -24,6 +24,7 @@ import os
 import sys
 import time
 
+from exporter.cli import statusline_costs
 from exporter.ingest import jsonlite, spool
 
 TYPE_CHECKING = False  # as in exporter.ingest.spool: typing is not imported at run time
@@ -38,22 +39,36 @@ SEPARATOR: Final = " · "
 FALLBACK: Final = "Claude Code"
 
 USAGE: Final = """\
-usage: claude-code-exporter statusline [--then CMD] [--then-timeout SECONDS] [--state-dir DIR]
+usage: claude-code-exporter statusline [--then CMD] [--then-timeout SECONDS]
+                                       [--spool-dir DIR | --state-dir DIR]
+       claude-code-exporter statusline --install|--uninstall [--dry-run] [flags to keep]
 
 Claude Code status-line command: records the plan-limit figures Claude Code passes
-on stdin and prints model · context · 5h · 7d · today's cost. Set it in
-~/.claude/settings.json:
-  "statusLine": {"type": "command", "command": "claude-code-exporter statusline"}
+on stdin and prints model · context · 5h · 7d · the session's and today's cost.
 
+  --install              set it as Claude Code's status line: writes the statusLine
+                         entry, with this command's absolute path, into
+                         $CLAUDE_CONFIG_DIR/settings.json (else ~/.claude/settings.json),
+                         keeping every other key and a backup; a status line of your
+                         own is kept through --then. Running it twice changes nothing
+  --uninstall            take the entry out again (your own status line restored)
+  --dry-run              with either: print what would be written, change nothing
   --then CMD             run CMD (your own status-line command) with the same stdin
                          and print its output instead of ours
   --then-timeout SECONDS give up on CMD after this long (default 5)
+  --spool-dir DIR        where samples go when serve runs under another account or
+                         in a container: the directory given to serve as
+                         CLAUDE_CODE_EXPORTER_SPOOL_DIR (default: that variable, else
+                         the state dir below); new files there are group-shareable
   --state-dir DIR        where samples go, the state dir of serve (default
                          $CLAUDE_CODE_EXPORTER_STATE_DIR, else $XDG_STATE_HOME/
                          claude-code-exporter, else ~/.local/state/claude-code-exporter)
 
 It always prints a line and exits 0 (docs/plan-limits.md).
 """
+
+
+SWITCHES: Final = ("--install", "--uninstall", "--dry-run")
 
 
 class _Options:
@@ -63,7 +78,12 @@ class _Options:
         self.then: str | None = None
         self.then_timeout = THEN_TIMEOUT
         self.state_dir: str | None = None
+        self.spool_dir: str | None = None
         self.help = False
+        self.install = False
+        self.uninstall = False
+        self.dry_run = False
+        self.kept: list[str] = []  # the flags an installed command line carries
 
 
 class UsageError(Exception):
@@ -79,25 +99,40 @@ def parse_args(argv: Sequence[str]) -> _Options:
         if arg in ("-h", "--help"):
             opts.help = True
             continue
+        if arg in SWITCHES:
+            setattr(opts, arg[2:].replace("-", "_"), True)
+            continue
         name, eq, value = arg.partition("=")
-        if name not in ("--then", "--then-timeout", "--state-dir"):
+        if name not in ("--then", "--then-timeout", "--state-dir", "--spool-dir"):
             raise UsageError(f"unknown option {arg!r}")
         if not eq:
             if not args:
                 raise UsageError(f"{name} needs a value")
             value = args.pop(0)
-        if name == "--then":
-            opts.then = value
-        elif name == "--state-dir":
-            opts.state_dir = value
-        else:
-            try:
-                opts.then_timeout = float(value)
-            except ValueError:
-                raise UsageError(f"--then-timeout {value!r} is not a number") from None
-            if not opts.then_timeout > 0:
-                raise UsageError("--then-timeout must be > 0")
+        _take(opts, name, value)
+    if opts.install and opts.uninstall:
+        raise UsageError("--install and --uninstall exclude each other")
+    if opts.dry_run and not (opts.install or opts.uninstall):
+        raise UsageError("--dry-run goes with --install or --uninstall")
     return opts
+
+
+def _take(opts: _Options, name: str, value: str) -> None:
+    """Set the option ``name`` (one taking a value) from ``value``."""
+    opts.kept += [name, value]
+    if name == "--then":
+        opts.then = value
+    elif name == "--state-dir":
+        opts.state_dir = value
+    elif name == "--spool-dir":
+        opts.spool_dir = value
+    else:
+        try:
+            opts.then_timeout = float(value)
+        except ValueError:
+            raise UsageError(f"--then-timeout {value!r} is not a number") from None
+        if not opts.then_timeout > 0:
+            raise UsageError("--then-timeout must be > 0")
 
 
 # ------------------------------------------------------------------ input
@@ -151,7 +186,7 @@ def _percent(value: float) -> str:
 def render(
     payload: Mapping[str, Any] | None, today_usd: float | None, now: float, *, warn: str = ""
 ) -> str:
-    """The status line: model · context % · 5h % and time to reset · 7d % · today's cost."""
+    """The line: model · context % · 5h % and time to reset · 7d % · session's and today's cost."""
     parts: list[str] = []
     rec = spool.sample_record(payload, now) if payload is not None else {}
     model = payload.get("model") if payload is not None else None
@@ -171,6 +206,8 @@ def render(
             parts.append(f"{label} {_percent(pct)} ↻{duration(resets - now)}")
         else:
             parts.append(f"{label} {_percent(pct)}")
+    if "cost" in rec:
+        parts.append(f"session ${rec['cost']:,.2f}")
     if today_usd is not None:
         parts.append(f"today ${today_usd:,.2f}")
     if warn:
@@ -222,8 +259,16 @@ def main(
     environ: Mapping[str, str],
     *,
     clock: Callable[[], float] = time.time,
+    program: str | None = None,
 ) -> int:
-    """Run the status-line command; always prints one line and returns 0."""
+    """Run the status-line command; always prints one line and returns 0.
+
+    With ``--install`` / ``--uninstall`` it edits Claude Code's settings instead
+    (a person at a terminal: errors on stderr, exit 2 or 1); ``program`` is the
+    console script this process was started as, the command the entry names.
+    """
+    if any(arg in SWITCHES for arg in argv):
+        return _settings(argv, program, environ, stdout, clock)
     now = clock()
     try:
         line = _run(argv, stdin, stdout, environ, now)
@@ -233,6 +278,26 @@ def main(
     if line is not None:
         _write(stdout, one_line(line).encode("utf-8", "replace") + b"\n")
     return 0
+
+
+def _settings(argv: Sequence[str], program: str | None, environ: Mapping[str, str],
+              stdout: BinaryIO, clock: Callable[[], float]) -> int:
+    """``--install`` / ``--uninstall`` (docs/plan-limits.md): Claude Code's settings edited."""
+    import io
+
+    from exporter.cli import statusline_install  # json, shlex: never on a refresh
+
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"claude-code-exporter statusline: {exc} (see --help)\n")
+        return 2
+    flags = {"uninstall": opts.uninstall, "dry_run": opts.dry_run, "args": opts.kept,
+             "samples_dir": where(opts, environ)[0]}
+    out = io.StringIO()
+    rc = statusline_install.run(flags, program, environ, out, sys.stderr, clock=clock)
+    _write(stdout, out.getvalue().encode())
+    return rc
 
 
 def one_line(text: str) -> str:
@@ -265,26 +330,67 @@ def _run(
         record = spool.sample_record(payload, now)
     else:
         record = spool.failure_record(failure or "internal", now)
-    state_dir = opts.state_dir or spool.default_state_dir(environ)
-    recorded = _record(environ, state_dir, [record])
+    state_dir, shared = where(opts, environ)
+    recorded = _record(environ, state_dir, [record], shared=shared)
     out = b""
     if proc is not None:
         out, then_failure = finish_then(proc, data, opts.then_timeout)
     if then_failure is not None:
-        _record(environ, state_dir, [spool.failure_record(then_failure, now)])
+        _record(environ, state_dir, [spool.failure_record(then_failure, now)], shared=shared)
     if out.strip():
         _write(stdout, out)
         return None
-    today = spool.read_today(state_dir, now)
-    return render(payload, today, now, warn=recorded)
+    return render(payload, today_cost(state_dir, record, now), now, warn=recorded)
+
+
+def where(opts: _Options, environ: Mapping[str, str]) -> tuple[str, bool]:
+    """The directory samples go to, and whether it is shared on purpose (spool dir set).
+
+    ``--spool-dir``, ``--state-dir``, ``$CLAUDE_CODE_EXPORTER_SPOOL_DIR``, then the
+    state dir's default: the first given wins.
+    """
+    if opts.spool_dir:
+        return opts.spool_dir, True
+    if opts.state_dir:
+        return opts.state_dir, False
+    explicit = spool.explicit_spool_dir(environ)
+    if explicit is not None:
+        return explicit, True
+    return spool.default_state_dir(environ), False
+
+
+def today_cost(state_dir: str, record: Mapping[str, Any], now: float) -> float | None:
+    """Today's cost: the larger of the status line's own book and the exporter's figure.
+
+    Both only grow through a day and both miss something: the book sees only the
+    sessions whose status line ran, serve's figure only what it has ingested (and
+    nothing while it is stopped). None when neither is known.
+    """
+    own = _booked(state_dir, record, now)
+    published = spool.read_today(state_dir, now)
+    known = [v for v in (own, published) if v is not None]
+    return max(known) if known else None
+
+
+def _booked(state_dir: str, record: Mapping[str, Any], now: float) -> float | None:
+    """The status line's own today (booking this refresh's figure), or None."""
+    if "session" not in record or "cost" not in record:
+        return None
+    try:
+        return statusline_costs.record(state_dir, record["session"], record["cost"], now)
+    except OSError:  # an unwritable book: the exporter's figure, if any
+        return None
 
 
 def _record(
-    environ: Mapping[str, str], state_dir: str | None, records: list[dict[str, Any]]
+    environ: Mapping[str, str], state_dir: str | None, records: list[dict[str, Any]],
+    *, shared: bool = False,
 ) -> str:
     """Append to the spool; return "" or the warning the line shows when impossible."""
     try:
-        spool.append(state_dir or spool.default_state_dir(environ), records)
+        if state_dir is None:
+            state_dir, shared = where(_Options(), environ)
+        spool.append(state_dir, records, shared=shared)
     except spool.SpoolFullError:
         return "⚠ not recorded: spool full, is the exporter running?"
     except (OSError, ValueError):

@@ -37,6 +37,9 @@ SPOOL_NAME: Final = "plan-samples.jsonl"
 RETIRED_NAME: Final = "plan-samples.jsonl.1"  # the previous spool, until fully ingested
 TODAY_NAME: Final = "statusline-today.json"  # today's cost, written by the exporter
 STATE_DIR_ENV: Final = "CLAUDE_CODE_EXPORTER_STATE_DIR"
+#: The directory the status line and serve exchange through, when not the state dir
+#: (a system service or a container: docs/plan-limits.md).
+SPOOL_DIR_ENV: Final = "CLAUDE_CODE_EXPORTER_SPOOL_DIR"
 
 MAX_LINE: Final = 16 * 1024  # a record is well under 2 KiB; a longer line is not ours
 MAX_TEXT: Final = 200  # session id, model id, version: longer values are cut
@@ -76,6 +79,12 @@ def default_state_dir(environ: Mapping[str, str]) -> str:
         home = environ.get("HOME", "").strip() or os.path.expanduser("~")
         base = os.path.join(home, ".local", "state")
     return os.path.join(base, "claude-code-exporter")
+
+
+def explicit_spool_dir(environ: Mapping[str, str]) -> str | None:
+    """``CLAUDE_CODE_EXPORTER_SPOOL_DIR`` when set (a directory shared on purpose), else None."""
+    explicit = environ.get(SPOOL_DIR_ENV, "").strip()
+    return os.path.expanduser(explicit) if explicit else None
 
 
 def local_midnight(now: float) -> float:
@@ -262,8 +271,12 @@ class SpoolFullError(OSError):
     """The spool reached MAX_SPOOL_BYTES: the exporter is not moving it into the ledger."""
 
 
-def append(state_dir: str, records: list[dict[str, Any]]) -> None:
+def append(state_dir: str, records: list[dict[str, Any]], *, shared: bool = False) -> None:
     """Append records to the spool in one write; raise OSError on any failure.
+
+    ``shared``: a spool dir set on purpose for another account's ``serve``: a new
+    spool takes the group bits (the umask, or the directory's default ACL, whose
+    mask they become, decides who shares it); else it is owner-only.
 
     One ``write`` on an ``O_APPEND`` descriptor: concurrent writers never
     interleave inside a line. A short write (full disk) is an error; the torn
@@ -276,12 +289,13 @@ def append(state_dir: str, records: list[dict[str, Any]]) -> None:
     # O_NONBLOCK: a FIFO in the spool's place fails at once (ENXIO) instead of
     # blocking the status line until a reader comes; a regular file ignores it.
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+    mode = 0o660 if shared else 0o600
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags, mode)
     except FileNotFoundError:
         # Token counts and session ids are private: an owner-only directory, as the ledger's.
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags, mode)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # a FIFO with a reader, a link to /dev/null or a tty
@@ -331,13 +345,17 @@ def read_regular(path: str, limit: int) -> bytes:
 
 
 def write_today(state_dir: str, since: float, usd: float, now: float) -> None:
-    """Publish today's cost for the status line: write a temporary file, then rename it."""
+    """Publish today's cost for the status line: write a temporary file, then rename it.
+
+    Group-readable as far as the umask or the directory's default ACL allow: in a
+    spool dir shared with a system service, the user's status line reads it.
+    """
     doc = {"v": FORMAT, "since": since, "usd": round(usd, 6), "written": round(now, 3)}
     path = os.path.join(state_dir, TODAY_NAME)
     tmp = f"{path}.{os.getpid()}.tmp"
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NONBLOCK,
-                 0o600)
+                 0o640)
     try:
         os.write(fd, jsonlite.dumps(doc).encode())
     finally:

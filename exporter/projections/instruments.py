@@ -24,8 +24,10 @@ refuses it with :class:`MetricsDisabledError`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from typing import Any, Final
 
 from opentelemetry.context import Context, create_key, get_value, set_value
@@ -138,6 +140,52 @@ class SeededHistogramAggregation(ExplicitBucketHistogramAggregation):
             reservoir_factory(_ExplicitBucketHistogramAggregation), self._boundaries,
             self._record_min_max,
         )
+
+
+#: A USD sample in the text exposition, rounded up to the nanodollar: about the
+#: counters' quantum (counting.USD_QUANTUM, 2**-30).
+USD_STEP: Final = Decimal("1e-9")
+
+
+def decimal_usd(value: float) -> float:
+    """``value`` rounded *up* to the nanodollar: a decimal, never below the exact sum."""
+    if not math.isfinite(value):
+        return value
+    return float(Decimal(value).quantize(USD_STEP, rounding=ROUND_CEILING))
+
+
+class DecimalDollars:
+    """A registry's families as /metrics shows them: USD samples rounded up to the nanodollar.
+
+    Counters add dollars in binary multiples of 2**-30, exact and independent of
+    the order of their increments, but printed as they are they show binary noise
+    (``0.045649999752640724`` for 0.04565). Only the text a person or Prometheus
+    reads is rounded; the registry itself, which backfill checks itself against
+    and OTLP pushes from, keeps the exact sums. Rounded *up*, never to nearest:
+    Prometheus takes any decrease of a counter for a reset and counts the whole
+    value again, so the shown value must never fall below one shown before, by
+    an earlier version (the exact sum), by backfill (exact sums too) or by this
+    one (rounding up is monotonic).
+    """
+
+    def __init__(self, inner: CollectorRegistry) -> None:
+        """Show what ``inner`` collects."""
+        self._inner = inner
+
+    def collect(self) -> Iterable[Any]:
+        """The families of ``inner``, dollar samples rounded (fresh objects each scrape)."""
+        for family in self._inner.collect():
+            if "_usd" in family.name.lower():  # the compatibility families write USD
+                family.samples = [s._replace(value=decimal_usd(s.value))
+                                  for s in family.samples]
+            yield family
+
+
+def exposed(registry: CollectorRegistry) -> CollectorRegistry:
+    """The registry /metrics serves: ``registry``'s families through :class:`DecimalDollars`."""
+    outer = CollectorRegistry(auto_describe=False)
+    outer.register(DecimalDollars(registry))
+    return outer
 
 
 Observe = Callable[[], Iterable[tuple[float, dict[str, str]]]]

@@ -28,6 +28,8 @@ from exporter import tzrule
 EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 DAY = 86_400
 _AGE = re.compile(r"(\d+)([wdhm])")
+#: Dates by name, as days from today in the report's zone.
+_DAY_WORDS = {"today": 0, "yesterday": -1}
 _AGE_SECONDS = {"w": 7 * DAY, "d": DAY, "h": 3600, "m": 60}
 _OFFSET = re.compile(r"(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?")
 _COMPACT_DATE = re.compile(r"(\d{4})(\d{2})(\d{2})")
@@ -216,10 +218,15 @@ def parse_moment(text: str, zone: Zone, now: float, *, until: bool = False) -> f
     """Epoch seconds from ``--since``/``--until``.
 
     Accepts ages (``30m``, ``12h``, ``7d``, ``2w`` before ``now``), dates
-    (``2026-01-31``, ``20260131``) and ISO date-times; a date or naive time is in
-    ``zone``. A date-only ``--until`` (``until=True``) means the end of that day.
+    (``2026-01-31``, ``20260131``, ``today``, ``yesterday``) and ISO date-times; a
+    date or naive time is in ``zone``. A date-only ``--until`` (``until=True``)
+    means the end of that day.
     """
     value = text.strip()
+    word = _DAY_WORDS.get(value.lower())
+    if word is not None:
+        today = date_day(zone.local(now).date())
+        return zone.midnight(today + word + (1 if until else 0))
     age = _AGE.fullmatch(value)
     if age:
         return now - int(age.group(1)) * _AGE_SECONDS[age.group(2)]
@@ -231,7 +238,7 @@ def parse_moment(text: str, zone: Zone, now: float, *, until: bool = False) -> f
         moment = None if day else datetime.fromisoformat(value)
     except ValueError:
         raise PeriodError(
-            f"{text!r} is not a date (2026-01-31, 20260131), a date-time "
+            f"{text!r} is not a date (2026-01-31, 20260131, today, yesterday), a date-time "
             "(2026-01-31T18:00) or an age (30m, 12h, 7d, 2w)"
         ) from None
     if day is not None:

@@ -35,6 +35,7 @@ from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from exporter.projections import instruments
 from exporter.serve.hosts import HostPolicy, is_loopback
 
 Health = Callable[[], tuple[bool, dict[str, Any]]]
@@ -78,7 +79,7 @@ def make_app(
     ``hosts`` answers only the Host values it allows (421 otherwise, counted in ``refused``);
     every route is read-only: a method other than GET or HEAD is 405.
     """
-    metrics_app = make_wsgi_app(registry)
+    metrics_app = make_wsgi_app(instruments.exposed(registry))  # dollars without float noise
     landing = _LANDING.format(version=version).encode()
 
     def route(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:

@@ -1,24 +1,64 @@
-"""A live demo session: appends one streamed request every few seconds.
+"""``serve --demo``'s transcripts: a month of history, then a live session.
 
-Used by ``serve --demo`` so that a newcomer's dashboards move: the context
-grows turn by turn, most of the prompt is a cache read, the output varies,
-and each response is written as two lines (a partial and a final one), as
-Claude Code does.
+:func:`history` writes a month of generated sessions ending now (a busy last
+day, one smaller session a day before it), so the page's daily chart and the
+range choices have something to show. :class:`LiveSession` then appends one
+streamed request every few seconds so that a newcomer's dashboards move: the
+context grows turn by turn, most of the prompt is a cache read, the output
+varies, and each response is written as two lines (a partial and a final
+one), as Claude Code does.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
 
+from exporter.synth import GenOptions, generate
 from exporter.synth.identifiers import encode_cwd, iso
 
 DEMO_CWD = "/home/demo/live-project"
+HISTORY_DAYS = 30
+#: The last day's sessions start this long before now: generated sessions span about
+#: a day, and requests dated after now would wait as ahead of the clock.
+LAST_DAY_HOURS = 28
+
+
+def history(root: Path, now: float, seed: int = 0, days: int = HISTORY_DAYS) -> int:
+    """Write ``days`` days of sessions ending at ``now`` into ``root/projects``; return requests.
+
+    The last day is the generator's default tree; each earlier day one smaller
+    session, each generated apart and moved into one tree (session ids are random,
+    so files never collide).
+    """
+    newest = datetime.fromtimestamp(now, UTC).replace(microsecond=0)
+    newest -= timedelta(hours=LAST_DAY_HOURS)
+    total = generate(root, GenOptions(seed=seed, start=newest))["totals"]["requests"]
+    for day in range(1, days):
+        part = root / f".day-{day}"
+        options = GenOptions(seed=seed * 1000 + day, sessions=1, requests_per_session=40,
+                             malformed=False, start=newest - timedelta(days=day))
+        total += generate(part, options)["totals"]["requests"]
+        _merge(part / "projects", root / "projects")
+        shutil.rmtree(part)
+    return int(total)
+
+
+def _merge(source: Path, target: Path) -> None:
+    """Move every file under ``source`` to the same place under ``target``."""
+    for folder, _dirs, files in os.walk(source):
+        into = target / Path(folder).relative_to(source)
+        into.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            os.replace(Path(folder) / name, into / name)
 
 
 class LiveSession:
