@@ -128,8 +128,8 @@ def _add_selection_flags(parser: argparse.ArgumentParser) -> None:
     """The flags that choose the requests: the range, its zone, projects, models, sources."""
     parser.add_argument(
         "--since", metavar="WHEN",
-        help="first moment covered: 2026-01-31, 20260131, 2026-01-31T09:00 or an age like "
-             "7d, 12h, 30m (default: the first request)")
+        help="first moment covered: 2026-01-31, 20260131, 2026-01-31T09:00, today, "
+             "yesterday or an age like 7d, 12h, 30m (default: the first request)")
     parser.add_argument(
         "--until", metavar="WHEN",
         help="end of the range, excluded; a date alone includes that whole day "
