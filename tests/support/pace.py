@@ -119,8 +119,9 @@ class Replay:
         """What the exporter would know at ``now`` (seconds since the window opened)."""
         points = tuple((p, at) for p, at in self.levels if at <= now)
         used = max((p for p, _ in points), default=0.0)
+        span = pace.recent_span(self.seq.length)
         return pace.PaceInput(now=now, start=0.0, resets_at=self.seq.length, used=used,
-                              points=points, recent_usd=self.spent(now - pace.recent_span(self.seq.length), now),
+                              points=points, recent_usd=self.spent(now - span, now),
                               usd_per_percent=LEARNED)
 
 
@@ -134,8 +135,8 @@ def eta_error_minutes(replay: Replay, share: float, estimator: pace.Estimator) -
     return abs(est - true) / 60.0
 
 
-def table(seeds: int = 20,
-          estimators: dict[str, pace.Estimator] | None = None) -> Iterator[tuple[str, str, list[float]]]:
+def table(seeds: int = 20, estimators: dict[str, pace.Estimator] | None = None,
+          ) -> Iterator[tuple[str, str, list[float]]]:
     """(kind, estimator, mean ETA error in minutes at each checkpoint) over ``seeds`` windows."""
     chosen = pace.ESTIMATORS if estimators is None else estimators
     for kind in KINDS:
