@@ -111,13 +111,14 @@ def _windows(
         if cost_between is not None:
             since = now - lookback.get(name, DEFAULT_LOOKBACK)
             estimate = usd_per_percent(_instances(conn, name, since), cost_between)
-            pace = _pace(conn, name, (key, reported, max_pct), now, cost_between, estimate)
+            pace = _pace(conn, name, (key, reported, max_pct), now=now, cost=cost_between,
+                         estimate=estimate)
         out[name] = WindowFigures(used, float(reported), exhausted.get(name, 0), estimate, pace)
     return out
 
 
-def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float], now: float,
-          cost_between: CostBetween, estimate: Estimate) -> Pace:
+def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float], *,
+          now: float, cost: CostBetween, estimate: Estimate) -> Pace:
     """The pace of a window's newest instance (not enough data once it has reset)."""
     key, reported, used = instance
     if reported <= now:
@@ -134,7 +135,7 @@ def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float],
     span = recent_span(reported - start)
     return project(PaceInput(now, float(start), float(reported), used,
                              tuple((float(p), float(t)) for p, t in points),
-                             cost_between(now - span, now), estimate.usd_per_percent))
+                             cost(now - span, now), estimate.usd_per_percent))
 
 
 def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int, int] | None:
