@@ -330,51 +330,48 @@ def usage() -> dm.Dashboard:
 # ---- plan limits (docs/plan-limits.md) -------------------------------------------------
 USED = "claude_code_plan_window_used_ratio"
 RESETS = "claude_code_plan_window_resets_at_seconds"
+PROJECTED = "claude_code_plan_window_projected_ratio"  # the exporter's pace model
+LIMIT_AT = "claude_code_plan_window_limit_at_seconds"
+PACE = ("The exporter's pace model (docs/plan-limits.md, Pace): the window's average pace "
+        "blended with the ledger's recent spend; empty while there is not enough data (the "
+        "first 5 % of a window). ")
 PER_WINDOW = "max by (user, window)"  # one account per user label: its machines agree
 WINDOW_LEGEND = "{{window}} {{user}}"
 PLAN_SCOPE = ("From Claude Code's status line (`claude-code-exporter statusline`, "
               "docs/plan-limits.md); a plan window is the account's: all models and projects.")
 
 
-def _burn(window: str = "30m") -> str:
-    """The official figure's pace per second (least squares over ``window``; resets clamp to 0)."""
-    return f"clamp_min(deriv({USED}{sel()}[{window}]), 0)"
-
-
 def _plan_row() -> Row:
-    """Utilisation over time, burn rate, reset, time to limit, projection, window in dollars."""
+    """Utilisation and projection over time, reset, time to limit, projection, window in dollars."""
     return row(
         "Plan limits from the status line (all models and projects)",
         [
-            timeseries("Plan window used (dashed: 80 % and the limit)", "Official utilisation "
-                       "of the 5-hour and weekly windows, 0-100 % (a little over 100 % once "
-                       "the limit is passed); it drops to 0 when the window resets (the "
-                       "annotations mark each reset). " + PLAN_SCOPE, "percentunit",
+            timeseries("Plan window used and projected at reset (dashed: 80 % and the "
+                       "limit)", "Official utilisation of the 5-hour and weekly windows, "
+                       "0-100 % (a little over 100 % once the limit is passed); it drops to 0 "
+                       "when the window resets (the annotations mark each reset). Next to it, "
+                       "where each window will stand at its reset at the current pace (live "
+                       "figures only: not backfilled). " + PACE + PLAN_SCOPE, "percentunit",
                        Q(f"{PER_WINDOW} ({USED}{sel()})", WINDOW_LEGEND),
+                       Q(f"{PER_WINDOW} ({PROJECTED}{sel()})", "projected " + WINDOW_LEGEND),
                        lines=BUDGET, decimals=0, w=12, h=8),
-            timeseries("Burn rate, per hour", "How fast the official figure rises: the "
-                       "least-squares slope over the last 30 minutes, in percent of the window "
-                       "per hour (0 while idle and across a reset). " + PLAN_SCOPE,
-                       "percentunit", Q(f"{PER_WINDOW} ({_burn()}) * 3600", WINDOW_LEGEND),
-                       decimals=0, w=12, h=8),
             single("Resets in", "Time until each window resets, as Claude Code reported it. "
                    + PLAN_SCOPE, "s",
                    Q(f"({PER_WINDOW} ({RESETS}{sel()}) - time()) > 0", "{{window}}",
                      instant=True), no_value="reset", w=4, h=5),
-            single("Time to limit at this pace", "At the burn rate of the last 30 minutes, "
-                   "time until the window reaches 100 %; empty while it is not rising. Red "
-                   "within an hour: compare with Resets in (ClaudeCodeFiveHourLimitAhead fires "
-                   "when the limit comes first). " + PLAN_SCOPE, "s",
-                   Q(f"min by (user, window) (clamp_min(1 - {USED}{sel()}, 0) / "
-                     f"({_burn()} > 0))", "{{window}}", instant=True),
+            single("Time to limit at this pace", "Time until the window reaches 100 % at the "
+                   "current pace (0 once reached); empty while it is on track. Red within an "
+                   "hour (ClaudeCodeFiveHourLimitAhead and ClaudeCodeWeeklyLimitAhead fire on "
+                   "the same projection). " + PACE + PLAN_SCOPE, "s",
+                   Q(f"min by (user, window) (clamp_min({LIMIT_AT}{sel()} - time(), 0))",
+                     "{{window}}", instant=True),
                    thresholds=thresholds((None, "red"), (3600, "orange"), (4 * 3600, "green")),
-                   no_value="not rising", w=4, h=5),
+                   no_value="on track", w=4, h=5),
             single("Projected at reset", "The figure the window reaches by its reset at the "
-                   "pace of the last 30 minutes (the alert's expression): over 100 % means the "
-                   "limit comes first. " + PLAN_SCOPE, "percentunit",
-                   Q(f"{PER_WINDOW} ({USED}{sel()} + {_burn()} * "
-                     f"clamp_min({RESETS}{sel()} - time(), 0))", "{{window}}", instant=True),
-                   thresholds=BUDGET, decimals=0, w=4, h=5),
+                   "current pace (the alerts' gauge): over 100 % means the limit comes first. "
+                   + PACE + PLAN_SCOPE, "percentunit",
+                   Q(f"{PER_WINDOW} ({PROJECTED}{sel()})", "{{window}}", instant=True),
+                   thresholds=BUDGET, decimals=0, no_value="not enough data", w=4, h=5),
             _window_dollars(),
             single("Context window, latest session", "How full the context window of the "
                    "session whose status line refreshed last is (compaction near 100 %). "

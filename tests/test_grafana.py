@@ -636,15 +636,15 @@ def test_metric_names_exist_in_the_live_exporter(drawn: Drawn) -> None:
 
 
 def test_plan_row_draws_the_status_line_history_and_the_live_figures(drawn: Drawn) -> None:
-    """The plan row: backfilled utilisation, the live figure, a burn rate, the window in dollars.
+    """The plan row: backfilled utilisation, the live figure, the pace gauges, the window's $.
 
     The samples were generated from the history's requests with a known size per 1 %;
     the panel's estimate (from serve's ledger) is close to it, and equals /metrics.
     """
     usage = by_title(drawn, "claude-code-usage.json")
     stack = drawn.stack
-    used = usage["Plan window used (dashed: 80 % and the limit)"]
-    (five,) = [s for r in used.results for s in r.series if s.labels.get("window") == "five_hour"]
+    used = usage["Plan window used and projected at reset (dashed: 80 % and the limit)"]
+    (five,) = [s for s in used.results[0].series if s.labels.get("window") == "five_hour"]
     assert len(five.times) > 100  # the backfilled history, not only the live scrapes
     assert max(five.values) >= 0.5 and 0.0 in five.values  # windows filled, and reset
     # The live figure (recorded seconds ago, maybe after the graph's last step): at least
@@ -653,10 +653,14 @@ def test_plan_row_draws_the_status_line_history_and_the_live_figures(drawn: Draw
     (at_reset,) = [s.values[-1] for r in projected.results for s in r.series
                    if s.labels.get("window") == "five_hour"]
     assert at_reset > stack.plan["five_hour"] / 100
-    burn = usage["Burn rate, per hour"]
-    assert max(v for r in burn.results for s in r.series for v in s.values) > 0
+    # The pace gauges, not a PromQL slope: the live window (30 % an hour in, rising) runs
+    # out before its reset in 4 hours, and the projection says so.
+    assert at_reset > 1
     ahead = usage["Time to limit at this pace"]
-    assert all(v > 0 for r in ahead.results for s in r.series for v in s.values)
+    (left,) = [s.values[-1] for r in ahead.results for s in r.series
+               if s.labels.get("window") == "five_hour"]
+    assert 0 < left < 4 * 3600
+    assert "deriv(" not in (DASHBOARD_DIR / "claude-code-usage.json").read_text()
     dollars = usage["Window in list-price dollars (and sample pairs)"]
     shown = {s.name: s.values[-1] for r in dollars.results for s in r.series}
     exposed = {s["metric"]["window"]: sample_value(s) for s in stack.prom.query(

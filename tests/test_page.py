@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import ssl
@@ -224,3 +225,41 @@ def test_plan_windows_from_the_status_line_samples(tmp_path: Path) -> None:
     assert "42% used" in page_html.render(data, "t").replace("</b>", "").replace("<b>", "")
     assert dom.figures["resets-five_hour"] == "today 19:13 (in 4 h 59 min)"  # not ISO 8601
     assert dom.figures["resets-seven_day"] == "Sat 26 Sep 10:20 (in 4 d 20 h)"
+    # A minute into the 5-hour window: no projection. The week is 31 % through at 91 %.
+    assert dom.figures["pace-five_hour"].startswith("Pace: not enough data")
+    assert dom.figures["pace-seven_day"].startswith("Projected at reset: ")
+    assert "runs out" in dom.figures["pace-seven_day"]
+    five, seven = data.to_json()["page"]["plan_windows"]
+    assert (five["pace"], five["projected_ratio"], five["limit_at"]) == (
+        "not_enough_data", None, None)
+    assert seven["pace"] == "limit_ahead" and seven["projected_ratio"] > 1
+    assert seven["limit_at"] < seven["resets_at"]  # ISO 8601 in UTC: ordered as text
+
+
+def test_plan_panel_says_on_track_runs_out_reached_and_not_enough_data() -> None:
+    """Each pace state reads as a sentence on the page and as fields in the JSON."""
+    from exporter.projections.plan import pace
+
+    now = 1_790_000_000.0
+    reset = now + 3 * 3600
+    windows = (
+        page_figures.Window("a_track", 0.3, reset, pace.Pace(pace.ON_TRACK, 55.0, None, 8.0)),
+        page_figures.Window("b_ahead", 0.6, reset,
+                            pace.Pace(pace.LIMIT_AHEAD, 150.0, now + 5400, 30.0)),
+        page_figures.Window("c_reached", 1.0, reset,
+                            pace.Pace(pace.LIMIT_REACHED, 100.0, now - 600, None)),
+        page_figures.Window("d_new", 0.01, reset, pace.Pace(pace.NOT_ENOUGH)),
+    )
+    data = dataclasses.replace(sample_page(), now=now, plan=windows)
+    dom = _parse(page_html.render(data, "t"))
+    assert dom.figures["pace-a_track"] == "Projected at reset: 55%, on track"
+    assert dom.figures["pace-b_ahead"] == (
+        "Projected at reset: 150%, runs out today 15:43 (in 1 h 30 min) at this pace")
+    assert dom.figures["pace-c_reached"] == "Limit reached today 14:03 (10 min ago)"
+    assert dom.figures["pace-d_new"] == "Pace: not enough data yet (the window's first 5 %)"
+    got = {w["window"]: (w["pace"], w["projected_ratio"], w["limit_at"])
+           for w in data.to_json()["page"]["plan_windows"]}
+    assert got == {"a_track": ("on_track", 0.55, None),
+                   "b_ahead": ("limit_ahead", 1.5, "2026-09-21T15:43:20Z"),
+                   "c_reached": ("limit_reached", 1.0, "2026-09-21T14:03:20Z"),
+                   "d_new": ("not_enough_data", None, None)}

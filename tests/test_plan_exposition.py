@@ -184,6 +184,14 @@ def test_plan_figures_follow_the_fixed_samples(scrape: Scrape) -> None:
     assert value("claude_code_plan_window_usd_per_percent", **seven) == pytest.approx(USD_7D)
     assert value("claude_code_plan_window_usd_per_percent_pairs", **five) == 8 + 2
     assert value("claude_code_plan_window_usd_per_percent_pairs", **seven) == 12
+    # Pace (the blend): 40 % in the hour, 10 % in the last 30 minutes -> 0.25 x 20 + 0.75 x 40.
+    assert value("claude_code_plan_window_projected_ratio", **five) == pytest.approx(1.8)
+    assert value("claude_code_plan_window_limit_at_seconds", **five) == pytest.approx(
+        NOW + 60 / 35 * 3600)
+    # The week opened 7 hours ago, under 5 % of it: not enough data, no projection at all.
+    for name in ("claude_code_plan_window_projected_ratio",
+                 "claude_code_plan_window_limit_at_seconds"):
+        assert [s for s in fams[name].samples if s.labels == seven] == []
     for reason in spool.FAILURE_REASONS:
         want = 1 if reason in ("empty", "not_json") else 0
         assert value("claude_code_exporter_statusline_failures_total", reason=reason) == want

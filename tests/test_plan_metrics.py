@@ -13,6 +13,7 @@ from exporter.ingest import spool
 from exporter.ledger import plan_store as store
 from exporter.projections.plan.estimate import Estimate
 from exporter.projections.plan.gauges import PLAN_FAMILIES, FiguresCache, observers, register
+from exporter.projections.plan.pace import LIMIT_AHEAD, ON_TRACK, Pace
 from exporter.projections.plan.windows import PlanFigures, WindowFigures
 from tests.support.paths import ROOT
 
@@ -20,8 +21,10 @@ DOC = ROOT / "docs" / "plan-limits.md"
 
 FIGURES = PlanFigures(
     windows={
-        "five_hour": WindowFigures(0.42, 1_790_018_000.0, 3, Estimate(2.4, 391, 5, 100.0, 41.7)),
-        "seven_day": WindowFigures(0.17, 1_790_600_000.0, 0, Estimate(None, 0, 0, 0.0, 0.0)),
+        "five_hour": WindowFigures(0.42, 1_790_018_000.0, 3, Estimate(2.4, 391, 5, 100.0, 41.7),
+                                   Pace(LIMIT_AHEAD, 130.0, 1_790_010_000.0, 20.0)),
+        "seven_day": WindowFigures(0.17, 1_790_600_000.0, 0, Estimate(None, 0, 0, 0.0, 0.0),
+                                   Pace(ON_TRACK, 61.0, None, 0.5)),
     },
     samples=1234,
     sample_age_seconds=4.5,
@@ -60,6 +63,9 @@ def test_families_expose_the_figures_under_their_names() -> None:
     # No estimate for the weekly window yet: its series is absent, not 0.
     assert got["claude_code_plan_window_usd_per_percent"] == {five: 2.4}
     assert got["claude_code_plan_window_usd_per_percent_pairs"] == {five: 391.0}
+    # On track: a projection, and no time of the limit.
+    assert got["claude_code_plan_window_projected_ratio"] == {five: 1.3, seven: 0.61}
+    assert got["claude_code_plan_window_limit_at_seconds"] == {five: 1_790_010_000.0}
     failures = got["claude_code_exporter_statusline_failures_total"]
     assert failures[(("reason", "not_json"),)] == 2.0
     assert len(failures) == len(spool.FAILURE_REASONS)

@@ -19,7 +19,8 @@ PROM_DIR = ROOT / "deploy" / "prometheus"
 RULES = PROM_DIR / "rules" / "claude-code-plan.yml"
 TESTS = PROM_DIR / "tests" / "claude-code-plan-test.yml"
 GOLDEN = ROOT / "tests" / "golden" / "exposition.txt"
-ALERTS = {"ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitHigh", "ClaudeCodePlanSamplesStale"}
+ALERTS = {"ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitAhead", "ClaudeCodeWeeklyLimitHigh",
+          "ClaudeCodePlanSamplesStale"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def rules() -> list[dict[str, Any]]:
 def test_promtool_checks_and_unit_tests_pass(promtool: str) -> None:
     """Promtool accepts the rules and their unit tests pass."""
     check = run([promtool, "check", "rules", str(RULES)], ROOT)
-    assert check.returncode == 0 and "SUCCESS: 3 rules found" in check.stdout, check.stdout
+    assert check.returncode == 0 and "SUCCESS: 4 rules found" in check.stdout, check.stdout
     test = run([promtool, "test", "rules", TESTS.name], TESTS.parent)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
 
@@ -77,10 +78,19 @@ def test_rules_read_only_metrics_the_exporter_serves() -> None:
     assert names - served - golden == set()
 
 
+def test_limit_alerts_use_the_pace_gauges_not_a_slope() -> None:
+    """Both limit-ahead alerts read the exporter's projection; no rule fits a slope itself."""
+    by_name = {r["alert"]: r["expr"] for r in rules()}
+    for alert in ("ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitAhead"):
+        assert "claude_code_plan_window_projected_ratio" in by_name[alert], alert
+    assert "deriv(" not in RULES.read_text()
+
+
 @pytest.mark.parametrize(
     ("alert", "old", "new"),
     [
-        ("ClaudeCodeFiveHourLimitAhead", ") >= 1", ") >= 2"),
+        ("ClaudeCodeFiveHourLimitAhead", '{window="five_hour"} >= 1', '{window="five_hour"} >= 2'),
+        ("ClaudeCodeWeeklyLimitAhead", '{window="seven_day"} >= 1', '{window="seven_day"} >= 2'),
         ("ClaudeCodeWeeklyLimitHigh", "> 0.8", "> 0.9"),
         ("ClaudeCodePlanSamplesStale", ") > 900", ") > 9000"),
     ],

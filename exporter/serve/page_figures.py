@@ -10,6 +10,7 @@ session table is left empty); projects under the ``project_label`` policy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from exporter.projections.periods import (
     transitions,
     week_start,
 )
+from exporter.projections.plan.pace import NOT_ENOUGH, Pace
 from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.projections.range_check import checked
 from exporter.projections.selection import CONTEXT_SQL, Selection, TimeKey
@@ -56,6 +58,7 @@ class Window:
     name: str  # five_hour, seven_day
     used_ratio: float
     resets_at: float
+    pace: Pace | None = None  # projected at reset and when it runs out (docs/plan-limits.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +90,7 @@ class PageData:
             "by_project_cost_usd": [{"project": p, "cost_usd": round(c, 6)}
                                     for p, c in projects],
             "active_sessions": dict(self.active),
-            "plan_windows": [{"window": w.name, "used_ratio": w.used_ratio,
-                              "resets_at": iso(w.resets_at, self.zone)} for w in self.plan],
+            "plan_windows": [_window_json(w, self.zone) for w in self.plan],
             "requests_any_time": None if self.span is None else {
                 "first": iso(self.span[0], self.zone), "last": iso(self.span[1], self.zone)},
         }
@@ -241,11 +243,30 @@ class LedgerSource:
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'plan_windows'", []))
         if not self._plan:
             return ()
+        from exporter.projections.plan.cost import ledger_cost  # noqa: PLC0415 - as above
         from exporter.projections.plan.windows import plan_figures  # noqa: PLC0415 - only with plan tables
 
         conn = cast(sqlite3.Connection, _ReadConnection(self._ledger))
-        found = plan_figures(conn, now).windows
-        return tuple(Window(name, w.used_ratio, w.resets_at) for name, w in sorted(found.items()))
+        cost = functools.partial(ledger_cost, conn, self._prices)  # the estimate and the pace
+        found = plan_figures(conn, now, cost).windows
+        return tuple(Window(name, w.used_ratio, w.resets_at, w.pace)
+                     for name, w in sorted(found.items()))
+
+
+def _window_json(w: Window, zone: Zone) -> dict[str, object]:
+    """One plan window in /api/summary.json: used, reset, and its pace.
+
+    ``pace`` is ``not_enough_data``, ``on_track``, ``limit_ahead`` or
+    ``limit_reached``; ``projected_ratio`` is null without enough data,
+    ``limit_at`` null unless the window runs (or ran) out before its reset.
+    """
+    pace = w.pace
+    projected = None if pace is None or pace.projected_percent is None else (
+        round(pace.projected_percent / 100, 4))
+    limit_at = None if pace is None or pace.limit_at is None else iso(pace.limit_at, zone)
+    return {"window": w.name, "used_ratio": w.used_ratio, "resets_at": iso(w.resets_at, zone),
+            "pace": NOT_ENOUGH if pace is None else pace.state,
+            "projected_ratio": projected, "limit_at": limit_at}
 
 
 def _days(rng: Range, span: tuple[float, float] | None, now: float) -> tuple[int, int]:

@@ -11,9 +11,10 @@ from typing import Final
 
 from exporter.projections import caps, figures
 from exporter.projections.model_names import short_model
-from exporter.projections.periods import iso
+from exporter.projections.periods import Zone, iso
+from exporter.projections.plan import pace
 from exporter.serve import page_nav, svg
-from exporter.serve.page_figures import MAX_BARS, PageData
+from exporter.serve.page_figures import MAX_BARS, PageData, Window
 from exporter.shown import visible
 
 TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"
@@ -83,6 +84,21 @@ def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
     return out
 
 
+def _pace_text(w: Window, now: float, zone: Zone) -> str:
+    """A window's pace as HTML: projected at reset, and when it runs out (or on track)."""
+    p = w.pace
+    if p is None or p.state == pace.NOT_ENOUGH or p.projected_percent is None:
+        return "Pace: not enough data yet (the window's first 5 %)"
+    if p.state == pace.LIMIT_REACHED and p.limit_at is not None:
+        return (f"Limit reached {escape(page_nav.when(p.limit_at, now, zone))}"
+                f" ({escape(page_nav.relative(p.limit_at, now))})")
+    projected = f"Projected at reset: {p.projected_percent / 100:.0%}"
+    if p.limit_at is None:
+        return f"{projected}, on track"
+    return (f"{projected}, runs out {escape(page_nav.when(p.limit_at, now, zone))}"
+            f" ({escape(page_nav.relative(p.limit_at, now))}) at this pace")
+
+
 def render(data: PageData, version: str) -> str:
     """The whole HTML page."""
     zone = data.zone
@@ -93,6 +109,8 @@ def render(data: PageData, version: str) -> str:
             f'resets <span data-figure="resets-{escape(w.name)}">'
             f'{escape(page_nav.when(w.resets_at, data.now, zone))}'
             f' ({escape(page_nav.relative(w.resets_at, data.now))})</span></p>'
+            f'<p><span data-figure="pace-{escape(w.name)}">{_pace_text(w, data.now, zone)}'
+            "</span></p>"
             + svg.meter(f"plan-{w.name}", f"{w.name} window used", w.used_ratio)
             for w in data.plan), name="plan"))
     return (

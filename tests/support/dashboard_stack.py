@@ -234,7 +234,9 @@ def _live_plan(state: Path, prom: PromServer, last: dict[str, Any]) -> dict[str,
                for name, w in last["rate_limits"].items()}
     pct, reset = windows["five_hour"]
     if reset < now + 600:  # the history's last 5-hour window is over: a new one starts
-        pct, reset = 8.0, int(now) + 4 * 3600
+        # An hour in at 30 %: a pace that runs out before the reset, so the pace
+        # panels (projection, time to the limit) have a figure to draw.
+        pct, reset = 30.0, int(now) + 4 * 3600
     week_pct, week_reset = windows["seven_day"]
     for step in range(1, 4):
         windows = {"five_hour": (min(pct + 3 * step, 99.0), reset),

@@ -82,6 +82,16 @@ def _pairs(name: str, f: PlanFigures) -> float | None:
     return None if est is None or est.usd_per_percent is None else float(est.pairs)
 
 
+def _projected(name: str, f: PlanFigures) -> float | None:
+    pace = f.windows[name].pace
+    return None if pace is None or pace.projected_percent is None else pace.projected_percent / 100
+
+
+def _limit_at(name: str, f: PlanFigures) -> float | None:
+    pace = f.windows[name].pace
+    return None if pace is None else pace.limit_at
+
+
 PLAN_FAMILIES: Final[tuple[Family, ...]] = (
     Family("plan_window_used_ratio", "gauge", ("window",),
            "Official plan-window utilisation 0-1 from the status line (0 once the window reset).",
@@ -108,6 +118,14 @@ PLAN_FAMILIES: Final[tuple[Family, ...]] = (
     Family("plan_window_usd_per_percent_pairs", "gauge", ("window",),
            "Change-point pairs behind the USD-per-percent estimate.",
            _per_window(_pairs)),
+    Family("plan_window_projected_ratio", "gauge", ("window",),
+           "Plan-window utilisation 0-1 projected at its reset at the current pace (absent: "
+           "not enough data yet).",
+           _per_window(_projected)),
+    Family("plan_window_limit_at_seconds", "gauge", ("window",),
+           "When the plan window reaches 100 % at the current pace (or reached it), Unix "
+           "seconds; absent when on track or without enough data.",
+           _per_window(_limit_at)),
     Family("exporter_statusline_failures", "counter", ("reason",),
            "Status-line refreshes that recorded no sample or whose --then command failed, "
            "by reason.",

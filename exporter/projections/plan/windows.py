@@ -16,6 +16,7 @@ from typing import Any, Final
 from exporter.ingest import plausible, spool
 from exporter.ledger import plan_store as store
 from exporter.projections.plan.estimate import CostBetween, Estimate, usd_per_percent
+from exporter.projections.plan.pace import NOT_ENOUGH, Pace, PaceInput, project, recent_span
 from exporter.sqlite import sqlite3
 
 DAY: Final = 86_400.0
@@ -41,6 +42,7 @@ class WindowFigures:
     resets_at: float  # Unix seconds of the current (or last seen) instance's reset
     exhausted: int  # instances that reached 100 %
     estimate: Estimate | None  # None when no cost function was given
+    pace: Pace | None = None  # None when no cost function was given
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +105,41 @@ def _windows(
         newest = _newest(conn, name)
         if newest is None:
             continue
-        max_pct, reported = newest
+        max_pct, reported, key = newest
         used = 0.0 if reported <= now else max_pct / 100.0
-        estimate = None
+        estimate = pace = None
         if cost_between is not None:
             since = now - lookback.get(name, DEFAULT_LOOKBACK)
             estimate = usd_per_percent(_instances(conn, name, since), cost_between)
-        out[name] = WindowFigures(used, float(reported), exhausted.get(name, 0), estimate)
+            pace = _pace(conn, name, (key, reported, max_pct), now=now, cost=cost_between,
+                         estimate=estimate)
+        out[name] = WindowFigures(used, float(reported), exhausted.get(name, 0), estimate, pace)
     return out
 
 
-def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int] | None:
-    """(highest plausible %, reported reset) of a window's newest plausible instance.
+def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float], *,
+          now: float, cost: CostBetween, estimate: Estimate) -> Pace:
+    """The pace of a window's newest instance (not enough data once it has reset)."""
+    key, reported, used = instance
+    if reported <= now:
+        return Pace(NOT_ENOUGH)
+    points = tuple(conn.execute(
+        "SELECT pct, min(first_seen) FROM plan_levels WHERE window = ? AND resets_at = ? "
+        "AND pct <= ? GROUP BY pct ORDER BY pct", (name, key, plausible.MAX_PERCENT),
+    ).fetchall())
+    if not points:
+        return Pace(NOT_ENOUGH)
+    length = duration(name)
+    first = min(seen for _pct, seen in points)
+    start = min(first, reported - length) if length is not None else first
+    span = recent_span(reported - start)
+    return project(PaceInput(now, float(start), float(reported), used,
+                             tuple((float(p), float(t)) for p, t in points),
+                             cost(now - span, now), estimate.usd_per_percent))
+
+
+def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int, int] | None:
+    """(highest plausible %, reported reset, key) of a window's newest plausible instance.
 
     Ingest rejects implausible samples; a ledger filled before it did may still
     hold a reset in the year 5107 or a 999.9 % level, which must not be the
@@ -135,7 +160,7 @@ def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int] | None:
         ).fetchone()
         if max_pct is None:
             return None
-    return float(max_pct), int(reported)
+    return float(max_pct), int(reported), int(resets_at)
 
 
 def _instances(
