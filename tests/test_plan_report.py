@@ -138,3 +138,18 @@ def test_limits_without_samples_says_how_to_record_them(tmp_path: Path) -> None:
     doc = json.loads(report(state, "limits", "--json"))
     assert doc["windows"] == [] and doc["instances"] == [] and doc["samples"] == 0
     assert report(state, "limits", "--csv").splitlines() == [",".join(INSTANCE_FIELDS)]
+
+
+def test_limits_show_each_windows_pace(week: tuple[Path, Run]) -> None:
+    """Each window's pace: the open weekly one projected at reset, the ended 5-hour one not."""
+    state, _run = week
+    doc = json.loads(report(state, "limits", "--json"))
+    by_name = {w["window"]: w for w in doc["windows"]}
+    weekly, five = by_name["seven_day"], by_name["five_hour"]
+    assert weekly["pace"] in ("on_track", "limit_ahead", "limit_reached")
+    assert weekly["projected_percent"] >= weekly["used_percent"]
+    assert weekly["pace_percent_per_hour"] >= 0
+    assert (weekly["limit_at"] is None) is (weekly["pace"] == "on_track")
+    assert five["pace"] == "not_enough_data" and five["projected_percent"] is None
+    text = report(state, "limits")
+    assert "projected at reset" in text and "not enough data" in text

@@ -30,6 +30,7 @@ from exporter.projections.figures import Covered
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import Range, Zone, iso
 from exporter.projections.plan.cost import ledger_cost
+from exporter.projections.plan.pace import LIMIT_AHEAD, LIMIT_REACHED, NOT_ENOUGH, Pace
 from exporter.projections.plan.windows import (
     Instance,
     PlanFigures,
@@ -262,6 +263,7 @@ def render_limits(view: Limits, console: Console) -> None:
                  f"window{'' if est.windows == 1 else 's'})")
         say(console, text(f"{name}: {100 * win.used_ratio:.0f} % used, {resets}"))
         say(console, text(f"  {worth}"))
+        say(console, text(f"  {pace_line(win.pace, view.now, zone)}"))
     if not view.instances:
         say(console, "No window in this range.")
         return
@@ -324,6 +326,37 @@ def _instance_json(inst: Instance, view: Limits) -> dict[str, Any]:
     }
 
 
+def pace_line(pace: Pace | None, now: float, zone: Zone) -> str:
+    """A window's pace in words: projected at reset, and when it runs out at this pace."""
+    if pace is None or pace.state == NOT_ENOUGH or pace.projected_percent is None:
+        return "pace: not enough data yet"
+    rate = f"pace {pace.percent_per_hour or 0:.1f} % an hour"
+    if pace.state == LIMIT_REACHED and pace.limit_at is not None:
+        return f"{rate}; limit reached {when(pace.limit_at, zone)}"
+    projected = f"projected at reset: {pace.projected_percent:.0f} %"
+    if pace.state == LIMIT_AHEAD and pace.limit_at is not None:
+        return (f"{rate}, {projected}; runs out in {duration(pace.limit_at - now)} "
+                f"({when(pace.limit_at, zone)})")
+    return f"{rate}, {projected}: on track"
+
+
+def _pace_json(pace: Pace | None, now: float, zone: Zone) -> dict[str, Any]:
+    """A window's pace as JSON fields (None where there is no figure)."""
+    if pace is None:
+        return {"pace": NOT_ENOUGH, "pace_percent_per_hour": None, "projected_percent": None,
+                "limit_at": None, "limit_in_seconds": None}
+    at = pace.limit_at
+    return {
+        "pace": pace.state,
+        "pace_percent_per_hour": None if pace.percent_per_hour is None
+        else round(pace.percent_per_hour, 3),
+        "projected_percent": None if pace.projected_percent is None
+        else round(pace.projected_percent, 1),
+        "limit_at": None if at is None else iso(at, zone),
+        "limit_in_seconds": None if at is None else max(0.0, at - now),
+    }
+
+
 def limits_json(view: Limits) -> dict[str, Any]:
     """The view as JSON: each window now (with the look-back estimate), then the instances."""
     zone = view.covered.range.zone
@@ -333,7 +366,8 @@ def limits_json(view: Limits) -> dict[str, Any]:
         per = None if win.estimate is None else win.estimate.usd_per_percent
         windows.append({**row, "resets_at": iso(win.resets_at, zone),
                         "usd_per_percent": None if per is None else round(per, 6),
-                        "window_usd": None if per is None else round(100 * per, 4)})
+                        "window_usd": None if per is None else round(100 * per, 4),
+                        **_pace_json(win.pace, view.now, zone)})
     return {
         "view": LIMITS,
         "range": view.covered.to_json(),
