@@ -362,3 +362,28 @@ def test_statusline_imports_nothing_heavy(tmp_path: Path) -> None:
     assert {"exporter.cli.entry", "exporter.cli.statusline", "exporter.ingest.spool"} <= imported
     heavy = {m for m in imported if any(m == h or m.startswith(h + ".") for h in HEAVY)}
     assert heavy == set()
+
+
+# ------------------------------------------------------------ pace marker
+
+def test_the_pace_marker_shows_only_when_a_window_runs_out_before_its_reset() -> None:
+    """`7d 62% ⚠ 100% by …` at the average pace (as pace.project has it); else no marker."""
+    from exporter.projections.plan import pace
+
+    now = 1_790_000_000.0
+    doc = payload(five=35.0, seven=62.0, now=now)  # weekly resets in 300,000 s: 3.5 days in
+    line = statusline.render(doc, None, now)
+    resets = int(now) + 300_000
+    start = resets - 7 * 86_400
+    expected = pace.project(pace.PaceInput(now, start, resets, 62.0, ((62.0, start),)),
+                            pace.average)
+    assert expected.state == pace.LIMIT_AHEAD and expected.limit_at is not None
+    when = time.strftime("%a %H:%M", time.localtime(expected.limit_at))
+    assert f"7d 62% ⚠ 100% by {when}" in line
+    assert "5h 35% ↻2h30m ·" in line  # 35 % after 2.5 h of 5: on track, no marker
+    on_track = statusline.render(payload(five=35.0, seven=17.0, now=now), None, now)
+    assert "⚠" not in on_track
+    early = payload(five=30.0, seven=None, now=now)
+    early["rate_limits"]["five_hour"]["resets_at"] = int(now) + 5 * 3600 - 300  # 5 min in
+    assert "⚠" not in statusline.render(early, None, now)
+    assert statusline.PACE_MIN_SHARE == pace.MIN_SHARE

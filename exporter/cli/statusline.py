@@ -178,6 +178,29 @@ def duration(seconds: float) -> str:
     return f"{days}d{hours}h"
 
 
+#: The windows whose length is known, for the pace marker.
+_LENGTHS = {"five_hour": 5 * 3600.0, "seven_day": 7 * 86400.0}
+#: No pace in a window's first 5 % (exporter.projections.plan.pace.MIN_SHARE; a test pins it).
+PACE_MIN_SHARE = 0.05
+
+
+def pace_marker(percent: float, resets: float, length: float, now: float) -> str:
+    """`` ⚠ 100% by Thu 14:00`` when the window runs out before its reset, else nothing.
+
+    The average pace since the window opened (pace.average of
+    exporter.projections.plan.pace, in plain arithmetic: the status line imports
+    nothing heavy); nothing in a window's first :data:`PACE_MIN_SHARE`.
+    """
+    elapsed = now - (resets - length)
+    if not 0.0 < percent < 100.0 or elapsed < PACE_MIN_SHARE * length:
+        return ""
+    at = now + (100.0 - percent) * elapsed / percent
+    if at >= resets:
+        return ""
+    shown = time.strftime("%H:%M" if length <= 86400 else "%a %H:%M", time.localtime(at))
+    return f" ⚠ 100% by {shown}"
+
+
 def _percent(value: float) -> str:
     """A percentage as Claude Code's own footer writes it (whole numbers)."""
     return f"{value:.0f}%"
@@ -202,10 +225,12 @@ def render(
         pct, resets = windows[key]
         if resets is not None and resets <= now:
             parts.append(f"{label} reset")
-        elif resets is not None and key == "five_hour":
-            parts.append(f"{label} {_percent(pct)} ↻{duration(resets - now)}")
+            continue
+        marker = "" if resets is None else pace_marker(pct, resets, _LENGTHS[key], now)
+        if resets is not None and key == "five_hour":
+            parts.append(f"{label} {_percent(pct)} ↻{duration(resets - now)}{marker}")
         else:
-            parts.append(f"{label} {_percent(pct)}")
+            parts.append(f"{label} {_percent(pct)}{marker}")
     if "cost" in rec:
         parts.append(f"session ${rec['cost']:,.2f}")
     if today_usd is not None:
