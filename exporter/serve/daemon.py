@@ -13,6 +13,7 @@ its clocks are arguments, so tests drive it in-process.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -32,7 +33,10 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.health import CHECK_AT_OPEN_BYTES, check_in_background
 from exporter.ledger.lock import WriterLock
 from exporter.ledger.store import Ledger, LedgerError
+from exporter.projections.budget_pace import PaceGauge, selection_of
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.periods import local_zone
 from exporter.projections.pricing import RateTable
 from exporter.serve import page
 from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
@@ -133,9 +137,14 @@ class Daemon:
         self._warn_if_none(first.files)
         ledger.settle(force=True)  # what is on disk at start-up is final
         push, resource, self.push = _otlp_push(parts.otlp, self.log)
+        # The projected spend: from the slot sums, in the local zone as the page's days.
+        pace = PaceGauge(selection_of(ledger.read, ledger.scope(self.dirs), local_zone(os.environ),
+                                      ledger.scope_filter(self.dirs)),
+                         ClassPrices.of(self.pricing), clock=self._clock)
         self.projection = Projection(
             self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
-            files_watched=lambda: self._files, readers=push, resource=resource,
+            files_watched=lambda: self._files, budget_projected=pace.series,
+            readers=push, resource=resource,
         )
         if self.push is not None:  # its counters, read by both readers
             self._library_log = LibraryLog(self.log)  # the library's lines, structured
