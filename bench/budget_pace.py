@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from itertools import accumulate
 
 from exporter.projections import budget_pace
-from exporter.projections.periods import DAY, UTC_ZONE
+from exporter.projections.periods import DAY, UTC_ZONE, month_start
 
 START = datetime(2026, 9, 1, tzinfo=UTC).timestamp()
 MONTHS = ((2026, 10), (2026, 11), (2026, 12))
@@ -71,7 +71,7 @@ def _spend_of(hourly: list[float]) -> budget_pace.Spend:
 
 def _month_rate(spend: budget_pace.Spend, now: float, _first: float) -> float:
     """The month so far, per day."""
-    start = UTC_ZONE.midnight(budget_pace.month_start(int(now // DAY)))
+    start = UTC_ZONE.midnight(month_start(int(now // DAY)))
     return spend(start, now) / max(now - start, DAY) * DAY
 
 

@@ -4,14 +4,15 @@ For API users without plan windows the question is "will this month end over
 ``budget_month_usd``?". The answer is the spend so far plus the current pace
 times the time left. The pace is the spend of the last :data:`WINDOW_S` (two
 weeks: every weekday twice and two weekends, so neither a quiet night nor a
-weekend nor one busy afternoon moves it far) divided by those fourteen days. A user whose
-first request is younger than that has the pace of the time since that request. docs/budget-pace.md has the backtest that chose this estimator over the
-month-so-far average, the last week and a blend.
+weekend nor one busy afternoon moves it far) divided by those fourteen days; a
+user whose first request is younger has the pace of the time since it.
+docs/budget-pace.md has the backtest that chose this pace over the month so
+far, the last week, the last day and a blend.
 
 Less than a day since the first request, and a month's first local day, say
 "not enough data" (:attr:`Pace.projected_usd` is None): a few hours are no
-month. Periods are local, in the zone handed in, as
-``report`` reads them; every spend is priced exactly as ``report`` prices it
+month. Periods are local, in the zone handed in, as ``report`` reads them;
+every spend is priced exactly as ``report`` prices it
 (:class:`~exporter.projections.facts.Facts`, :class:`ClassPrices`).
 """
 

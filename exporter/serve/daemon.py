@@ -136,16 +136,7 @@ class Daemon:
         self._files, self._ahead = first.files, first.ahead
         self._warn_if_none(first.files)
         ledger.settle(force=True)  # what is on disk at start-up is final
-        push, resource, self.push = _otlp_push(parts.otlp, self.log)
-        # The projected spend: from the slot sums, in the local zone as the page's days.
-        pace = PaceGauge(selection_of(ledger.read, ledger.scope(self.dirs), local_zone(os.environ),
-                                      ledger.scope_filter(self.dirs)),
-                         ClassPrices.of(self.pricing), clock=self._clock)
-        self.projection = Projection(
-            self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
-            files_watched=lambda: self._files, budget_projected=pace.series,
-            readers=push, resource=resource,
-        )
+        self.projection = self._projection()
         if self.push is not None:  # its counters, read by both readers
             self._library_log = LibraryLog(self.log)  # the library's lines, structured
             self._library_log.install()
@@ -187,6 +178,20 @@ class Daemon:
         ledger.live()
         if not ledger.health.verified:
             check_in_background(ledger.health)
+
+    def _projection(self) -> Projection:
+        """The metrics projection, its OTLP push (when configured) and its projected spend."""
+        push, resource, self.push = _otlp_push(self.parts.otlp, self.log)
+        ledger = self.ledger
+        # The projected spend: from the slot sums, in the local zone, as the page's days.
+        pace = PaceGauge(selection_of(ledger.read, ledger.scope(self.dirs),
+                                      local_zone(os.environ), ledger.scope_filter(self.dirs)),
+                         ClassPrices.of(self.pricing), clock=self._clock)
+        return Projection(
+            self.pricing, self.parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
+            files_watched=lambda: self._files, budget_projected=pace.series,
+            readers=push, resource=resource,
+        )
 
     def _warn_if_none(self, files: int) -> None:
         """One WARNING when the start-up pass found no transcript, naming where it looked.
