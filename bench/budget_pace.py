@@ -14,16 +14,28 @@ At 09:00, 14:00 and 22:00 of every day after a month's first, each estimator
 projects the month's end (:func:`exporter.projections.budget_pace.paces` with
 its pace swapped); the table is the mean absolute error against the month's
 real total, by day of the month. ``python3 -m bench.budget_pace``.
+
+``python3 -m bench.budget_pace --time MB`` times instead what one refresh of the
+gauge costs (:meth:`PaceGauge.paces`: the month's, the day's and the two
+weeks' spend from the slot sums) on the generated heavy month of ``MB`` MB
+(:func:`bench.common.month_tree`), ingested by ``report`` once.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
+import statistics
+import subprocess
+import tempfile
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from itertools import accumulate
+from pathlib import Path
 
+from bench.common import exporter_cmd, month_tree
 from exporter.projections import budget_pace
 from exporter.projections.periods import DAY, UTC_ZONE, month_start
 
@@ -118,8 +130,41 @@ def errors(shape: str) -> dict[str, dict[int, float]]:
     return {n: {d: sum(v) / len(v) for d, v in by.items()} for n, by in sums.items()}
 
 
+def time_gauge(mb: int, repeat: int = 20) -> dict[str, float]:
+    """Median and max milliseconds of one gauge refresh over the heavy month's ledger."""
+    from exporter.ledger.store import Ledger
+    from exporter.projections.class_prices import ClassPrices
+    from exporter.projections.pricing import RateTable
+
+    tree = month_tree(mb)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(exporter_cmd("report", "--json", "--data-dir", str(tree), "--state-dir",
+                                    tmp), check=True, stdout=subprocess.DEVNULL)
+        ledger = Ledger(Path(tmp) / "ledger.sqlite3")
+        try:
+            selection = budget_pace.selection_of(ledger.read, "requests", UTC_ZONE, None)
+            last = float(selection.largest("max(ts)"))
+            gauge = budget_pace.PaceGauge(selection, ClassPrices.of(RateTable.load()),
+                                          clock=lambda: last)
+            took = []
+            for i in range(repeat):  # each an hour later: never the same cached figures
+                started = time.perf_counter()
+                gauge.paces(last + i * 3600)
+                took.append((time.perf_counter() - started) * 1000)
+            requests = ledger.count()
+        finally:
+            ledger.close()
+    return {"requests": requests, "median_ms": statistics.median(took), "max_ms": max(took)}
+
+
 def main() -> None:
-    """Print the table (markdown) of every shape."""
+    """Print the table (markdown) of every shape, or the gauge's cost with ``--time``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time", type=int, metavar="MB", help="time the gauge on MB of month")
+    args = parser.parse_args()
+    if args.time:
+        print(time_gauge(args.time))
+        return
     head = " | ".join(f"day {d}" for d in CHECK_DAYS)
     every = {shape: errors(shape) for shape in SHAPES}
     mean = {n: {d: sum(every[s][n][d] for s in SHAPES) / len(SHAPES) for d in CHECK_DAYS}
