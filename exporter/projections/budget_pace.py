@@ -111,6 +111,18 @@ def ledger_spend(selection: Selection, prices: ClassPrices) -> Spend:
     return spend
 
 
+def of_selection(selection: Selection, prices: ClassPrices, now: float,
+                 budgets: Mapping[str, float] | None = None) -> dict[str, Pace]:
+    """:func:`paces` of a selection's requests (its scope and filters; its time range ignored).
+
+    In the selection's zone; what the gauge, the page and ``report`` show.
+    """
+    whole = dataclasses.replace(selection, range=Range(None, None, selection.range.zone))
+    first = whole.largest("min(ts)")
+    return paces(ledger_spend(whole, prices), now, whole.range.zone,
+                 None if first is None else float(first), budgets)
+
+
 def selection_of(read: Reader, relation: str, zone: Zone, slot_scope: str | None) -> Selection:
     """The whole scope as a :class:`Selection`, using the slot sums the ledger keeps."""
     tables = {r[0] for r in read("SELECT name FROM sqlite_master", [])}
@@ -135,7 +147,7 @@ class PaceGauge:
                  clock: Callable[[], float], refresh: float = REFRESH_S) -> None:
         """Spend of ``selection`` (its zone's days and months), at ``clock``'s time."""
         self._selection = selection
-        self._spend = ledger_spend(selection, prices)
+        self._prices = prices
         self._clock = clock
         self._refresh = refresh
         self._lock = threading.Lock()
@@ -144,9 +156,7 @@ class PaceGauge:
 
     def paces(self, now: float) -> dict[str, Pace]:
         """Today's and this month's pace at ``now`` (queries the ledger)."""
-        first = self._selection.largest("min(ts)")
-        return paces(self._spend, now, self._selection.range.zone,
-                     None if first is None else float(first))
+        return of_selection(self._selection, self._prices, now)
 
     def series(self) -> list[tuple[float, dict[str, str]]]:
         """``(projected USD, {"period": …})`` per period with a projection."""

@@ -180,7 +180,8 @@ class LedgerSource:
             summary=summary, now=now, zone=zone, periods=self._periods(rng, days, today, now),
             budgets=self._budgets, daily=daily, by_project=by_project, active=self._active(now),
             plan=self._windows(now), prices=self._prices.pricing.describe(), query=query,
-            span=span, roots=self._roots, pace=self._pace(zone, now, span))
+            span=span, roots=self._roots,
+            pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets))
 
     def _periods(self, rng: Range, days: Mapping[int, Usage], today: int,
                  now: float) -> dict[str, float]:
@@ -229,13 +230,6 @@ class LedgerSource:
             projects[label] = projects.get(label, 0) + f.usage.cost_pico
         ranked = sorted(((p, usd(c)) for p, c in projects.items()), key=lambda kv: (-kv[1], kv[0]))
         return days, tuple(ranked)
-
-    def _pace(self, zone: Zone, now: float,
-              span: tuple[float, float] | None) -> dict[str, budget_pace.Pace]:
-        """Today's and this month's end at the current pace, as the gauge computes them."""
-        base = dataclasses.replace(self._base, range=Range(None, None, zone))
-        return budget_pace.paces(budget_pace.ledger_spend(base, self._prices), now, zone,
-                                 None if span is None else span[0], self._budgets)
 
     def _active(self, now: float) -> dict[str, int]:
         """Sessions whose last request is younger than each cache TTL (an index range)."""
