@@ -194,6 +194,7 @@ def test_required_alerts_are_present() -> None:
     expected = {
         "ClaudeCodeDailyBudgetExceeded": 'claude_code_budget_usd{period="day"}',
         "ClaudeCodeMonthlyBudgetExceeded": 'claude_code_budget_usd{period="month"}',
+        "ClaudeCodeMonthlyBudgetAhead": 'claude_code_budget_projected_usd{period="month"}',
         "ClaudeCodeSpendSpike": "claude_code:cost_usd_per_hour:rate15m",
         "ClaudeCodeCacheReadShareLow": "claude_code:cache_read_share:rate1h",
         "ClaudeCodeExpensiveColdRestart": 'gap="gt_1h", type="cache_write"',

@@ -143,6 +143,7 @@ class Caps:
             "request_upload_bytes": (),
             "active_sessions": (TTL,), "warm_kv_cache_bytes": arch,
             "last_request_timestamp_seconds": (SOURCE,), "budget_usd": (PERIOD,),
+            "budget_projected_usd": (PERIOD,),
             "kv_bytes_per_token": arch, "exporter_files_watched": (),
             "exporter_ledger_requests": (), "exporter_build_info": BUILD,
             native.TOKEN_USAGE: (MODEL, QUERY_SOURCE, NATIVE_TYPE),

@@ -88,6 +88,8 @@ GAUGES: Final[dict[str, str]] = {
     "warm_kv_cache_bytes": "Estimated KV cache held warm for active sessions.",
     "last_request_timestamp_seconds": "Time of the newest request seen, by source.",
     "budget_usd": "Configured spend budgets, for alert rules.",
+    "budget_projected_usd": "Estimated list-price spend at the end of the local day or month "
+                            "at the current pace (the last two weeks' spend per day).",
     "kv_bytes_per_token": "KV bytes per token of each reference architecture.",
     "exporter_files_watched": "Transcript files known.",
     "exporter_ledger_requests": "Requests in the ledger.",

@@ -120,12 +120,15 @@ class Projection:
         roots: Sequence[str | Path] | None = None,
         clock: Callable[[], float] = time.time,
         files_watched: Callable[[], int] = lambda: 0,
+        budget_projected: instruments.Observe = list,
         readers: Sequence[MetricReader] = (),
         resource: Resource | None = None,
     ) -> None:
         """Create the instruments in ``registry``; nothing is counted until load().
 
-        ``roots``: count only requests that appeared under them. ``readers``
+        ``roots``: count only requests that appeared under them. ``budget_projected``:
+        the projected spend's series (:class:`exporter.projections.budget_pace.PaceGauge`;
+        none by default). ``readers``
         (e.g. an OTLP push) read the same instruments, with ``resource``.
         """
         self.opts = options
@@ -140,6 +143,7 @@ class Projection:
                                  options.kv_bytes_per_token, options.upload_bytes_per_token)
         self._clock = clock
         self._files_watched = files_watched
+        self._budget_projected = budget_projected
         self._lock = threading.Lock()
         self._classes: dict[CountClass, Sums] = {}
         self._rows = 0
@@ -297,6 +301,7 @@ class Projection:
             "warm_kv_cache_bytes": lambda: self.live.warm_kv(opts.kv_bytes_per_token),
             "last_request_timestamp_seconds": self.live.last_request,
             "budget_usd": lambda: [(v, {"period": p}) for p, v in sorted(opts.budgets.items())],
+            "budget_projected_usd": self._budget_projected,
             "kv_bytes_per_token": lambda: [
                 (float(b), {"arch": a}) for a, b in sorted(opts.kv_bytes_per_token.items())
             ],

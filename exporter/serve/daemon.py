@@ -13,6 +13,7 @@ its clocks are arguments, so tests drive it in-process.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -32,7 +33,10 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.health import CHECK_AT_OPEN_BYTES, check_in_background
 from exporter.ledger.lock import WriterLock
 from exporter.ledger.store import Ledger, LedgerError
+from exporter.projections.budget_pace import PaceGauge, selection_of
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.periods import local_zone
 from exporter.projections.pricing import RateTable
 from exporter.serve import page
 from exporter.serve.http import HttpOptions, HttpServer, Refused, make_app
@@ -132,11 +136,7 @@ class Daemon:
         self._files, self._ahead = first.files, first.ahead
         self._warn_if_none(first.files)
         ledger.settle(force=True)  # what is on disk at start-up is final
-        push, resource, self.push = _otlp_push(parts.otlp, self.log)
-        self.projection = Projection(
-            self.pricing, parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
-            files_watched=lambda: self._files, readers=push, resource=resource,
-        )
+        self.projection = self._projection()
         if self.push is not None:  # its counters, read by both readers
             self._library_log = LibraryLog(self.log)  # the library's lines, structured
             self._library_log.install()
@@ -178,6 +178,20 @@ class Daemon:
         ledger.live()
         if not ledger.health.verified:
             check_in_background(ledger.health)
+
+    def _projection(self) -> Projection:
+        """The metrics projection, its OTLP push (when configured) and its projected spend."""
+        push, resource, self.push = _otlp_push(self.parts.otlp, self.log)
+        ledger = self.ledger
+        # The projected spend: from the slot sums, in the local zone, as the page's days.
+        pace = PaceGauge(selection_of(ledger.read, ledger.scope(self.dirs),
+                                      local_zone(os.environ), ledger.scope_filter(self.dirs)),
+                         ClassPrices.of(self.pricing), clock=self._clock)
+        return Projection(
+            self.pricing, self.parts.metrics, self.registry, roots=self.dirs, clock=self._clock,
+            files_watched=lambda: self._files, budget_projected=pace.series,
+            readers=push, resource=resource,
+        )
 
     def _warn_if_none(self, files: int) -> None:
         """One WARNING when the start-up pass found no transcript, naming where it looked.

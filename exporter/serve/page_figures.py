@@ -19,7 +19,7 @@ from typing import Any, Final, cast
 
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
-from exporter.projections import caps, figures
+from exporter.projections import budget_pace, caps, figures
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.labels import LabelPolicy
@@ -78,6 +78,8 @@ class PageData:
     query: PageQuery = DEFAULT  # the range as asked (links keep it)
     span: tuple[float, float] | None = None  # first and last request of the roots, any time
     roots: tuple[str, ...] = ()  # the transcript directories followed
+    # day / month: the spend at their end at the current pace (exporter.projections.budget_pace)
+    pace: Mapping[str, budget_pace.Pace] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""
@@ -86,6 +88,8 @@ class PageData:
             "generated": iso(self.now, self.zone),
             "cost_usd": {k: round(v, 6) for k, v in self.periods.items()},
             "budget_usd": dict(self.budgets),
+            "projected_usd": {p: None if v.projected_usd is None else round(v.projected_usd, 6)
+                              for p, v in self.pace.items()},
             "daily_cost_usd": [{"day": d, "cost_usd": round(c, 6)} for d, c in self.daily],
             "by_project_cost_usd": [{"project": p, "cost_usd": round(c, 6)}
                                     for p, c in projects],
@@ -178,7 +182,8 @@ class LedgerSource:
             summary=summary, now=now, zone=zone, periods=self._periods(rng, days, today, now),
             budgets=self._budgets, daily=daily, by_project=by_project, active=self._active(now),
             plan=self._windows(now), prices=self._prices.pricing.describe(), query=query,
-            span=span, roots=self._roots)
+            span=span, roots=self._roots,
+            pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets))
 
     def _periods(self, rng: Range, days: Mapping[int, Usage], today: int,
                  now: float) -> dict[str, float]:

@@ -10,6 +10,7 @@ from html import escape
 from typing import Final
 
 from exporter.projections import caps, figures
+from exporter.projections.budget_pace import Pace
 from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone, iso
 from exporter.projections.plan import pace
@@ -43,7 +44,10 @@ padding:14px 20px}
 section{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:10px 14px;min-width:0}
 section.wide{grid-column:1/-1}h2{font-size:14px;margin:0 0 8px;color:#20324d}
 .kpis{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.kpi b{display:block;font-size:20px}
-.kpi span{font-size:12px;color:#666}svg.chart{width:100%;height:auto;display:block}
+.kpi span{font-size:12px;color:#666}.kpi .pace{display:block}
+.kpi .pace b{display:inline;font-size:inherit}
+.kpi .pace.over{color:#b00020}
+svg.chart{width:100%;height:auto;display:block}
 table{border-collapse:collapse;width:100%;font-size:13px}td,th{padding:3px 6px;text-align:right}
 td:first-child,th:first-child{text-align:left}tr+tr td{border-top:1px solid #eee}
 p.note{font-size:12px;color:#666;margin:2px 0}
@@ -57,15 +61,29 @@ border-radius:6px}
 """
 
 
-def _kpi(name: str, label: str, value: str, budget: float | None, spent: float) -> str:
-    """One headline figure, with its budget meter when a budget is set."""
+def _kpi(name: str, label: str, value: str, budget: float | None, spent: float, *,
+         pace: str = "") -> str:
+    """One headline figure, with its budget meter when a budget is set, and its pace line."""
     extra = ""
     if budget:
         ratio = spent / budget
         extra = (svg.meter(f"budget-{name}", f"{label}: {ratio:.0%} of {money(budget)}", ratio)
                  + f"<span>{ratio:.0%} of {escape(money(budget))} budget</span>")
     return (f'<div class="kpi"><span>{escape(label)}</span>'
-            f'<b data-figure="cost-{name}">{escape(value)}</b>{extra}</div>')
+            f'<b data-figure="cost-{name}">{escape(value)}</b>{extra}{pace}</div>')
+
+
+def _pace(pace: Pace | None) -> str:
+    """The month's end at the current pace (docs/budget-pace.md), against its budget if set."""
+    if pace is None:
+        return ""
+    if pace.projected_usd is None:
+        return '<span class="pace">At this pace: not enough data yet</span>'
+    share = (f" ({pace.projected_usd / pace.budget_usd:.0%} of the budget)"
+             if pace.budget_usd else "")
+    css = "pace over" if pace.over else "pace"
+    return (f'<span class="{css}">At this pace: <b data-figure="projected-{pace.period}">'
+            f'{escape(money(pace.projected_usd))}</b> by month end{escape(share)}</span>')
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[str]], name: str) -> str:
@@ -184,7 +202,7 @@ def _cost_sections(data: PageData) -> list[str]:
              data.periods["today"]),
         _kpi("week", "This week", money(data.periods["week"]), None, data.periods["week"]),
         _kpi("month", "This month", money(data.periods["month"]), data.budgets.get("month"),
-             data.periods["month"]),
+             data.periods["month"], pace=_pace(data.pace.get("month"))),
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
               ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]

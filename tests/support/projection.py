@@ -15,6 +15,9 @@ from tests.support.clock import Clock
 from tests.support.ledgers import ledger_of
 
 T0 = 1_790_000_000.0  # the tests' "now", give or take a few minutes
+# The projected spend's series the test projections expose (serve computes them from the
+# ledger: exporter.projections.budget_pace.PaceGauge, tested in tests/test_budget_pace.py).
+PROJECTED = [(412.5, {"period": "month"}), (18.25, {"period": "day"})]
 
 
 def req(key: str, ts: float, *, session: str = "s1", source: Source = Source.MAIN,
@@ -35,7 +38,7 @@ def projection(clock: Clock | None = None, **opts: object) -> tuple[Projection, 
     registry = CollectorRegistry()
     c = clock or Clock(T0 + 100)
     return Projection(RateTable.load(), options(**opts), registry, clock=c,
-                      files_watched=lambda: 3), registry
+                      files_watched=lambda: 3, budget_projected=lambda: PROJECTED), registry
 
 
 def loaded(tmp: Path, requests: Sequence[Request], clock: Clock | None = None,
