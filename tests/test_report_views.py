@@ -387,3 +387,30 @@ def test_default_report_fits_one_screen(width: int, ledger: Ledger, trees: list[
     day = views.build("daily", sel, prices, views.Options())
     today = next(line for line in lines if line.lstrip().startswith("today"))
     assert f"${day.rows[-1].usage.cost_usd:,.2f}" in today
+
+
+def test_default_report_projects_the_month_at_this_pace(ledger: Ledger, trees: list[Path],
+                                                        prices: ClassPrices) -> None:
+    """One line: the month's end at this pace (budget_pace), against the budget when one is set."""
+    from exporter.projections import budget_pace
+    from exporter.report import glance
+
+    sel = select(ledger, trees)
+    now = last_request(sel) + 3600
+    month = budget_pace.of_selection(sel, prices, now, {"month": 1.0})["month"]
+    whole = summary(sel, prices, kv_bytes_per_token={"mla": 70_272},
+                    upload_bytes_per_token=4.0, lines={}, rejected={})
+
+    def shown(budgets: dict[str, float]) -> str:
+        buffer = io.StringIO()
+        seen = glance.glance(sel, prices, now, budgets)
+        glance.render(whole, seen, Console(file=buffer, width=80))
+        return buffer.getvalue()
+
+    line = next(x for x in shown({"month": 1.0}).splitlines() if "at this pace" in x)
+    if month.projected_usd is None:
+        assert "not enough data" in line
+    else:
+        assert f"${month.projected_usd:,.2f}" in line and "of the $1.00 budget" in line
+    plain = next(x for x in shown({}).splitlines() if "at this pace" in x)
+    assert "budget" not in plain

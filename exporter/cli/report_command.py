@@ -306,7 +306,10 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
             else:  # what a person asks first, on one screen (exporter.report.glance)
                 from exporter.report import glance
 
-                glance.render(result, glance.glance(sel, prices, now), console)
+                budgets = {k: v for k, v in (("day", settings.budget_day_usd),
+                                             ("month", settings.budget_month_usd))
+                           if v is not None}
+                glance.render(result, glance.glance(sel, prices, now, budgets), console)
             report.render_prices(result, prices.pricing, console, brief=not full)
         return 0
     if req.view == LIMITS:

@@ -10,14 +10,23 @@ Periods are those of the report's time zone, inside its range and filters.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from exporter.projections import caps, views
+from exporter.projections import budget_pace, caps, views
+from exporter.projections.budget_pace import Pace
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Summary
 from exporter.projections.model_names import short_model
-from exporter.projections.periods import Range, date_day, month_start, next_month, week_start
+from exporter.projections.periods import (
+    Range,
+    Zone,
+    date_day,
+    month_start,
+    next_month,
+    week_start,
+)
 from exporter.projections.selection import Selection
 from exporter.projections.usage import ZERO, Usage
 from exporter.projections.views import ActiveBlock
@@ -52,10 +61,16 @@ class Glance:
     periods: tuple[tuple[str, float, Usage], ...]
     block: ActiveBlock | None
     last_block_end: float | None  # when the newest block that has ended ended; None: none
+    month_pace: Pace | None = None  # the month's end at this pace (None: no request at all)
 
 
-def glance(sel: Selection, prices: ClassPrices, now: float) -> Glance:
-    """Today, this week (Monday first) and this month at ``now``, and the open block."""
+def glance(sel: Selection, prices: ClassPrices, now: float,
+           budgets: Mapping[str, float] | None = None) -> Glance:
+    """Today, this week (Monday first) and this month at ``now``, the open block, the pace.
+
+    ``budgets``: the settings' ``budget_<period>_usd`` that are set (the month's
+    projection is shown against its budget).
+    """
     zone = sel.range.zone
     today = date_day(zone.local(now).date())
     month = month_start(today)
@@ -73,7 +88,8 @@ def glance(sel: Selection, prices: ClassPrices, now: float) -> Glance:
     if starts and now < starts[-1] + views.BLOCK_SECONDS:  # the block holding now
         block = views.build("blocks", _within(sel, starts[-1]), prices,
                             views.Options(now=now)).active
-    return Glance(periods, block, ended[-1] if ended else None)
+    pace = budget_pace.of_selection(sel, prices, now, budgets).get("month")
+    return Glance(periods, block, ended[-1] if ended else None, pace)
 
 
 def _within(sel: Selection, since: float) -> Selection:
@@ -95,6 +111,8 @@ def render(figures: Summary, seen: Glance, console: Console) -> None:
         say(console, "No requests in this range.")
         return
     say(console, _periods(figures, seen))
+    if seen.month_pace is not None:
+        say(console, pace_line(seen.month_pace, figures.covered.range.zone))
     say(console, _models(figures))
     t = figures.totals
     say(console, f"tokens: input {tokens(t.input)} · output {tokens(t.output)} · cache write "
@@ -107,6 +125,19 @@ def render(figures: Summary, seen: Glance, console: Console) -> None:
         say(console, line)
     for line in MORE:
         say(console, line)
+
+
+def pace_line(month: Pace, zone: Zone) -> str:
+    """The month's end at this pace, against its budget when one is set, in one line."""
+    if month.projected_usd is None:
+        return "this month at this pace: not enough data yet"
+    last_day = when(month.end - 1, zone)[:10]
+    line = f"this month at this pace: {usd(month.projected_usd)} by {last_day}"
+    if month.budget_usd:
+        share = month.projected_usd / month.budget_usd
+        over = ", over" if share > 1 else ""
+        line += f" ({share:.0%} of the {usd(month.budget_usd)} budget{over})"
+    return line
 
 
 def _periods(figures: Summary, seen: Glance) -> Table:
