@@ -168,8 +168,13 @@ def _check(db: sqlite3.Connection, path: Path, file_health: Health, check_above:
 
 
 def _tables(db: sqlite3.Connection) -> frozenset[str]:
-    """Names of the tables in the file."""
-    rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    """Names of the tables in the file (a schema whose text is not UTF-8 is a damaged one)."""
+    try:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except UnicodeDecodeError as exc:  # scribbled bytes where the schema's names were
+        raise sqlite3.DatabaseError(
+            f"database disk image is malformed (a table name is not UTF-8: {exc.reason})"
+        ) from exc
     return frozenset(r[0] for r in rows)
 
 
