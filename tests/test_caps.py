@@ -40,15 +40,14 @@ MODELS, PROJECTS = 120, 250
 def many(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """250 requests of the last hours: request i uses model i % 120 and project i."""
     root = tmp_path_factory.mktemp("caps")
-    where = root / "projects" / "-home-u-p"
-    where.mkdir(parents=True)
     start = time.time() - 2 * 3600
-    lines = [assistant(f"m{i}", f"r{i}", model=f"claude-many-{i % MODELS:03d}",
-                       cwd=f"/home/u/p{i:03d}", session=f"s{i % 7}",
-                       ts=datetime.fromtimestamp(start + i, UTC).strftime(
-                           "%Y-%m-%dT%H:%M:%S.000Z"))
-             for i in range(PROJECTS)]
-    (where / "s.jsonl").write_bytes(jsonl(*lines))
+    for i in range(PROJECTS):  # each project in its own folder, as Claude Code files them
+        where = root / "projects" / f"-home-u-p{i:03d}"
+        where.mkdir(parents=True)
+        (where / f"s{i % 7}.jsonl").write_bytes(jsonl(assistant(
+            f"m{i}", f"r{i}", model=f"claude-many-{i % MODELS:03d}", cwd=f"/home/u/p{i:03d}",
+            session=f"s{i % 7}",
+            ts=datetime.fromtimestamp(start + i, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z"))))
     return root / "projects", root / "state"
 
 
