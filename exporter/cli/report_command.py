@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -32,7 +31,6 @@ from exporter.cli.pipeline import (
 from exporter.cli.report_ledger import report_ledger
 from exporter.ingest import discover
 from exporter.ingest.scan import ScanResult
-from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import attribution, caps, figures, views
 from exporter.projections.class_prices import ClassPrices
@@ -41,10 +39,10 @@ from exporter.projections.periods import PeriodError, Range, local_zone, resolve
 from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.projections.range_check import checked
 from exporter.projections.selection import (
-    CONTEXT_SQL,
     FilterError,
     Selection,
     known_values,
+    of_ledger,
     resolve_models,
     resolve_projects,
 )
@@ -257,16 +255,7 @@ def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
 
     ``grouping``: what a project is (exporter.projections.project_groups).
     """
-    tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
-    columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
-    stored = (ledger.read("SELECT value FROM slot_meta WHERE name = 'thresholds'", [])
-              if "slot_meta" in tables else [])
-    base = Selection(ledger.read, ledger.scope(list(dirs)), rng, slots="slots" in tables,
-                     days={"slot_days", "slot_day_peaks"} <= tables,
-                     slot_thresholds=(tuple(json.loads(stored[0][0])) if stored
-                                      else slots.DEFAULT_THRESHOLDS),
-                     slot_scope=ledger.scope_filter(list(dirs)),
-                     context="context" if "context" in columns else CONTEXT_SQL,
+    base = of_ledger(ledger.read, ledger.scope(list(dirs)), rng, ledger.scope_filter(list(dirs)),
                      groups=ProjectGroups(grouping, folders_of(ledger.read)))
     try:
         projects = (resolve_projects(known_values(base, "project"), args.project,

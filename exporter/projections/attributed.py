@@ -32,14 +32,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from exporter.ledger import attr_days as attribution_days
 from exporter.ledger import slots
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.labels import LabelPolicy
 from exporter.projections.pricing import RateTable
-from exporter.projections.selection import SUMS_SQL
+from exporter.projections.selection import SUMS_SQL, Reader
 from exporter.projections.usage import Attrs
 from exporter.records import ATTRIBUTION, Request, Source
 from exporter.sqlite import sqlite3
@@ -51,7 +51,6 @@ PRIVATE: Final = ("skill", "plugin", "mcp_server", "agent")  # names under --pro
 FAMILIES: Final = ("attributed_requests", "attributed_cost_usd")
 _SOURCES: Final = tuple(Source)
 
-Reader = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
 Key = tuple[str, str]  # (kind, raw value)
 Sample = tuple[str, tuple[tuple[str, str], ...]]  # (family, labels)
 

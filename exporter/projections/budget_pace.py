@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from exporter.ledger import slots
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.money import usd
@@ -36,7 +35,7 @@ from exporter.projections.periods import (
     month_start,
     next_month,
 )
-from exporter.projections.selection import CONTEXT_SQL, Reader, Selection
+from exporter.projections.selection import Reader, Selection, of_ledger
 
 WINDOW_S: Final = 14 * DAY  # the pace's window: two whole weeks
 MIN_SPAN_S: Final = DAY  # a shorter history is taken as one day
@@ -125,15 +124,7 @@ def of_selection(selection: Selection, prices: ClassPrices, now: float,
 
 def selection_of(read: Reader, relation: str, zone: Zone, slot_scope: str | None) -> Selection:
     """The whole scope as a :class:`Selection`, using the slot sums the ledger keeps."""
-    tables = {r[0] for r in read("SELECT name FROM sqlite_master", [])}
-    columns = {r[1] for r in read("PRAGMA table_info(requests)", [])}
-    kept = "slots" in tables
-    return Selection(read, relation, Range(None, None, zone), slots=kept,
-                     days={"slot_days", "slot_day_peaks"} <= tables,
-                     slot_thresholds=slots.read_thresholds(read) if kept
-                     else slots.DEFAULT_THRESHOLDS,
-                     slot_scope=slot_scope,
-                     context="context" if "context" in columns else CONTEXT_SQL)
+    return of_ledger(read, relation, Range(None, None, zone), slot_scope)
 
 
 class PaceGauge:

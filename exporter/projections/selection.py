@@ -114,6 +114,25 @@ class FilterError(ValueError):
     """A ``--project``/``--model`` that matches nothing in the ledger; names what would."""
 
 
+def of_ledger(read: Reader, relation: str, rng: Range, slot_scope: str | None, *,
+              groups: ProjectGroups | None = None) -> Selection:
+    """A selection over a ledger's ``relation``, using what that ledger's shape offers.
+
+    The slot sums where the ledger keeps them (and their thresholds), the stored
+    context column where it has one; ``groups``: which project a cwd belongs to.
+    """
+    tables = {r[0] for r in read("SELECT name FROM sqlite_master", [])}
+    columns = {r[1] for r in read("PRAGMA table_info(requests)", [])}
+    kept = "slots" in tables
+    return Selection(read, relation, rng, slots=kept,
+                     days={"slot_days", "slot_day_peaks"} <= tables,
+                     slot_thresholds=slots.read_thresholds(read) if kept
+                     else slots.DEFAULT_THRESHOLDS,
+                     slot_scope=slot_scope,
+                     context="context" if "context" in columns else CONTEXT_SQL,
+                     groups=groups)
+
+
 def _basename(path: str) -> str:
     """The last part of a project path (``/home/u/proj`` → ``proj``)."""
     return path.rstrip("/").rsplit("/", 1)[-1]

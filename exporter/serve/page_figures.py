@@ -40,7 +40,7 @@ from exporter.projections.periods import (
 from exporter.projections.plan.pace import NOT_ENOUGH, Pace
 from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.projections.range_check import checked
-from exporter.projections.selection import CONTEXT_SQL, Selection, TimeKey
+from exporter.projections.selection import Selection, TimeKey, of_ledger
 from exporter.projections.usage import ZERO, Usage
 from exporter.records import TTL_1H, TTL_5M
 from exporter.serve.page_range import DEFAULT, PageQuery
@@ -119,18 +119,11 @@ class LedgerSource:
         The plan tables are looked for at each build until found: the status
         line's first sample creates them while ``serve`` runs.
         """
-        tables = {r[0] for r in ledger.read("SELECT name FROM sqlite_master", [])}
-        columns = {r[1] for r in ledger.read("PRAGMA table_info(requests)", [])}
         self._ledger = ledger
         self._roots = tuple(str(r) for r in roots)
-        self._base = Selection(
-            ledger.read, ledger.scope(list(roots)), Range(None, None, zone),
-            slots="slots" in tables, days={"slot_days", "slot_day_peaks"} <= tables,
-            slot_thresholds=slots.read_thresholds(ledger.read) if "slots" in tables
-            else slots.DEFAULT_THRESHOLDS,
-            slot_scope=ledger.scope_filter(list(roots)),
-            context="context" if "context" in columns else CONTEXT_SQL)
-        self._plan = "plan_windows" in tables
+        self._base = of_ledger(ledger.read, ledger.scope(list(roots)), Range(None, None, zone),
+                               ledger.scope_filter(list(roots)))
+        self._plan = False  # found at the first build that looks (_windows)
         self._prices = prices
         self._zone = zone
         self._budgets = dict(budgets)
