@@ -58,8 +58,11 @@ class MendKind:
     """Values of the ``kind`` label of mended lines (``LineCounts.mended``)."""
 
     LONE_SURROGATE = "lone_surrogate"  # a string cut mid-emoji (exporter.ingest.mend)
+    # A Codex turn before any turn_context named its model: priced as the fallback
+    # (exporter.ingest.codex.FALLBACK_MODEL), shown as assumed.
+    MODEL_ASSUMED = "model_assumed"
 
-    ALL = (LONE_SURROGATE,)
+    ALL = (LONE_SURROGATE,)  # the kinds /metrics shows from the start (Claude Code's)
 
 
 class IterationKind:
@@ -109,6 +112,9 @@ class Request(NamedTuple):
     mcp_server: str = ""
     agent: str = ""
     effort: str = ""
+    # Output tokens spent reasoning, a part of ``output`` (Codex writes them apart; Claude
+    # Code does not): shown on their own, never added again.
+    reasoning: int = 0
     # Set by the ledger only: seconds since the latest earlier main request of any
     # transcript holding this one (None: first of its conversation, or not main).
     gap: float | None = None
@@ -140,7 +146,7 @@ def merge(a: Request, b: Request) -> Request:
         max(a.cache_write_1h, b.cache_write_1h), a.service_tier, a.inference_geo, a.speed,
         max(a.recorded_cost_usd, b.recorded_cost_usd), max(a.web_search, b.web_search),
         a.skill or b.skill, a.plugin or b.plugin, a.mcp_server or b.mcp_server,
-        a.agent or b.agent, a.effort or b.effort,
+        a.agent or b.agent, a.effort or b.effort, max(a.reasoning, b.reasoning),
     )
 
 
@@ -211,6 +217,7 @@ class Appearance(NamedTuple):
     root: str
     session: str
     keys: tuple[str, ...]
+    agent: str = "claude"  # whose log the file is (exporter.ingest.formats), noted on its root
 
 
 @dataclass(slots=True)
@@ -292,6 +299,9 @@ class Checkpoint:
     fp_len: int
     fingerprint: str
     mtime_ns: int = 0
+    # A log format's parser state after ``offset`` ("" for Claude Code's, which needs none):
+    # a Codex file's session, model and running totals, so a read can start mid-file.
+    carry: str = ""
 
 
 @dataclass(slots=True)
@@ -370,3 +380,5 @@ class Applied:
     mended: dict[str, int] = field(default_factory=dict)  # lines read once an oddity was mended
     # The project folders of the batch's files (exporter.projections.project_groups).
     folders: set[str] = field(default_factory=set)
+    # Whose logs each root of ``roots`` holds ("claude", "codex": exporter.ingest.formats).
+    agents: dict[str, str] = field(default_factory=dict)

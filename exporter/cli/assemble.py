@@ -13,6 +13,7 @@ build their options, so importing this module stays cheap.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,11 +32,12 @@ if TYPE_CHECKING:
     from exporter.serve.otlp import OtlpOptions
 
 
-def scan_options(settings: Settings) -> ScanOptions:
-    """Parser processes, commit size and longest line, from the settings."""
+def scan_options(settings: Settings, codex_homes: Sequence[Path] = ()) -> ScanOptions:
+    """Parser processes, commit size, longest line (the settings); which roots are Codex homes."""
     return ScanOptions(workers=settings.workers,
                        batch_bytes=int(settings.batch_mb * 1024 * 1024),
-                       max_line_bytes=settings.max_line_bytes)
+                       max_line_bytes=settings.max_line_bytes,
+                       codex_homes=tuple(os.path.abspath(h) for h in codex_homes))
 
 
 def metrics_options(settings: Settings) -> MetricsOptions:
@@ -95,13 +97,16 @@ def prices(settings: Settings, warn: Callable[[str], None]) -> RateTable:
 
 
 def daemon_parts(settings: Settings, dirs: Sequence[Path],
-                 warn: Callable[[str], None]) -> DaemonParts:
-    """Everything ``serve`` runs with; ``warn`` hears why the prices could not be updated."""
+                 warn: Callable[[str], None], codex_homes: Sequence[Path] = ()) -> DaemonParts:
+    """Everything ``serve`` runs with; ``warn`` hears why the prices could not be updated.
+
+    ``dirs`` are every root followed; ``codex_homes`` says which of them are Codex's.
+    """
     from exporter.serve.daemon import DaemonParts
 
     return DaemonParts(ledger_path=settings.ledger_path, state_dir=settings.samples_dir,
                        dirs=tuple(dirs), pricing=prices(settings, warn),
-                       scan=scan_options(settings), metrics=metrics_options(settings),
+                       scan=scan_options(settings, codex_homes), metrics=metrics_options(settings),
                        http=http_options(settings), otlp=otlp_options(settings),
                        poll=settings.poll, rescan_seconds=settings.rescan_seconds)
 

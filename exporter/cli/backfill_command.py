@@ -21,6 +21,7 @@ from exporter.cli.config import Settings, shown_default
 from exporter.cli.exits import EXIT_CONFIG
 from exporter.cli.pipeline import (
     Environ,
+    codex_homes,
     ingest,
     ingest_plan_samples,
     load_prices,
@@ -126,7 +127,8 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
     ledger = open_ledger(settings, pricing, dirs, "backfill")
     try:
         if not ledger.readonly:
-            ingest(ledger, settings, log, dirs, show_progress=True)
+            ingest(ledger, settings, log, dirs, show_progress=True,
+                   codex=codex_homes(settings, environ))
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         requests = ledger.requests(view=ledger.scope(dirs))
         # The replay groups projects by the folders serve's projection knows (below).

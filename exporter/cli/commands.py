@@ -26,6 +26,7 @@ from exporter.cli.exits import EXIT_CONFIG, EXIT_INTERNAL, EXIT_LEDGER
 from exporter.cli.logs import make_logger
 from exporter.cli.pipeline import (
     Environ,
+    codex_homes,
     ingest,
     ingest_plan_samples,
     load_prices,
@@ -68,6 +69,12 @@ def _shared_flags(parser: argparse.ArgumentParser) -> None:
         help="transcript root or projects/ dir; repeatable; replaces the default roots "
              "(default: $CLAUDE_CONFIG_DIR, ~/.claude and $XDG_CONFIG_HOME/claude, "
              "else ~/.config/claude)",
+    )
+    parser.add_argument(
+        "--codex-home", dest="codex_homes", action="append", type=Path, metavar="PATH",
+        help="an OpenAI Codex CLI home (its sessions/ and archived_sessions/ are read); "
+             "repeatable (default: $CODEX_HOME, a comma list, else ~/.codex; with --data-dir, "
+             "the Codex homes among those)",
     )
     parser.add_argument("--state-dir", type=Path, metavar="DIR",
                         help="where the ledger lives (default: $XDG_STATE_HOME/"
@@ -164,7 +171,8 @@ def cmd_rebuild(args: argparse.Namespace, settings: Settings, log: Any,
     dirs = transcript_dirs(settings, environ)
     ledger = open_ledger(settings, load_prices(settings), dirs, "rebuild")
     try:
-        scan = ingest(ledger, settings, log, discover.present(dirs), show_progress=True)
+        scan = ingest(ledger, settings, log, discover.present(dirs), show_progress=True,
+                      codex=codex_homes(settings, environ))
         ingest_plan_samples(settings, log)
         count = ledger.count()
     finally:

@@ -53,6 +53,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="transcript roots or projects/ dirs (replace the defaults); env: comma list",
     )
+    codex_homes: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="OpenAI Codex CLI homes read beside Claude Code's transcripts (default: "
+                    "$CODEX_HOME, else ~/.codex; with --data-dir, only Codex homes given "
+                    "there); env: comma list",
+    )
     state_dir: Path = Field(
         default_factory=_state_dir_without_env, description="where the ledger lives"
     )
@@ -141,7 +147,7 @@ class Settings(BaseSettings):
                     "GenAI histogram (genai), see docs/compat.md; env: comma list",
     )
 
-    @field_validator("data_dirs", mode="before")
+    @field_validator("data_dirs", "codex_homes", mode="before")
     @classmethod
     def _split_dirs(cls, value: Any) -> Any:
         """Accept a comma list from the environment, as CLAUDE_CONFIG_DIR does."""
@@ -407,7 +413,8 @@ def _describe(exc: ValidationError, given: _Given) -> list[str]:
 def _origin(name: str, where: str, given: _Given) -> str:
     """Where a setting's value came from, as the user would look for it."""
     variable = f"{ENV_PREFIX}{name.upper()}"
-    flag = "--data-dir" if name == "data_dirs" else "--" + name.replace("_", "-")
+    flag = {"data_dirs": "--data-dir", "codex_homes": "--codex-home"}.get(
+        name, "--" + name.replace("_", "-"))
     if name in given.flags:
         return f"{where} ({flag})"
     if variable in given.env:

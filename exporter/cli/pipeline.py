@@ -15,7 +15,7 @@ from typing import Any
 
 from exporter.cli.assemble import prices, scan_options
 from exporter.cli.config import Settings
-from exporter.ingest import discover
+from exporter.ingest import discover, formats
 from exporter.ingest.scan import ScanResult
 from exporter.ledger.store import Ledger
 from exporter.progress import progress_bar
@@ -26,8 +26,21 @@ Environ = Mapping[str, str]
 
 
 def transcript_dirs(settings: Settings, environ: Environ) -> list[Path]:
-    """The projects directories to read: --data-dir, or every default root."""
-    return discover.transcript_dirs(settings.data_dirs, environ, Path.home())
+    """Every root to read: Claude Code's (--data-dir, or the default roots), then Codex homes."""
+    homes = codex_homes(settings, environ)
+    claude = [d for d in settings.data_dirs if d not in homes]
+    if settings.data_dirs and not claude:  # only Codex homes given: no Claude Code default
+        return homes
+    return [*discover.transcript_dirs(claude, environ, Path.home()), *homes]
+
+
+def codex_homes(settings: Settings, environ: Environ) -> list[Path]:
+    """The Codex homes to read: --codex-home; else those among --data-dir; else the defaults."""
+    if settings.codex_homes:
+        return list(settings.codex_homes)
+    if settings.data_dirs:
+        return formats.split_data_dirs(settings.data_dirs)[1]
+    return formats.default_codex_homes(environ, Path.home())
 
 
 def load_prices(settings: Settings) -> RateTable:
@@ -63,12 +76,14 @@ def open_ledger(settings: Settings, pricing: RateTable, dirs: Sequence[Path],
 
 
 def ingest(ledger: Ledger, settings: Settings, log: Any, dirs: Sequence[Path], *,
-           show_progress: bool, quiet: bool = False) -> ScanResult:
+           show_progress: bool, quiet: bool = False,
+           codex: Sequence[Path] = ()) -> ScanResult:
     """One ingestion pass over ``dirs`` into ``ledger`` (what `report` and `backfill` do first).
 
-    ``quiet`` logs the pass at DEBUG (a terminal report is its own summary of the pass).
+    ``codex``: which of ``dirs`` are Codex homes. ``quiet`` logs the pass at
+    DEBUG (a terminal report is its own summary of the pass).
     """
-    scanner = scan_options(settings).scanner(ledger, dirs, log=log)
+    scanner = scan_options(settings, codex).scanner(ledger, dirs, log=log)
     with progress_bar(enabled=show_progress and sys.stderr.isatty()) as progress:
         result = scanner.scan(progress=progress)
     (log.debug if quiet else log.info)(

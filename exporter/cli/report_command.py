@@ -23,6 +23,7 @@ from typing import Any, Final
 from exporter.cli.config import Settings
 from exporter.cli.pipeline import (
     Environ,
+    codex_homes,
     ingest,
     ingest_plan_samples,
     load_prices,
@@ -87,7 +88,8 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         # Absent default roots (say ~/.config/claude) are normal: read only those present.
         present = discover.present(dirs)
         scan = ScanResult(files=1) if not opened.writes else ingest(
-            ledger, settings, log, present, show_progress=req.output == "text", quiet=True)
+            ledger, settings, log, present, show_progress=req.output == "text", quiet=True,
+            codex=codex_homes(settings, environ))
         if opened.writes and not opened.private:
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
         sel = selection(ledger, dirs, args, req.range, grouping=settings.project_grouping)

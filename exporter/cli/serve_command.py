@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from exporter.cli.assemble import daemon_parts
 from exporter.cli.config import Settings, shown_default
-from exporter.cli.pipeline import Environ, transcript_dirs
+from exporter.cli.pipeline import Environ, codex_homes, transcript_dirs
 
 HELP = "follow the transcripts and serve /metrics"
 DESCRIPTION = "Follow the transcripts and serve their metrics to Prometheus."
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         if args.demo:
             settings = _demo_settings(settings, Path(tmp), log)
         parts = daemon_parts(settings, transcript_dirs(settings, environ),
-                             warn=lambda line: log.warning("prices_not_updated", detail=line))
+                             warn=lambda line: log.warning("prices_not_updated", detail=line),
+                             codex_homes=codex_homes(settings, environ))
         daemon = Daemon(parts, log)
         daemon.install_signals()
         daemon.start()

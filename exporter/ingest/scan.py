@@ -22,15 +22,9 @@ from typing import Any, Final, Generic
 
 import msgspec
 
-from exporter.ingest.ahead import parse_chunk
 from exporter.ingest.destination import DestinationT
-from exporter.ingest.discover import (
-    canonical_key,
-    find_transcripts,
-    fs_path,
-    is_compaction_file,
-    projects_dirs,
-)
+from exporter.ingest.discover import canonical_key, find_transcripts, fs_path
+from exporter.ingest.formats import CLAUDE, FORMATS, Root, agent_of
 from exporter.ingest.parse import MAX_LINE_BYTES
 from exporter.ingest.tail import read_new, unchanged
 from exporter.ingest.workers import die_with_parent, gc_paused
@@ -144,11 +138,12 @@ def _from_pickle(requests: dict[str, Request], counts: LineCounts, *state: Any) 
 # Top-level (not a method) so that a process pool can pickle it.
 def read_files(
     work: Sequence[tuple[str, Checkpoint | None]], now: float | None = None,
-    max_line_bytes: int = MAX_LINE_BYTES,
+    max_line_bytes: int = MAX_LINE_BYTES, agents: Sequence[tuple[str, str]] = (),
 ) -> _Batch:
     """Read and parse the new lines of some files (runs in a worker or inline).
 
-    ``now`` is the clock far-future timestamps are judged against.
+    ``now`` is the clock far-future timestamps are judged against; ``agents``
+    ((directory, agent) of the roots not Claude Code's) chooses each file's parser.
     """
     batch = _Batch(Parsed(), [], 0, [])
     for path, start_cp in work:
@@ -156,10 +151,11 @@ def read_files(
         # Each file parsed on its own, then folded in: its keys are its provenance.
         local = Parsed()
         before = batch.bytes_read
+        fmt = FORMATS[agent_of(fs_path(path), agents)] if agents else FORMATS[CLAUDE]
         try:
             while (chunk := read_new(path, cp, max_line=max_line_bytes)) is not None:
-                chunk, ahead = parse_chunk(chunk, cp, local, compaction_file=is_compaction_file(
-                    path), now=time.time() if now is None else now, max_line_bytes=max_line_bytes)
+                chunk, ahead = fmt.parse_chunk(chunk, cp, local, now=time.time() if now is None
+                                               else now, max_line_bytes=max_line_bytes)
                 if chunk.too_long:  # skipped unread by the tail stage, counted like parsed ones
                     local.counts.rejected[RejectReason.TOO_LONG] += chunk.too_long
                 if chunk.restarted:
@@ -227,12 +223,13 @@ def plan_units(paths: Sequence[str], cps: dict[str, Checkpoint], batch_bytes: in
 class Pooled:
     """Work units parsed by a pool of parser processes, as they are handed over."""
 
-    def __init__(self, now: float, max_line_bytes: int, workers: int, parser_nice: int) -> None:
+    def __init__(self, now: float, max_line_bytes: int, workers: int, parser_nice: int,
+                 agents: Sequence[tuple[str, str]] = ()) -> None:
         """A pool of ``workers`` parser processes, forked with the first units handed over."""
         self._pool = ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("fork"),
             initializer=die_with_parent, initargs=(os.getpid(), parser_nice))
-        self._args = (now, max_line_bytes)
+        self._args = (now, max_line_bytes, tuple(agents))
         self._futures: list[Future[_Batch]] = []
 
     def submit(self, units: Work) -> list[Future[_Batch]]:
@@ -259,11 +256,12 @@ class Pooled:
 
 
 def pool_for(work: Work, total: int, *, now: float, max_line_bytes: int, workers: int,
-             parser_nice: int, parallel_min_bytes: int) -> Pooled | None:
+             parser_nice: int, parallel_min_bytes: int,
+             agents: Sequence[tuple[str, str]] = ()) -> Pooled | None:
     """A pool of parser processes for ``work``, or None where one costs more than it saves."""
     if workers < 2 or total < parallel_min_bytes or len(work) < 2:
         return None
-    return Pooled(now, max_line_bytes, min(workers, len(work)), parser_nice)
+    return Pooled(now, max_line_bytes, min(workers, len(work)), parser_nice, agents)
 
 
 class Scanner(Generic[DestinationT]):
@@ -282,10 +280,13 @@ class Scanner(Generic[DestinationT]):
         max_line_bytes: int = MAX_LINE_BYTES,
         clock: Callable[[], float] = time.time,
         parser_nice: int = PARSER_NICE,
+        others: Sequence[Root] = (),
     ) -> None:
         """Set up passes; ``workers`` defaults to the CPU count, at most 8 (1: no pool).
 
-        ``parser_nice``: how much lower the parser processes run (:data:`PARSER_NICE`).
+        ``dirs`` are Claude Code's roots, ``others`` the roots of other agents'
+        logs (exporter.ingest.formats). ``parser_nice``: how much lower the
+        parser processes run (:data:`PARSER_NICE`).
         """
         self.parallel_min_bytes = parallel_min_bytes
         self.parser_nice = parser_nice
@@ -298,6 +299,7 @@ class Scanner(Generic[DestinationT]):
         self._known_files = 0
         self.ledger = ledger
         self.dirs = list(dirs)
+        self.roots = [*(Root(d) for d in dirs), *others]
         self.workers = workers if workers is not None else default_workers()
         self.on_applied = on_applied
         if log is None:  # imported only then: structlog imports rich, slow to import
@@ -311,7 +313,16 @@ class Scanner(Generic[DestinationT]):
         """The transcript files present now."""
         # Resolved on every pass: a config root's projects/ may appear after start, and
         # then only it is read (not the root's other *.jsonl, such as history.jsonl).
-        return find_transcripts(projects_dirs(self.dirs), self._problem)
+        return find_transcripts(self._log_dirs(), self._problem)
+
+    def _log_dirs(self) -> list[Path]:
+        """The directories below the roots that hold logs, each agent's own."""
+        return [d for root in self.roots for d in FORMATS[root.agent].log_dirs(root.path)]
+
+    def _agents(self) -> tuple[tuple[str, str], ...]:
+        """(log directory, agent) of the roots not Claude Code's: how a file's parser is chosen."""
+        return tuple((os.path.abspath(d), root.agent) for root in self.roots
+                     if root.agent != CLAUDE for d in FORMATS[root.agent].log_dirs(root.path))
 
     def scan(
         self, progress: Progress | None = None, paths: Collection[str] | None = None,
@@ -356,7 +367,7 @@ class Scanner(Generic[DestinationT]):
 
     def _named(self, paths: Collection[str]) -> list[str]:
         """The transcripts among event paths: files as named, directories walked."""
-        tops = [os.path.abspath(d) for d in projects_dirs(self.dirs)]
+        tops = [os.path.abspath(d) for d in self._log_dirs()]
         found: set[str] = set()
         for raw in paths:
             path = os.path.abspath(raw)
@@ -405,10 +416,12 @@ class Scanner(Generic[DestinationT]):
     def _run(self, work: Work, total: int, now: float) -> Iterator[_Batch]:
         """Yield each group's batch, from a process pool when it pays off."""
         limit = self.max_line_bytes
+        agents = self._agents()
         pooled = pool_for(work, total, now=now, max_line_bytes=limit, workers=self.workers,
-                          parser_nice=self.parser_nice, parallel_min_bytes=self.parallel_min_bytes)
+                          parser_nice=self.parser_nice, parallel_min_bytes=self.parallel_min_bytes,
+                          agents=agents)
         if pooled is None:
-            yield from (read_files(g, now, limit) for g in work)
+            yield from (read_files(g, now, limit, agents) for g in work)
             return
         pooled.submit(work)
         yield from pooled.batches()
@@ -418,9 +431,13 @@ class Scanner(Generic[DestinationT]):
         for path, why in batch.errors:
             self._problem("transcript_unreadable", path, why)
         result.unreadable.extend(batch.errors)
-        tops = [os.path.abspath(top) for top in self.dirs]  # once, not per file (a getcwd each)
-        seen = [Appearance(path, _root_of(path, tops), session, keys)
-                for path, session, keys in batch.seen]
+        # Once, not per file (a getcwd each).
+        tops = [os.path.abspath(root.path) for root in self.roots]
+        agents = {top: root.agent for top, root in zip(tops, self.roots, strict=True)}
+        seen = []
+        for path, session, keys in batch.seen:
+            root = _root_of(path, tops)
+            seen.append(Appearance(path, root, session, keys, agents.get(root, CLAUDE)))
         by_root: RootLines = {}
         for path, counts, nbytes in batch.by_file:
             root = _root_of(path, tops)

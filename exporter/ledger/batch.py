@@ -22,6 +22,7 @@ class Batch:
     hists: list[HistRow] = field(default_factory=list)
     late: int = 0
     roots: dict[str, int] = field(default_factory=dict)
+    agents: dict[str, str] = field(default_factory=dict)  # root path -> whose logs it holds
     ids: dict[str, int] = field(default_factory=dict)
     new_ids: list[int] = field(default_factory=list)
     rows: dict[int, Request] = field(default_factory=dict)  # every touched row, as it will be
@@ -45,5 +46,6 @@ class Batch:
         """The public result."""
         return Applied(self.new, self.upgraded, self.lines, self.rejected, self.bytes_read,
                        self.counts, self.hists, self.late, self.roots, len(self.new),
-                       len(self.upgraded), self.iterations, self.mended, self.folders)
+                       len(self.upgraded), self.iterations, self.mended, self.folders,
+                       self.agents)
 

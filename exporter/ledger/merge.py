@@ -83,8 +83,9 @@ def finish(db: sqlite3.Connection, batch: Batch, parsed: Parsed,
     added = len(new_keys)
     batch.folders = {folder for app in appearances if (folder := folder_of(app.path, app.root))}
     db.executemany(
-        "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?)",
-        [(c.path, c.dev, c.ino, c.size, c.offset, c.fp_len, c.fingerprint, c.mtime_ns)
+        "INSERT OR REPLACE INTO checkpoints (path, dev, ino, size, offset, fp_len, fingerprint, "
+        "mtime_ns, carry) VALUES (?,?,?,?,?,?,?,?,?)",
+        [(c.path, c.dev, c.ino, c.size, c.offset, c.fp_len, c.fingerprint, c.mtime_ns, c.carry)
          for c in checkpoints])
     counts = parsed.counts
     batch.lines = {
@@ -104,9 +105,10 @@ def finish(db: sqlite3.Connection, batch: Batch, parsed: Parsed,
     root_counts.add(db, by_root, new_keys, appearances, whole=counts, bytes_read=bytes_read)
 
 
-def root_bit(db: sqlite3.Connection, root: str, batch: Batch) -> int:
+def root_bit(db: sqlite3.Connection, root: str, batch: Batch, agent: str = "claude") -> int:
     """The bit of a transcript root in ``requests.roots``, noted in the batch's result."""
-    bit = batch.roots[root] = stored_rows.root_bit(db, root)
+    bit = batch.roots[root] = stored_rows.root_bit(db, root, agent)
+    batch.agents[root] = agent
     return bit
 
 
@@ -138,7 +140,7 @@ def _merge(db: sqlite3.Connection, parsed: Parsed) -> Batch:
 def _provenance(db: sqlite3.Connection, appearances: Sequence[Appearance], batch: Batch) -> None:
     """Files, roots bits and sessions' last times of the batch's appearances (in memory)."""
     for app in appearances:
-        bit = root_bit(db, app.root, batch)
+        bit = root_bit(db, app.root, batch, app.agent)
         fid = _file_id(db, app, batch)
         ids = [batch.ids[k] for k in app.keys if k in batch.ids]
         for rid in ids:

@@ -91,8 +91,8 @@ def apply(db: sqlite3.Connection, transaction: Transaction, state: staging.Pass,
         with transaction():
             batch = Batch()
             # Once per root, not per file (a month's batch holds a hundred files).
-            bits = {root: merge.root_bit(db, root, batch)
-                    for root in dict.fromkeys(app.root for app in appearances)}
+            bits = {root: merge.root_bit(db, root, batch, agent)
+                    for root, agent in dict.fromkeys((a.root, a.agent) for a in appearances)}
             new, changed, new_keys = staging.stage(db, parsed, appearances, bits, state, due=due)
             merge.finish(db, batch, parsed, checkpoints, bytes_read=bytes_read,
                          new_keys=new_keys, appearances=appearances, by_root=by_root)

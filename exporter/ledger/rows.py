@@ -59,9 +59,14 @@ def roots_mask(db: sqlite3.Connection, rid: int) -> int:
     return int(row[0]) if row else 0
 
 
-def root_bit(db: sqlite3.Connection, root: str) -> int:
-    """The bit of a transcript root in ``requests.roots`` (the root is added on first use)."""
-    db.execute("INSERT OR IGNORE INTO roots (path) VALUES (?)", (root,))
+def root_bit(db: sqlite3.Connection, root: str, agent: str = "claude") -> int:
+    """The bit of a transcript root in ``requests.roots`` (the root is added on first use).
+
+    ``agent`` is whose logs the root holds; a root first counted by its line
+    counters alone (:mod:`exporter.ledger.root_counts`) gets it here.
+    """
+    db.execute("INSERT INTO roots (path, agent) VALUES (?, ?) ON CONFLICT (path) DO UPDATE "
+               "SET agent = excluded.agent WHERE agent != excluded.agent", (root, agent))
     rid = int(db.execute("SELECT id FROM roots WHERE path = ?", (root,)).fetchone()[0])
     return 1 << (min(rid, MAX_ROOT_BITS) - 1)
 

@@ -1,4 +1,4 @@
-"""Every table of the ledger file (schema v4), and the in-place migrations from v1, v2 and v3.
+"""Every table of the ledger file (schema v5), and the in-place migrations from v1 to v4.
 
 The requests and their provenance, counters, meta and rollups (:data:`SCHEMA`,
 with the usage slots' tables, :data:`SLOT_TABLES`); the attribution day sums
@@ -108,7 +108,8 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     service_tier TEXT NOT NULL, inference_geo TEXT NOT NULL, speed TEXT NOT NULL,
     recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
     context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0,
-    {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)})"""
+    {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)},
+    reasoning INTEGER NOT NULL DEFAULT 0)"""
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
 # into an empty ledger drops it and builds it once (exporter.ledger.raw_pass),
@@ -130,8 +131,10 @@ SCHEMA: Final = (
     "WHERE gap IS NOT NULL",
     """CREATE TABLE IF NOT EXISTS checkpoints (
     path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, size INTEGER, offset INTEGER,
-    fp_len INTEGER, fingerprint TEXT, mtime_ns INTEGER)""",
-    "CREATE TABLE IF NOT EXISTS roots (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE)",
+    fp_len INTEGER, fingerprint TEXT, mtime_ns INTEGER, carry TEXT NOT NULL DEFAULT '')""",
+    # agent: whose logs the root holds (exporter.ingest.formats: "claude", "codex").
+    "CREATE TABLE IF NOT EXISTS roots (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, "
+    "agent TEXT NOT NULL DEFAULT 'claude')",
     """CREATE TABLE IF NOT EXISTS files (
     id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, root INTEGER, session TEXT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS files_session ON files (session)",
@@ -245,6 +248,15 @@ def migrate_v1(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE requests_v1")
 
 
+# v5's columns: Codex turns' reasoning tokens, a file's parser state carried between reads
+# (exporter.ingest.codex), and whose logs a root holds.
+_V5_COLUMNS: Final = (
+    ("requests", "reasoning", "INTEGER NOT NULL DEFAULT 0"),
+    ("checkpoints", "carry", "TEXT NOT NULL DEFAULT ''"),
+    ("roots", "agent", "TEXT NOT NULL DEFAULT 'claude'"),
+)
+
+
 def create(db: sqlite3.Connection) -> None:
     """Create what is missing of the schema (inside the caller's transaction).
 
@@ -259,6 +271,9 @@ def create(db: sqlite3.Connection) -> None:
     for column in ATTRIBUTION:
         if column not in have:
             db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+    for table, column, kind in _V5_COLUMNS:  # v5: a second agent's logs (no row rewritten)
+        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     if not set(ATTRIBUTION) <= have:  # any attribution sums kept were of other columns
         db.execute("DELETE FROM slot_meta WHERE name = ?", (ATTR_DAYS_META,))
 

@@ -212,7 +212,8 @@ class Ledger:
     def checkpoints(self) -> dict[str, Checkpoint]:
         """Every file's checkpoint, by path."""
         rows = self.read(
-            "SELECT path, dev, ino, size, offset, fp_len, fingerprint, mtime_ns FROM checkpoints")
+            "SELECT path, dev, ino, size, offset, fp_len, fingerprint, mtime_ns, carry "
+            "FROM checkpoints")
         return {r[0]: Checkpoint(*r) for r in rows}
 
     def requests(
@@ -254,6 +255,10 @@ class Ledger:
     def root_ids(self) -> dict[str, int]:
         """Every transcript root the ledger knows, with its id."""
         return {path: rid for rid, path in self.read("SELECT id, path FROM roots")}
+
+    def root_agents(self) -> dict[str, str]:
+        """Every root the ledger knows, with whose logs it holds (``claude``, ``codex``)."""
+        return dict(self.read("SELECT path, agent FROM roots"))
 
     def root_bits(self) -> dict[str, int]:
         """Every transcript root the ledger knows, with its bit in ``requests.roots``."""
