@@ -115,6 +115,9 @@ class Request(NamedTuple):
     # Output tokens spent reasoning, a part of ``output`` (Codex writes them apart; Claude
     # Code does not): shown on their own, never added again.
     reasoning: int = 0
+    # The model's context window as the log states it (Codex's ``model_context_window``;
+    # 0: not stated): a prompt's share of it is a figure of its own.
+    context_window: int = 0
     # Set by the ledger only: seconds since the latest earlier main request of any
     # transcript holding this one (None: first of its conversation, or not main).
     gap: float | None = None
@@ -147,6 +150,7 @@ def merge(a: Request, b: Request) -> Request:
         max(a.recorded_cost_usd, b.recorded_cost_usd), max(a.web_search, b.web_search),
         a.skill or b.skill, a.plugin or b.plugin, a.mcp_server or b.mcp_server,
         a.agent or b.agent, a.effort or b.effort, max(a.reasoning, b.reasoning),
+        max(a.context_window, b.context_window),
     )
 
 

@@ -262,7 +262,8 @@ class _Reader:
             self.into.counts.mended[MendKind.MODEL_ASSUMED] += 1
         self.into.add(Request(
             key, ts, state.model or FALLBACK_MODEL, state.session, state.cwd, Source.MAIN,
-            max(inp - cached, 0), out, cached, 0, 0, reasoning=reasoning))
+            max(inp - cached, 0), out, cached, 0, 0, reasoning=reasoning,
+            context_window=_window(info.model_context_window)))
         return None
 
 
@@ -294,6 +295,11 @@ def _turn(state: Carry, info: _Info) -> tuple[str, tuple[int, int, int, int]] | 
             t - b for t, b in zip(totals, before, strict=True))
     state.totals = totals
     return _key(state, str(state.run), totals), last  # type: ignore[return-value]
+
+
+def _window(value: int | None) -> int:
+    """A stated context window, if it is a plausible one (0: none)."""
+    return value if value is not None and 0 < value < 1 << 40 else 0
 
 
 def _key(state: Carry, run: str, counts: tuple[int, ...]) -> str:

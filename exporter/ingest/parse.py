@@ -53,7 +53,7 @@ FUTURE_SLACK_SECONDS: Final = 86_400.0  # a day: any time zone mix-up, any skew 
 _Draft = list[Any]
 """A request being folded: its fields in ``Request`` order (``gap`` last, unset)."""
 _TS, _SESSION, _SOURCE, _INPUT, _OUTPUT, _READ, _W5M, _W1H = 1, 3, 5, 6, 7, 8, 9, 10
-_COST, _SEARCHES, _ATTRIBUTION, _GAP = 14, 15, 16, 22  # attribution: 16 to 20; 21 reasoning
+_COST, _SEARCHES, _ATTRIBUTION, _GAP = 14, 15, 16, 23  # attribution: 16 to 20; 21, 22: Codex's
 _NO_LABELS: Final = ("", "", "", "", "")
 # Looked up once, not per line: ``datetime.fromisoformat`` makes a bound method at each look-up.
 _from_iso: Final = datetime.fromisoformat
@@ -218,7 +218,7 @@ def _fold_common(  # noqa: PLR0911, PLR0917 - each return is a case; positional:
                 key, ts, msg.model or "", rec.sessionId or "", rec.cwd or "", source,
                 u.input_tokens, u.output_tokens, u.cache_read_input_tokens, w5, w1h,
                 u.service_tier or "", u.inference_geo or "", u.speed or "",
-                recorded_cost(cost) if cost is not None else 0.0, searches, *labels, 0, None]
+                recorded_cost(cost) if cost is not None else 0.0, searches, *labels, 0, 0, None]
             return True
         s = drafts[key] = _draft_of(old)  # known from an earlier batch
     if ts <= s[_TS] and (ts < s[_TS] or (rec.sessionId or "") < s[_SESSION]):

@@ -38,7 +38,8 @@ from exporter.sqlite import sqlite3
 
 APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
 SCHEMA_VERSION: Final = 5  # 3: the attribution columns (schema.create); 4: root_counters;
-# 5: a second agent's logs (requests.reasoning, checkpoints.carry, roots.agent)
+# 5: a second agent's logs (requests.reasoning and context_window,
+# checkpoints.carry, roots.agent)
 
 
 def open_file(path: Path, file_health: Health, lock: threading.RLock, *, readonly: bool,

@@ -109,7 +109,7 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
     context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0,
     {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)},
-    reasoning INTEGER NOT NULL DEFAULT 0)"""
+    reasoning INTEGER NOT NULL DEFAULT 0, context_window INTEGER NOT NULL DEFAULT 0)"""
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
 # into an empty ledger drops it and builds it once (exporter.ledger.raw_pass),
@@ -248,10 +248,11 @@ def migrate_v1(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE requests_v1")
 
 
-# v5's columns: Codex turns' reasoning tokens, a file's parser state carried between reads
-# (exporter.ingest.codex), and whose logs a root holds.
+# v5's columns: Codex turns' reasoning tokens and context window, a file's parser state
+# carried between reads (exporter.ingest.codex), and whose logs a root holds.
 _V5_COLUMNS: Final = (
     ("requests", "reasoning", "INTEGER NOT NULL DEFAULT 0"),
+    ("requests", "context_window", "INTEGER NOT NULL DEFAULT 0"),
     ("checkpoints", "carry", "TEXT NOT NULL DEFAULT ''"),
     ("roots", "agent", "TEXT NOT NULL DEFAULT 'claude'"),
 )

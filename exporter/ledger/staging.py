@@ -39,7 +39,7 @@ RAW_PASS: Final = "raw_pass"  # meta name: a raw pass began and is not yet deriv
 
 _FIELDS: Final = Request._fields
 _MAXED: Final = ("source", "input", "output", "cache_read", "cache_write_5m", "cache_write_1h",
-                 "recorded_cost_usd", "web_search", "reasoning")
+                 "recorded_cost_usd", "web_search", "reasoning", "context_window")
 _DESCRIPTIVE: Final = ("ts", "model", "session", "project", "service_tier", "inference_geo",
                        "speed")
 _TOKENS: Final = ("input", "cache_read", "cache_write_5m", "cache_write_1h")
