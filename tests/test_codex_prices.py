@@ -16,9 +16,13 @@ from genai_prices.data import providers
 
 from exporter.cli.commands import main
 from exporter.ingest import codex
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.facts import Facts
+from exporter.projections.figures import summary
 from exporter.projections.prices import genai_table as genai
 from exporter.projections.pricing import RateTable
 from exporter.records import Request
+from tests.support import report_ledgers
 from tests.support.paths import ROOT
 from tests.support.records import request
 
@@ -172,6 +176,34 @@ def test_priority_tier_from_the_date_genai_prices_gives_it(pricing: RateTable) -
     july = total(pricing, turn("gpt-5.4", JULY, *small))
     assert total(pricing, turn("gpt-5.4", JULY, *small, tier="priority")) == pytest.approx(july)
     assert total(pricing, turn("gpt-5.4", NOVEMBER, *small, tier="default")) == standard
+
+
+def test_sums_price_tiers_and_the_272k_tier_as_requests_do(pricing: RateTable,
+                                                          tmp_path: Path) -> None:
+    """A report's sums (slots and raw requests) price each tier and size as each request."""
+    prices = ClassPrices.of(pricing)
+    assert 272_000 in prices.thresholds
+    shapes = [(5_000, 60_000, 800), (9_000, 280_000, 1_200)]  # under and over 272k
+    requests = [
+        request(f"k{i}", when.timestamp() + 60.0 * i, session=f"s{i % 3}", model=model,
+                input=inp, cache_read=read, output=out, service_tier=tier)
+        for i, (when, model, tier, (inp, read, out)) in enumerate(
+            (w, m, t, sh) for w in (JULY, NOVEMBER)
+            for m in ("gpt-5.4", "gpt-5.5", "claude-opus-4-6")
+            for t in ("", "default", "priority", "flex") for sh in shapes)]
+
+    def run(sel: Any) -> dict[str, Any]:
+        return summary(sel, prices, kv_bytes_per_token={}, upload_bytes_per_token=4.0,
+                       lines={}, rejected={}).to_json()
+
+    slotted = report_ledgers.select(report_ledgers.slotted(requests, prices.thresholds))
+    assert Facts(slotted, prices).slotted  # the slot sums answer, not the requests
+    from_slots = run(slotted)
+    with report_ledgers.real(requests, tmp_path) as ledger:
+        assert run(report_ledgers.select(ledger)) == from_slots
+    want = sum(total(pricing, r) for r in requests)
+    assert from_slots["totals"]["cost_usd"] == pytest.approx(want, abs=1e-6)
+    assert from_slots["totals"]["unpriced_tokens"] == 0
 
 
 def test_claude_prices_are_what_the_anthropic_data_alone_gives() -> None:
