@@ -377,7 +377,7 @@ def test_a_second_long_context_threshold_prices_the_same_from_slots(tmp_path: Pa
               "long_context": {"input": 2.0, "output": 3.0, "cache_read": 0.2,
                                "cache_write_5m": 2.5, "cache_write_1h": 4.0}}
     prices = ClassPrices.of(RateTable.load({"models": {"claude-test-1": family}}))
-    assert prices.thresholds == (100_000, 200_000)
+    assert prices.thresholds[:2] == (100_000, 200_000)  # then OpenAI's 272k
     requests = [req(f"k{i}", 1.8e9 + 7.0 * i, model=rng_model, cache_read=ctx)
                 for i, (rng_model, ctx) in enumerate(
                     [("claude-test-1", 90_000), ("claude-test-1", 150_000),

@@ -2,12 +2,14 @@
 
 Where prices come from (docs/figures.md, "Prices"): the genai-prices database,
 read once at start into plain float rates per model family and price period
-(``prices.genai_table``); our rules fill its gaps (``exporter/data/pricing.toml``:
-US-only inference ×1.1, batch ×0.5, fast-mode multipliers it lacks, a missing
-long-context tier); the user's config overrides win over both
-(``prices.rules``). A model id is normalised (provider prefix, version and date
-suffixes removed, ``prices.model_ids``) and matched EXACTLY to a family key: an id
-that matches nothing is unpriced, never guessed and never $0.
+(``prices.genai_table``): Anthropic's models (Claude Code) and OpenAI's (Codex,
+with their own service-tier prices); our rules fill its gaps
+(``exporter/data/pricing.toml``: US-only inference ×1.1, batch ×0.5, fast-mode
+multipliers it lacks, a missing long-context tier, Codex's fallback model); the
+user's config overrides win over both (``prices.rules``). A model id is
+normalised (provider prefix, version and date suffixes removed,
+``prices.model_ids``) and matched EXACTLY to a family key: an id that matches
+nothing is unpriced, never guessed and never $0.
 
 Per-request pricing is two dict lookups and, for the few families whose prices
 change on a date, one bisect; both caches are bounded.
@@ -99,10 +101,11 @@ class RateTable:
         self.meta = dict(meta or {})
         self._clock = clock
         # Memos for the hot path: raw id -> family (bounded), and per rate class.
-        # A rate class key holds only bounded values (family, period, factors), so
+        # A rate class key holds only bounded values (family, period, factors, a service
+        # tier the family's data names), so
         # that memo is bounded by the table itself, whatever the transcripts say.
         self._families: dict[str, Family | None] = {}
-        self._rates: dict[tuple[str, int, bool, float, float, bool], Rates] = {}
+        self._rates: dict[tuple[str, int, bool, float, float, bool, str], Rates] = {}
         self._by_labels: dict[
             tuple[str, str, str, str], tuple[Family | None, tuple[Rates, ...]]] = {}
 
@@ -142,7 +145,10 @@ class RateTable:
             pass
         if len(model) > MAX_MODEL_ID:
             return None  # not a real id; not remembered either
-        key = self.keys.get(normalise_model_id(model))
+        # The id as written first: a few OpenAI snapshots are priced apart from the
+        # family their normalised id names (a Claude id as written is a key only if
+        # it is already normalised: the same family either way).
+        key = self.keys.get(model.strip().lower()) or self.keys.get(normalise_model_id(model))
         found = None if key is None else self.families[key]
         if len(self._families) >= MAX_CACHED_IDS:
             self._families.clear()
@@ -221,19 +227,27 @@ class RateTable:
     def _class_rates(
         self, fam: Family, period: int, long_context: bool, labels: tuple[str, str, str]
     ) -> Rates:
-        """Memoised rates of one price class; ``labels`` is (inference_geo, service_tier, speed)."""
+        """Memoised rates of one price class; ``labels`` is (inference_geo, service_tier, speed).
+
+        A service tier the period prices on its own (OpenAI's priority, flex…)
+        bills at those rates; any other tier at the standard rates times its
+        multiplier (our rules: batch ×0.5).
+        """
         geo, tier, speed = labels
         g = self._geo.get(geo) or self._geo.get(geo.lower(), 1.0)
-        t = self._tier.get(tier) or self._tier.get(tier.lower(), 1.0)
         fast = speed == "fast" or (speed != "" and speed.lower() == "fast")
         price = fam.periods[period]
+        own = tier.lower() if price.tiers and tier else ""
+        if own and price.tier(own) is None:
+            own = ""
+        t = 1.0 if own else (self._tier.get(tier) or self._tier.get(tier.lower(), 1.0))
         long_context = long_context and price.long_context is not None
-        key = (fam.key, period, long_context, g, t, fast)
+        key = (fam.key, period, long_context, g, t, fast, own)
         try:
             return self._rates[key]
         except KeyError:
             pass
-        result = price.select(long_context, fast).scaled(g * t)
+        result = price.select(long_context, fast, own).scaled(g * t)
         self._rates[key] = result
         return result
 

@@ -2,77 +2,77 @@
 
 genai-prices knows every Anthropic model with its 5-minute and 1-hour cache-write
 prices, long-context tiers, prices that change on a date, fast-mode and
-web-search prices, and it makes no network call unless asked. Its ``calc_price``
-works in Decimals through pydantic types, far too slow to call per request,
-so we read its data ONCE into plain float rates per family and period
-(``Family``), and price requests with those.
+web-search prices, and every OpenAI model (what Codex runs) with its cached-input
+price, long-context tier and service-tier (priority, flex…) prices; it makes no
+network call unless asked. Its ``calc_price`` works in Decimals through pydantic
+types, far too slow to call per request, so we read its data ONCE into plain
+float rates per family and period (``Family``), and price requests with those.
 
-Importing its data (a 1.6 MB module, and httpx for its updater) would be most
-of a warm ``report``'s time (docs/benchmarks.md); so the table is cached as a small JSON
-file, keyed by the installed data file (path, size, mtime) and by the content
-of the code that builds and reads the table, and genai-prices is imported only
-to rebuild it. Each key has its own file (a few kB; the newest few are kept):
-two installs or source trees sharing a cache directory do not rebuild each
-other's table on every other run.
+Importing its data is slow, so the table is cached on disk
+(``prices.table_cache``) and genai-prices is imported only to rebuild it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import os
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from importlib import metadata, util
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from exporter.projections.prices import model_ids as model_ids_module
 from exporter.projections.prices import rates as rates_module
+from exporter.projections.prices import table_cache
 from exporter.projections.prices.model_ids import is_family_key, normalise_model_id
-from exporter.projections.prices.rates import Family, ModelPrice, Rates
+from exporter.projections.prices.rates import Family, ModelPrice, PriceData, Rates, TierPrice
+from exporter.projections.prices.table_cache import CACHE_KEEP, CACHE_PREFIX, default_cache_dir
 
 if TYPE_CHECKING:  # imported lazily at run time: see the module docstring
     from genai_prices import types as gp
 
+__all__ = [
+    "CACHE_KEEP", "CACHE_PREFIX", "PACKAGE", "PROVIDERS", "PriceData", "PriceUpdateError",
+    "bundled", "cache_file", "default_cache_dir", "fetch_latest", "from_providers",
+]
+
 PACKAGE: Final = "genai-prices"
-PROVIDER: Final = "anthropic"  # list prices: Bedrock/Vertex ids are matched to these
-CACHE_PREFIX: Final = "genai-prices-table-"  # + the first hex digits of the key, + ".json"
-CACHE_KEEP: Final = 8  # cache files kept (newest first); older keys are removed on a write
-_SCHEMA: Final = 2  # bump when the cached table's shape or meaning changes
+# Whose list prices we read, in order (an id both named would take the first's price):
+# Anthropic's (Bedrock/Vertex ids are matched to these) and OpenAI's (Codex's models).
+PROVIDERS: Final = ("anthropic", "openai")
+DATED_PROVIDER: Final = "anthropic"  # ``data_date`` is the newest date of its prices
+# An OpenAI family key: a normalised id ("gpt-5-4", "o4-mini"), or a dated snapshot's
+# own lowercase id where its price differs from its alias's ("gpt-4o-2024-05-13");
+# Anthropic's are ``model_ids.is_family_key``'s ("claude-" and a version).
+_OPENAI_KEY: Final = re.compile(r"[a-z0-9][a-z0-9.-]{0,99}")
 # The modules whose code decides what the table holds and how it is read back
 # (their paths from the modules themselves: a renamed file cannot drop out of the key).
-_BUILDERS: Final = (__file__, rates_module.__file__, model_ids_module.__file__)
+_BUILDERS: Final = (__file__, rates_module.__file__, model_ids_module.__file__,
+                    table_cache.__file__)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _FAST: Final = {"speed": "fast"}
+_TIER: Final = "service_tier"
+_STANDARD_TIER: Final = "default"  # OpenAI's name for the standard prices
 
 
 class PriceUpdateError(RuntimeError):
     """Fetching the newest price data failed; the message says why and what stays in use."""
 
 
-@dataclass(frozen=True, slots=True)
-class PriceData:
-    """The priced families, the ids that name them, and where the data came from."""
-
-    families: Mapping[str, Family]
-    keys: Mapping[str, str]  # normalised model id -> family key
-    meta: Mapping[str, str] = field(default_factory=dict)
-
-
 class _UnsupportedError(ValueError):
     """A model whose prices our table cannot represent exactly (it stays unpriced)."""
 
 
-def default_cache_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_CACHE_HOME/claude-code-exporter`` (default ``~/.cache/…``)."""
-    base = env.get("XDG_CACHE_HOME", "").strip()
-    root = Path(base) if base else Path.home() / ".cache"
-    return root / "claude-code-exporter"
+def cache_file(cache_dir: Path, stamp: str | None = None) -> Path | None:
+    """Where the table of the installed data (or of ``stamp``) is cached; None: not at all."""
+    return table_cache.cache_file(cache_dir, _stamp() if stamp is None else stamp)
+
+
+def _stamp() -> str | None:
+    """Identity of the installed data and of this code (``table_cache.stamp``)."""
+    return table_cache.stamp(_BUILDERS)
 
 
 def bundled(cache_dir: Path | None) -> PriceData:
@@ -86,9 +86,9 @@ def bundled(cache_dir: Path | None) -> PriceData:
     if stamp is None:
         return PriceData({}, {}, {"package": PACKAGE, "version": "", "data_date": "",
                                   "origin": "not installed"})
-    path = None if cache_dir is None else cache_file(cache_dir, stamp)
+    path = None if cache_dir is None else table_cache.cache_file(cache_dir, stamp)
     if path is not None:
-        cached = _read_cache(path, stamp)
+        cached = table_cache.read_cache(path, stamp)
         if cached is not None:
             return cached
     try:
@@ -99,7 +99,7 @@ def bundled(cache_dir: Path | None) -> PriceData:
         return PriceData({}, {}, {"package": PACKAGE, "version": _version(), "data_date": "",
                                   "origin": f"unusable ({type(exc).__name__}: {exc})"})
     if path is not None:
-        _write_cache(path, stamp, data)
+        table_cache.write_cache(path, stamp, data)
     return data
 
 
@@ -132,32 +132,45 @@ def fetch_latest(url: str | None = None, timeout: float = 10.0) -> PriceData:
 
 def from_providers(providers: Sequence[gp.Provider], *, origin: str) -> PriceData:
     """Build the table from genai-prices providers (its bundled list or a fetched one)."""
-    provider = next((p for p in providers if p.id == PROVIDER), None)
-    if provider is None:
-        raise ValueError(f"no {PROVIDER!r} provider in the price data")
+    by_id = {p.id: p for p in providers}
+    if DATED_PROVIDER not in by_id:
+        raise ValueError(f"no {DATED_PROVIDER!r} provider in the price data")
     families: dict[str, Family] = {}
     keys: dict[str, str] = {}
     skipped: list[str] = []
-    for info in provider.models:
-        key = normalise_model_id(info.id)
-        if not is_family_key(key) or key in families:
-            continue  # e.g. "claude-v1": no version, and not a model Claude Code runs
-        try:
-            families[key] = _family(key, info)
-        except _UnsupportedError:
-            skipped.append(info.id)
-            continue
-        for name in sorted(_match_keys(info) | {key}):
-            keys.setdefault(name, key)  # the first model in data order wins, as in genai-prices
+    for name in (n for n in PROVIDERS if n in by_id):
+        fits = is_family_key if name == DATED_PROVIDER else _is_openai_key
+        for info in by_id[name].models:
+            key = normalise_model_id(info.id)
+            spellings = _match_keys(info, fits) | {key}
+            if name != DATED_PROVIDER and key in families:
+                # A dated snapshot priced apart from its alias ("gpt-4o-2024-05-13"): its
+                # own id, matched exactly (RateTable looks an id up as written first).
+                key = info.id.strip().lower()
+                spellings = {key}
+            if not fits(key) or key in families:
+                continue  # e.g. "claude-v1": no version, and not a model Claude Code runs
+            try:
+                families[key] = _family(key, info)
+            except _UnsupportedError:
+                skipped.append(info.id)
+                continue
+            for spelling in sorted(spellings):  # the first model in data order wins, as in
+                keys.setdefault(spelling, key)  # genai-prices
     meta = {
         "package": PACKAGE,
         "version": _version(),
-        "data_date": max((d.isoformat() for d in _dates(provider)), default=""),
+        "data_date": max((d.isoformat() for d in _dates(by_id[DATED_PROVIDER])), default=""),
         "origin": origin,
     }
     if skipped:
         meta["skipped"] = ",".join(skipped)
     return PriceData(families, keys, meta)
+
+
+def _is_openai_key(name: str) -> bool:
+    """Whether ``name`` could be an OpenAI family key: letters, digits, dots and dashes."""
+    return _OPENAI_KEY.fullmatch(name) is not None
 
 
 def _version() -> str:
@@ -172,14 +185,25 @@ def _dates(provider: gp.Provider) -> Iterator[date]:
     """Every date from which some price of the provider applies."""
     for info in provider.models:
         with contextlib.suppress(_UnsupportedError):
-            yield from list(_start_dates(info, fast_only=False))
+            yield from list(_start_dates(info, priced_only=False))
 
 
-def _start_dates(info: gp.ModelInfo, *, fast_only: bool) -> Iterator[date]:
+def _priced(variant: gp.PriceVariant) -> bool:
+    """Whether our table holds the variant's prices: fast mode, and service tiers but the standard.
+
+    Batch is priced by our own ×0.5 rule (exporter/data/pricing.toml), so its
+    variants neither enter the table nor split its periods.
+    """
+    when = variant.when
+    if when == _FAST:
+        return True
+    return set(when) == {_TIER} and str(when[_TIER]).lower() != _STANDARD_TIER
+
+
+def _start_dates(info: gp.ModelInfo, *, priced_only: bool) -> Iterator[date]:
     """Start dates of the model's conditional prices and its variants' constraints.
 
-    ``fast_only`` keeps, of the variants, only fast mode's (we price batch by
-    our own ×0.5 rule, so batch dates do not split our periods).
+    ``priced_only`` keeps, of the variants, only those our table holds (``_priced``).
     """
     from genai_prices.types import ConditionalPrice, StartDateConstraint  # noqa: PLC0415
 
@@ -187,7 +211,7 @@ def _start_dates(info: gp.ModelInfo, *, fast_only: bool) -> Iterator[date]:
     if isinstance(info.prices, list):
         constraints += [c.constraint for c in info.prices if isinstance(c, ConditionalPrice)]
     for variant in info.price_variants or ():
-        if not fast_only or variant.when == _FAST:
+        if not priced_only or _priced(variant):
             constraints.append(variant.constraint)
     for constraint in constraints:
         if isinstance(constraint, StartDateConstraint):
@@ -196,7 +220,7 @@ def _start_dates(info: gp.ModelInfo, *, fast_only: bool) -> Iterator[date]:
             raise _UnsupportedError(f"{info.id}: {type(constraint).__name__}")
 
 
-def _match_keys(info: gp.ModelInfo) -> set[str]:
+def _match_keys(info: gp.ModelInfo, fits: Callable[[str], bool]) -> set[str]:
     """Family keys the model's match rules name exactly (``equals``, ``starts_with``).
 
     Regex and substring rules are not turned into keys: an id must normalise to
@@ -215,18 +239,18 @@ def _match_keys(info: gp.ModelInfo) -> set[str]:
         elif isinstance(clause, ClauseStartsWith):
             found.add(clause.starts_with.rstrip("@-."))
     keys = {normalise_model_id(name) for name in found}
-    return {k for k in keys if is_family_key(k)}
+    return {k for k in keys if fits(k)}
 
 
 def _family(key: str, info: gp.ModelInfo) -> Family:
     """The model's prices as periods split at each date on which they change."""
-    starts = sorted(set(_start_dates(info, fast_only=True)))
-    has_fast = any(v.when == _FAST for v in info.price_variants or ())
+    starts = sorted(set(_start_dates(info, priced_only=True)))
+    variants = [v.when for v in info.price_variants or () if _priced(v)]
     periods: list[ModelPrice] = []
     begins: list[float] = []
     for day in [None, *starts]:
         when = _EPOCH if day is None else datetime(day.year, day.month, day.day, tzinfo=UTC)
-        price = _period(info, when, has_fast)
+        price = _period(info, when, variants)
         if periods and price == periods[-1]:
             continue  # a date that changes nothing we price (e.g. another field's variant)
         if day is not None:
@@ -235,19 +259,31 @@ def _family(key: str, info: gp.ModelInfo) -> Family:
     return Family(key, tuple(periods), tuple(begins), info.id)
 
 
-def _period(info: gp.ModelInfo, when: datetime, has_fast: bool) -> ModelPrice:
-    """Our price of one period: standard rates, long tier, fast-mode rates."""
+def _period(info: gp.ModelInfo, when: datetime, variants: Sequence[Mapping[str, str]]
+            ) -> ModelPrice:
+    """Our price of one period: standard rates, long tier, fast-mode and service-tier rates.
+
+    A variant that prices nothing differently on that date (one whose start
+    date is later) is left out: its requests bill at the standard rates, as
+    genai-prices bills them.
+    """
     standard = info.get_prices(when)
     rates, long_context, threshold = _convert(standard, info.id)
     fast = fast_long = None
-    if has_fast:
-        fast_price = info.get_prices(when, _FAST)
-        if fast_price != standard:
-            fast, fast_long, fast_threshold = _convert(fast_price, info.id)
-            if fast_long is not None and fast_threshold != threshold:
-                raise _UnsupportedError(f"{info.id}: fast-mode tier at another threshold")
+    tiers: list[TierPrice] = []
+    for variant in variants:
+        price = info.get_prices(when, variant)
+        if price == standard:
+            continue
+        own, own_long, own_threshold = _convert(price, info.id)
+        if own_long is not None and own_threshold != threshold:
+            raise _UnsupportedError(f"{info.id}: {variant} tier at another threshold")
+        if variant == _FAST:
+            fast, fast_long = own, own_long
+        else:
+            tiers.append(TierPrice(str(variant[_TIER]).lower(), own, own_long))
     return ModelPrice(rates, long_context, threshold if long_context else 200_000, 1.0,
-                      fast, fast_long)
+                      fast, fast_long, tuple(sorted(tiers, key=lambda t: t.name)))
 
 
 def _convert(price: gp.ModelPrice, name: str) -> tuple[Rates, Rates | None, int]:
@@ -290,6 +326,9 @@ def _convert(price: gp.ModelPrice, name: str) -> tuple[Rates, Rates | None, int]
 _KNOWN_KEYS: Final = frozenset({
     "input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok",
     "cache_write_5m_mtok", "cache_write_1h_mtok", "web_searches_kcount",
+    # OpenAI's price per 1,000 file-search calls: no log we read counts such calls (Codex
+    # writes none), so no figure of ours could carry it; known, and not read.
+    "storage_searches_kcount",
 })
 
 
@@ -337,124 +376,3 @@ def _decimal(value: object) -> Decimal:
     return value
 
 
-# --- the on-disk cache ------------------------------------------------------------
-
-
-def cache_file(cache_dir: Path, stamp: str | None = None) -> Path | None:
-    """Where the table of the installed data (or of ``stamp``) is cached; None: not at all."""
-    stamp = _stamp() if stamp is None else stamp
-    if not stamp:
-        return None
-    return cache_dir / f"{CACHE_PREFIX}{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
-
-
-def _stamp() -> str | None:
-    """Identity of the installed data and of this code; None when genai-prices is not installed.
-
-    The data: its data file's path, size and mtime (a reinstall changes them).
-    Our code: a hash of the modules that build and decode the table, so a new
-    exporter rebuilds it and a checkout that only touches mtimes does not. ""
-    when our own files cannot be read (a zip install): the table is then built
-    without a cache.
-    """
-    try:
-        spec = util.find_spec("genai_prices")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    data_file = Path(next(iter(spec.submodule_search_locations))) / "data.py"
-    try:
-        st = data_file.stat()
-    except OSError:
-        return None
-    code = hashlib.sha256()
-    try:
-        for path in _BUILDERS:
-            code.update(Path(path).read_bytes())
-    except OSError:
-        return ""
-    return f"{_SCHEMA}:{data_file}:{st.st_size}:{st.st_mtime_ns}:{code.hexdigest()}"
-
-
-def _read_cache(path: Path, stamp: str) -> PriceData | None:
-    """The cached table if it exists, is ours and matches ``stamp``; else None."""
-    try:
-        raw = json.loads(path.read_bytes())
-        if raw.get("stamp") != stamp:
-            return None
-        return _decode(raw)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return None  # unreadable or from another version: rebuilt and rewritten
-
-
-def _write_cache(path: Path, stamp: str, data: PriceData) -> None:
-    """Write the table atomically; a read-only or full disk only costs the speed-up."""
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".prices-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"stamp": stamp, **_encode(data)}, fh, separators=(",", ":"))
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _prune(path.parent)
-
-
-def _prune(cache_dir: Path) -> None:
-    """Keep the newest :data:`CACHE_KEEP` tables (other keys: other installs, older releases).
-
-    An older release's single ``genai-prices-table.json`` is left to it.
-    """
-    with contextlib.suppress(OSError):
-        tables = sorted(cache_dir.glob(f"{CACHE_PREFIX}*.json"),
-                        key=lambda p: p.stat().st_mtime_ns, reverse=True)
-        for old in tables[CACHE_KEEP:]:
-            old.unlink(missing_ok=True)
-
-
-def _encode(data: PriceData) -> dict[str, Any]:
-    """JSON form of the table (floats round-trip exactly through ``repr``)."""
-    def rates(r: Rates | None) -> list[float] | None:
-        return None if r is None else [*r.token_rates(), r.web_search_usd]
-
-    families = {
-        key: {
-            "name": fam.name,
-            "starts": list(fam.starts),
-            "periods": [
-                {"rates": rates(p.rates), "long": rates(p.long_context),
-                 "threshold": p.long_context_threshold, "fast": rates(p.fast),
-                 "fast_long": rates(p.fast_long_context)}
-                for p in fam.periods
-            ],
-        }
-        for key, fam in data.families.items()
-    }
-    return {"meta": dict(data.meta), "keys": dict(data.keys), "families": families}
-
-
-def _decode(raw: Mapping[str, Any]) -> PriceData:
-    """Inverse of :func:`_encode`; raises on any malformed part."""
-    def rates(value: Any) -> Rates | None:
-        if value is None:
-            return None
-        *tokens, web = (float(v) for v in value)
-        return Rates.of(tokens, web)
-
-    families = {}
-    for key, fam in raw["families"].items():
-        periods = []
-        for p in fam["periods"]:
-            base = rates(p["rates"])
-            if base is None:
-                raise ValueError("period without rates")
-            periods.append(ModelPrice(base, rates(p["long"]), int(p["threshold"]), 1.0,
-                                      rates(p["fast"]), rates(p["fast_long"])))
-        families[str(key)] = Family(str(key), tuple(periods),
-                                    tuple(float(s) for s in fam["starts"]), str(fam["name"]))
-    keys = {str(k): str(v) for k, v in raw["keys"].items() if v in families}
-    return PriceData(families, keys, {str(k): str(v) for k, v in raw["meta"].items()})

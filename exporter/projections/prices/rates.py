@@ -1,10 +1,10 @@
-"""Value types of the price table: rates, one price period, a family over time."""
+"""Value types of the price table: rates, one price period, a family over time, the table."""
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 RATE_NAMES: Final = ("input", "cache_write_5m", "cache_write_1h", "cache_read", "output")
@@ -63,11 +63,27 @@ class Rates:
 
 
 @dataclass(frozen=True, slots=True)
+class TierPrice:
+    """A service tier's own rates during one period (OpenAI's ``priority``, ``flex``…).
+
+    ``name`` is lowercase, as a usage record's ``service_tier`` spells it;
+    ``long_context`` is the tier's rates above the family's long-context
+    threshold (None: the tier bills flat whatever the prompt).
+    """
+
+    name: str
+    rates: Rates
+    long_context: Rates | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelPrice:
-    """A family's price during one period, long-context tier and fast mode included.
+    """A family's price during one period, long-context tier, fast mode and service tiers included.
 
     ``fast`` (and ``fast_long_context``) are fast-mode rates from the data; when
     the data has none, ``fast_multiplier`` scales the standard rates instead.
+    ``tiers`` are service tiers the data prices on their own (OpenAI's): a
+    request of such a tier bills at them instead of any tier multiplier.
     """
 
     rates: Rates
@@ -76,9 +92,24 @@ class ModelPrice:
     fast_multiplier: float = 1.0
     fast: Rates | None = None
     fast_long_context: Rates | None = None
+    tiers: tuple[TierPrice, ...] = ()
 
-    def select(self, long_context: bool, fast: bool) -> Rates:
-        """The rates of one request class, before geo and tier multipliers."""
+    def tier(self, name: str) -> TierPrice | None:
+        """The data's own price of service tier ``name`` (lowercase) in this period, if any."""
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        return None
+
+    def select(self, long_context: bool, fast: bool, tier: str = "") -> Rates:
+        """The rates of one request class, before geo and tier multipliers.
+
+        A ``tier`` this period prices on its own wins over fast mode (which is
+        Anthropic's, and no model has both).
+        """
+        own = self.tier(tier) if tier else None
+        if own is not None:
+            return own.long_context if long_context and own.long_context else own.rates
         if fast and self.fast is not None:
             if long_context and self.fast_long_context is not None:
                 return self.fast_long_context
@@ -108,3 +139,12 @@ class Family:
         """Lowest prompt size above which some period bills at a tier, or None."""
         found = [p.long_context_threshold for p in self.periods if p.long_context is not None]
         return min(found) if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class PriceData:
+    """The priced families, the ids that name them, and where the data came from."""
+
+    families: Mapping[str, Family]
+    keys: Mapping[str, str]  # normalised model id -> family key
+    meta: Mapping[str, str] = field(default_factory=dict)

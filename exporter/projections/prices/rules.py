@@ -7,7 +7,9 @@ in strength:
 
 - shipped **rules** fill gaps only: a family the database lacks, a long-context
   tier where the database has none, a fast-mode multiplier where the database
-  has no fast-mode price. The database wins wherever it has a figure;
+  has no fast-mode price, an id the database does not spell (an alias to a
+  family it prices; none when it does not). The database wins wherever it has
+  a figure;
 - the user's **overrides** win over both, in every period of the family.
 """
 
@@ -55,10 +57,13 @@ def apply(
                 out_families[family_key] = _patched(fam, patch, path, wins=wins)
         for key, target in _table(table.get("aliases", {}), "aliases").items():
             path = f"aliases.{key}"
+            name = _family_key(key, path)
             resolved = out_keys.get(target) if isinstance(target, str) else None
+            if not wins and isinstance(target, str) and (resolved is None or name in out_keys):
+                continue  # a rule: the data lacks the family, or spells the id itself
             if resolved is None:
                 raise _fail(path, f"alias target {target!r} is not a priced model")
-            out_keys[_family_key(key, path)] = resolved
+            out_keys[name] = resolved
         for field, factors in _parse_multipliers(table.get("multipliers", {})).items():
             multipliers.setdefault(field, {}).update(factors)
     return out_families, out_keys, multipliers
