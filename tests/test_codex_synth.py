@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,15 +98,26 @@ def test_a_fork_is_a_session_of_its_own(tmp_path: Path,
 
 
 def test_the_same_seed_writes_the_same_bytes(tmp_path: Path) -> None:
-    """One seed, one home, byte for byte; another seed, another home."""
-    def digest(home: Path, seed: int) -> str:
-        generate_home(home, CodexOptions(seed=seed, sessions=4))
-        h = hashlib.sha256()
-        for f in rollout_files(home):
-            h.update(str(f.relative_to(home)).encode() + f.read_bytes())
-        return h.hexdigest()
+    """One seed, one home, byte for byte, in processes of other hash seeds; another seed: not."""
+    code = (
+        "import hashlib, sys\n"
+        "from pathlib import Path\n"
+        "from exporter.synth.codex import CodexOptions, generate_home\n"
+        "home = Path(sys.argv[1])\n"
+        "generate_home(home, CodexOptions(seed=int(sys.argv[2]), sessions=4,"
+        " target_bytes=3_000_000))\n"
+        "h = hashlib.sha256()\n"
+        "for f in sorted(home.rglob('rollout-*.jsonl')):\n"
+        "    h.update(str(f.relative_to(home)).encode() + f.read_bytes())\n"
+        "print(h.hexdigest())\n")
 
-    assert digest(tmp_path / "a", 7) == digest(tmp_path / "b", 7) != digest(tmp_path / "c", 8)
+    def digest(name: str, seed: int, hash_seed: int) -> str:
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONHASHSEED": str(hash_seed)}
+        run = subprocess.run([sys.executable, "-c", code, str(tmp_path / name), str(seed)],
+                             env=env, capture_output=True, text=True, timeout=120, check=True)
+        return run.stdout
+
+    assert digest("a", 7, 1) == digest("b", 7, 2) != digest("c", 8, 1)
 
 
 def test_a_trap_can_be_left_out(tmp_path: Path) -> None:

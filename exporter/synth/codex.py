@@ -73,8 +73,10 @@ def generate_home(home: Path, options: CodexOptions = CodexOptions()) -> dict[st
     for features in assign_traps(max(1, options.sessions), options.traps):
         run.one(features)
     while options.target_bytes is not None and run.writer.bytes_written < options.target_bytes:
-        extra = {t for t in options.traps if rng.random() < 0.1}
-        run.one(frozenset(extra - set(_SOLO)))
+        extra = {t for t in TRAPS if t in options.traps and rng.random() < 0.1}  # in order
+        if "no_context" in extra:  # then no fork, no switch: see assign_traps
+            extra -= set(_SOLO) - {"no_context"}
+        run.one(frozenset(extra))
     return compute_truth(run.turns, run.writer.lines, run.files, run.latest_limits())
 
 
@@ -117,7 +119,7 @@ class _Run:
         rng, mean = self.rng, self.options.turns_per_session
         turns = max(2, rng.randint(max(1, mean // 2), max(2, mean * 3 // 2)))
         thread = self.sim.thread(self.ms, turns, features)
-        self.ms = thread.lines[-1].ms + rng.randint(600_000, 8 * 3600_000)
+        self.ms += rng.randint(600_000, 3 * 3600_000)  # threads overlap, as a busy user's do
         forks = [self.sim.fork(thread, self._cut(thread), rng.randint(1, 4), copy=kind == "fork")
                  for kind in ("fork", "fork_empty") if kind in features and
                  not features & _NO_FORK]

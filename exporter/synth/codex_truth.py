@@ -7,7 +7,10 @@ follows ``report --json`` where the meaning carries (docs/figures.md,
 "Codex"): ``input_tokens`` is the uncached input (input − cached),
 ``cache_read_tokens`` the cached part, no cache writes (0: Codex reports
 none), ``output_tokens`` with the reasoning included, and
-``reasoning_tokens`` on its own (the ledger's ``requests.reasoning``).
+``reasoning_tokens`` on its own (the ledger's ``requests.reasoning``), and
+``cost_usd``: the list price by genai-prices' own ``calc_price`` (OpenAI,
+on the turn's date; a turn of no named model as gpt-5), in exact 1e-9 USD
+until the final division.
 """
 
 from __future__ import annotations
@@ -15,9 +18,17 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Final
 
+from genai_prices import Usage, calc_price
+
+from exporter.ingest.codex import FALLBACK_MODEL
 from exporter.synth.codex_sim import Turn
+
+_PRICED_AS: Final = {FALLBACK_MODEL: "gpt-5"}  # the fallback's documented price
+_NANO: Final = Decimal(10) ** 9
 
 _FIELDS = ("requests", "input_tokens", "cache_read_tokens", "output_tokens", "reasoning_tokens")
 
@@ -47,9 +58,10 @@ def compute_truth(turns: Sequence[Turn], lines: Mapping[str, int],
     }
 
 
-def sums(turns: Iterable[Turn]) -> dict[str, int]:
+def sums(turns: Iterable[Turn]) -> dict[str, Any]:
     """Requests and tokens by kind of a group of turns (no cache writes: Codex has none)."""
     acc = dict.fromkeys(_FIELDS, 0)
+    nano = 0
     for t in turns:
         gross, cached, out, reasoning = t.usage
         acc["requests"] += 1
@@ -57,4 +69,18 @@ def sums(turns: Iterable[Turn]) -> dict[str, int]:
         acc["cache_read_tokens"] += cached
         acc["output_tokens"] += out
         acc["reasoning_tokens"] += reasoning
-    return {**acc, "cache_write_5m_tokens": 0, "cache_write_1h_tokens": 0}
+        nano += cost_nano_usd(t)
+    return {**acc, "cache_write_5m_tokens": 0, "cache_write_1h_tokens": 0,
+            "cost_usd": nano / 1e9}
+
+
+def cost_nano_usd(turn: Turn) -> int:
+    """One turn's list price in 1e-9 USD (genai-prices: cache reads are part of the input)."""
+    gross, cached, out, _reasoning = turn.usage
+    price = calc_price(Usage(input_tokens=gross, cache_read_tokens=cached, output_tokens=out),
+                       _PRICED_AS.get(turn.model, turn.model), provider_id="openai",
+                       genai_request_timestamp=datetime.fromtimestamp(turn.ms / 1000, UTC))
+    nano = price.total_price * _NANO
+    if nano != nano.to_integral_value():
+        raise ValueError(f"{turn.model}: a price below 1e-9 USD per request ({nano})")
+    return int(nano)
