@@ -7,14 +7,15 @@ print. ``generate(root, GenOptions(codex_sessions=N))`` writes such a home at
 ``root/codex`` beside the Claude Code tree and puts its truth under the
 ``"codex"`` key of ``root/truth.json``.
 
-Every trap of :data:`~exporter.synth.codex_sim.TRAPS` goes to at least one
-thread (when there are enough threads; a trap is left out with ``traps``):
-repeated events, compactions, ``info: null``, snapshot copies (a prefix of a
-growing thread's file under a later file name and day), archived copies
-(``archived_sessions/``, beside the original or moved there), resumes, forks
-(with and without the parent's history), threads with no ``turn_context``
-(the model unknown), model switches, missing plan windows. One
-``random.Random`` drives everything: a seed gives byte-identical files.
+Every trap of ``options.traps`` (default :data:`~exporter.synth.codex_sim.DEFAULT_TRAPS`)
+goes to at least one thread: repeated events, compactions, ``info: null``,
+snapshot copies (a prefix of a growing thread's file under a later file name
+and day, now and then cut mid-line), archived copies (``archived_sessions/``,
+beside the original or moved there), resumes, forks (with and without the
+parent's history; ``fork_nested``, not in the default mix: a fork of a fork),
+threads with no ``turn_context`` (the model unknown), model switches, missing
+plan windows. One ``random.Random`` drives everything: a seed gives
+byte-identical files.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from typing import Any, Final
 import msgspec
 
 from exporter.synth import codex_lines as cl
-from exporter.synth.codex_sim import TRAPS, Mark, Noise, Thread, ThreadSim, Turn
+from exporter.synth.codex_sim import DEFAULT_TRAPS, TRAPS, Mark, Noise, Thread, ThreadSim, Turn
 from exporter.synth.codex_truth import compute_truth
 
-__all__ = ["TRAPS", "CodexOptions", "generate_home"]
+__all__ = ["DEFAULT_TRAPS", "TRAPS", "CodexOptions", "generate_home"]
 
 _NO_FORK: Final = frozenset({"no_context"})  # a fork's own turns are found by turn_context
-_SOLO: Final = ("no_context", "fork", "fork_empty", "model_switch")  # kept apart
+_SOLO: Final = ("no_context", "fork", "fork_empty", "fork_nested", "model_switch")  # kept apart
 _COUNTED: Final = frozenset({"resume", "no_context", "model_switch", "snapshot", "archived",
                              "archived_moved"})  # a root thread's kinds in the truth's "files"
 
@@ -49,7 +50,7 @@ class CodexOptions:
     turns_per_session: int = 10  # mean user turns (each makes one to three requests)
     start: datetime = datetime(2026, 10, 1, tzinfo=UTC)
     target_bytes: int | None = None  # if set, add threads until the home is about this size
-    traps: frozenset[str] = field(default_factory=lambda: frozenset(TRAPS))
+    traps: frozenset[str] = DEFAULT_TRAPS
     utc_offset_minutes: int = 480  # the user's zone: file names and day folders are local
 
 
@@ -120,13 +121,18 @@ class _Run:
         turns = max(2, rng.randint(max(1, mean // 2), max(2, mean * 3 // 2)))
         thread = self.sim.thread(self.ms, turns, features)
         self.ms += rng.randint(600_000, 3 * 3600_000)  # threads overlap, as a busy user's do
-        forks = [self.sim.fork(thread, self._cut(thread), rng.randint(1, 4), copy=kind == "fork")
-                 for kind in ("fork", "fork_empty") if kind in features and
-                 not features & _NO_FORK]
+        kinds = [k for k in ("fork", "fork_empty", "fork_nested") if k in features]
+        forks = [self.sim.fork(thread, self._cut(thread), rng.randint(1, 4),
+                               copy=kind != "fork_empty")
+                 for kind in kinds if not features & _NO_FORK]
+        if "fork_nested" in features and forks:  # a sub-agent's sub-agent: a fork of the last
+            forks.append(self.sim.fork(forks[-1], self._cut(forks[-1]), rng.randint(1, 3),
+                                       copy=True, nested=True))
         self.writer.thread(thread, archived="archived" in features,
                            moved="archived_moved" in features)
-        if "snapshot" in features:
-            self.writer.snapshot(thread, self._cut(thread))
+        if "snapshot" in features:  # every other one caught mid-write: part of the next line
+            partial = 0.05 + 0.9 * rng.random() if self.files["snapshot"] % 2 == 0 else 0.0
+            self.writer.snapshot(thread, self._cut(thread), partial)
         for child in forks:
             self.writer.thread(child)
         for t in (thread, *forks):
@@ -169,18 +175,25 @@ class _HomeWriter:
         if archived or moved:
             self.write(self.home / "archived_sessions" / name, t.lines)
 
-    def snapshot(self, t: Thread, mark: Mark) -> None:
-        """A prefix of ``t``'s file, named for a later moment (a copy of a growing thread)."""
-        day, name = cl.file_name(mark.ms + 1000, self.offset, t.sid)
-        self.write(self.home / "sessions" / day / name, t.lines[:mark.index])
+    def snapshot(self, t: Thread, mark: Mark, partial: float) -> None:
+        """A prefix of ``t``'s file, named for a later moment (a copy of a growing thread).
 
-    def write(self, path: Path, lines: list[cl.CodexLine]) -> None:
-        """One file in one call, every line newline-terminated; its lines counted."""
+        ``partial``: the share of the next line copied too, unterminated (no line yet).
+        """
+        day, name = cl.file_name(mark.ms + 1000, self.offset, t.sid)
+        tail = b""
+        if mark.index < len(t.lines):
+            line = self._encode(t.lines[mark.index].envelope())
+            tail = line[:int(len(line) * partial)]
+        self.write(self.home / "sessions" / day / name, t.lines[:mark.index], tail)
+
+    def write(self, path: Path, lines: list[cl.CodexLine], tail: bytes = b"") -> None:
+        """One file in one call, every line newline-terminated (but ``tail``); lines counted."""
         if path in self._written:  # a collision would silently drop a thread's turns
             raise RuntimeError(f"generator wrote {path} twice")
         self._written.add(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = b"\n".join(self._encode(line.envelope()) for line in lines) + b"\n"
+        data = b"\n".join(self._encode(line.envelope()) for line in lines) + b"\n" + tail
         path.write_bytes(data)
         self.bytes_written += len(data)
         usage = sum(line.usage for line in lines)

@@ -72,8 +72,9 @@ def session_meta(ms: int, sid: str, cwd: str, head: Payload,
         payload |= {"forked_from_id": fork[0], "parent_thread_id": fork[0]}
     payload |= {"timestamp": iso(ms), "cwd": cwd, **head}
     if fork:
-        spawn = {"parent_thread_id": fork[0], "depth": 1, "agent_path": f"/root/{fork[2]}",
-                 "agent_nickname": fork[2].title(), "agent_role": None}
+        spawn = {"parent_thread_id": fork[0], "depth": 1 if fork[0] == fork[1] else 2,
+                 "agent_path": f"/root/{fork[2]}", "agent_nickname": fork[2].title(),
+                 "agent_role": None}
         payload |= {"source": {"subagent": {"thread_spawn": spawn}}, "thread_source": "subagent",
                     "agent_nickname": fork[2].title(), "history_mode": "legacy"}
     else:

@@ -26,8 +26,12 @@ from exporter.synth import codex_lines as cl
 from exporter.synth.codex_lines import CodexLine, Payload, Usage
 
 TRAPS: Final = ("repeat", "compaction", "info_null", "snapshot", "archived", "archived_moved",
-                "resume", "fork", "fork_empty", "no_context", "model_switch", "limits_null")
+                "resume", "fork", "fork_empty", "fork_nested", "no_context", "model_switch",
+                "limits_null")
 """Every trap a generated Codex home can hold; each is given to at least one thread."""
+DEFAULT_TRAPS: Final = frozenset(TRAPS) - {"fork_nested"}
+"""The default mix: all but a fork of a fork (not seen in real logs: Codex's depth-2 copies are
+inferred from how it copies a depth-1 fork's parent)."""
 MODELS: Final = ("gpt-5.5", "gpt-5.4", "gpt-5.3-codex", "gpt-5.1-codex-mini")
 WINDOWS: Final = (258_400, 272_000)
 PLANS: Final = ("plus", "pro", None)
@@ -134,22 +138,31 @@ class ThreadSim:
         self._run(t, state, turns)
         return t
 
-    def fork(self, parent: Thread, mark: Mark, turns: int, *, copy: bool) -> Thread:
-        """A sub-agent thread forked from ``parent`` at ``mark`` (its history copied: ``copy``)."""
+    def fork(self, parent: Thread, mark: Mark, turns: int, *, copy: bool,
+             nested: bool = False) -> Thread:
+        """A sub-agent thread forked from ``parent`` at ``mark`` (its history copied: ``copy``).
+
+        ``nested``: ``parent`` is itself a fork, whose file (copied) holds its own
+        parent's history before its own turns.
+        """
         rng = self.rng
         fork_ms = mark.ms + rng.randint(500, 5000)
         sid = cl.uuid7(rng, fork_ms)
-        feats = frozenset({"fork" if copy else "fork_empty"})
+        feats = frozenset({"fork_nested" if nested else "fork" if copy else "fork_empty"})
         t = Thread(sid, fork_ms, parent.setting, features=feats)
         nickname = rng.choice(("auditor", "tester", "explorer", "reviewer"))
+        root = parent.lines[0].payload["session_id"]  # the root thread of the tree
         t.lines.append(cl.session_meta(fork_ms, sid, t.setting.cwd, t.setting.head,
-                                       fork=(parent.sid, parent.sid, nickname)))
-        state = _State(fork_ms + 50, mark.model)
+                                       fork=(parent.sid, root, nickname)))
+        # A sub-agent runs its parent's model or another: the copied turn_context lines
+        # still name the parent's, its own the one in force.
+        model = mark.model if rng.random() < 0.5 else rng.choice(MODELS)
+        state = _State(fork_ms + 50, model)
         if copy:  # the parent's lines so far, re-dated to the fork (payloads unchanged)
             t.lines += [dataclasses.replace(line, ms=fork_ms + 1 + i // 16)
                         for i, line in enumerate(parent.lines[:mark.index])]
             t.copied = mark.index
-            state = _State(t.lines[-1].ms + rng.randint(1000, 4000), mark.model,
+            state = _State(t.lines[-1].ms + rng.randint(1000, 4000), model,
                            mark.totals, mark.context)
             if rng.random() < 0.5:  # Codex often repeats the inherited totals first
                 t.reannounce = next(line for line in reversed(t.lines) if line.usage)

@@ -94,8 +94,8 @@ def rollout_files(home: Path) -> list[Path]:
 
 
 def lines_of(path: Path) -> list[dict[str, Any]]:
-    """A rollout file's lines, decoded."""
-    return [json.loads(line) for line in path.read_bytes().splitlines()]
+    """A rollout file's complete lines, decoded (a snapshot may end in part of one)."""
+    return [json.loads(line) for line in path.read_bytes().split(b"\n")[:-1]]
 
 
 def pieces(data: bytes, cuts: Sequence[int]) -> Iterator[bytes]:
