@@ -59,9 +59,11 @@ def test_every_trap_is_in_the_default_mix(tmp_path: Path) -> None:
     zero = [e for e in events if e["info"] and e["info"]["last_token_usage"]["output_tokens"] == 0]
     assert zero and all(e["info"]["last_token_usage"]["total_tokens"] > 0 for e in zero)
     assert any(not f.read_bytes().endswith(b"\n") for f in rollout_files(tmp_path / "home"))
-    limits = truth["latest_rate_limits"]
-    assert limits["primary"]["window_minutes"] == 300
-    assert limits["secondary"]["window_minutes"] == 10080
+    windows = truth["plan_windows"]
+    assert windows["latest"]["primary"]["window_minutes"] == 300
+    assert windows["latest"]["secondary"]["window_minutes"] == 10080
+    assert len(windows["primary"]) > 1 and windows["secondary"]
+    assert all(0 < w["peak_used_percent"] <= 100 for w in windows["primary"])
 
 
 def test_copies_only_add_lines_never_figures(tmp_path: Path,

@@ -78,7 +78,7 @@ def generate_home(home: Path, options: CodexOptions = CodexOptions()) -> dict[st
         if "no_context" in extra:  # then no fork, no switch: see assign_traps
             extra -= set(_SOLO) - {"no_context"}
         run.one(frozenset(extra))
-    return compute_truth(run.turns, run.writer.lines, run.files, run.latest_limits())
+    return compute_truth(run.turns, run.writer.lines, run.files, run.plan_samples())
 
 
 def assign_traps(n: int, traps: frozenset[str]) -> list[frozenset[str]]:
@@ -145,15 +145,11 @@ class _Run:
         """A turn boundary before the thread's end (its first when it has one turn)."""
         return self.rng.choice(thread.marks[:-1] or thread.marks)
 
-    def latest_limits(self) -> Any:
-        """The plan windows of the latest original usage event that has them (None if none)."""
-        best: tuple[int, Any] = (-1, None)
-        for t in self.originals:
-            for line in t.lines[1 + t.copied:]:
-                limits = line.payload.get("rate_limits") if line.usage else None
-                if limits and limits["primary"] and line.ms >= best[0]:
-                    best = (line.ms, limits)
-        return best[1]
+    def plan_samples(self) -> list[tuple[int, Any]]:
+        """(time, rate_limits) of every original token_count line (copies repeat them)."""
+        return [(line.ms, line.payload["rate_limits"]) for t in self.originals
+                for line in t.lines[1 + t.copied:]
+                if line.payload.get("type") == "token_count"]
 
 
 class _HomeWriter:

@@ -135,16 +135,25 @@ def no_info(ms: int, limits: Payload | None) -> CodexLine:
                                        "rate_limits": limits})
 
 
-def rate_limits(ms: int, used: tuple[float, float], plan: str | None,
-                windows: bool = True) -> Payload:
-    """The plan's windows as Codex reports them: used share, length, reset (epoch s)."""
-    now = ms // 1000
+def rate_limits(ms: int, plan: str | None, windows: bool = True) -> Payload:
+    """The plan's windows as Codex reports them: used share, length, reset (epoch s).
+
+    The account's, so a function of the time alone: every thread open at one
+    moment reports the same; the share grows through a window and starts
+    again at its reset.
+    """
     primary = secondary = None
     if windows:
-        primary = {"used_percent": used[0], "window_minutes": PRIMARY_MINUTES,
-                   "resets_at": now - now % (PRIMARY_MINUTES * 60) + PRIMARY_MINUTES * 60}
-        secondary = {"used_percent": used[1], "window_minutes": SECONDARY_MINUTES,
-                     "resets_at": now - now % (SECONDARY_MINUTES * 60) + SECONDARY_MINUTES * 60}
+        primary = window(ms, PRIMARY_MINUTES, 5.0, 90.0)
+        secondary = window(ms, SECONDARY_MINUTES, 2.0, 60.0)
     return {"limit_id": "codex", "limit_name": None, "primary": primary, "secondary": secondary,
             "credits": {"has_credits": False, "unlimited": False, "balance": None},
             "individual_limit": None, "plan_type": plan, "rate_limit_reached_type": None}
+
+
+def window(ms: int, minutes: int, floor: float, span: float) -> Payload:
+    """One plan window at ``ms``: ``floor`` % used at its start, ``floor + span`` % at its end."""
+    now, length = ms // 1000, minutes * 60
+    start = now - now % length
+    used = round(floor + span * (now - start) / length, 1)
+    return {"used_percent": used, "window_minutes": minutes, "resets_at": start + length}

@@ -116,7 +116,6 @@ class _State:
     model: str
     totals: Usage = cl.ZERO
     context: int = 0
-    used: tuple[float, float] = (0.0, 0.0)
 
 
 class ThreadSim:
@@ -125,13 +124,14 @@ class ThreadSim:
     def __init__(self, rng: random.Random, noise: Noise) -> None:
         """Draw every choice from ``rng``; filler from ``noise``."""
         self.rng, self.noise = rng, noise
+        self.plan = rng.choice(PLANS)  # the account's: the same in every thread
 
     def thread(self, start_ms: int, turns: int, features: frozenset[str]) -> Thread:
         """A root thread of ``turns`` user turns starting at ``start_ms``."""
         rng = self.rng
         sid = cl.uuid7(rng, start_ms)
         setting = Setting(rng.choice(CWDS), rng.choice(ZONES), rng.choice(WINDOWS),
-                          rng.choice(PLANS), cl.build_head(rng))
+                          self.plan, cl.build_head(rng))
         t = Thread(sid, start_ms, setting, features=features)
         t.lines.append(cl.session_meta(start_ms, sid, setting.cwd, setting.head))
         state = _State(start_ms + rng.randint(200, 3000), rng.choice(MODELS))
@@ -270,11 +270,8 @@ class ThreadSim:
         return cl.event(state.ms - 10, "thread_settings_applied", thread_settings=settings)
 
     def _limits(self, t: Thread, state: _State) -> Payload | None:
-        """The plan windows after one more request (null or empty now and then, as Codex writes)."""
+        """The plan's windows now (null or without windows now and then, as Codex writes)."""
         rng = self.rng
-        p, w = state.used
-        state.used = (min(100.0, round(p + rng.random() * 3, 1)),
-                      min(100.0, round(w + rng.random() * 0.5, 1)))
         if "limits_null" in t.features and rng.random() < 0.3:
             return None
-        return cl.rate_limits(state.ms, state.used, t.setting.plan, windows=rng.random() < 0.7)
+        return cl.rate_limits(state.ms, t.setting.plan, windows=rng.random() < 0.7)

@@ -34,12 +34,12 @@ _FIELDS = ("requests", "input_tokens", "cache_read_tokens", "output_tokens", "re
 
 
 def compute_truth(turns: Sequence[Turn], lines: Mapping[str, int],
-                  files: Mapping[str, int], latest_limits: Any) -> dict[str, Any]:
+                  files: Mapping[str, int], samples: Sequence[tuple[int, Any]]) -> dict[str, Any]:
     """The figures ``report --json`` (and the ledger) must give for a home of these turns.
 
     ``lines``: the usage and other lines written (every copy); ``files``: how
-    many files of each kind; ``latest_limits``: the plan windows of the latest
-    original usage event that had them.
+    many files of each kind; ``samples``: (time, ``rate_limits``) of every
+    original token_count event.
     """
     by_model: dict[str, list[Turn]] = defaultdict(list)
     by_day: dict[str, list[Turn]] = defaultdict(list)
@@ -54,7 +54,7 @@ def compute_truth(turns: Sequence[Turn], lines: Mapping[str, int],
         "lines": {"usage": len(turns), "duplicate": lines["usage"] - len(turns),
                   "other": lines["other"], "rejected": 0},
         "files": dict(sorted(files.items())),
-        "latest_rate_limits": latest_limits,
+        "plan_windows": plan_windows(samples),
     }
 
 
@@ -84,3 +84,24 @@ def cost_nano_usd(turn: Turn) -> int:
     if nano != nano.to_integral_value():
         raise ValueError(f"{turn.model}: a price below 1e-9 USD per request ({nano})")
     return int(nano)
+
+
+def plan_windows(samples: Sequence[tuple[int, Any]]) -> dict[str, Any]:
+    """Per plan window (``primary`` 5 h, ``secondary`` 7 d) and reset: the peak used share.
+
+    Copies repeat an original event's payload unchanged, so no copy can move a
+    peak. ``latest``: the windows of the latest event that had them.
+    """
+    peaks: dict[str, dict[int, float]] = {"primary": {}, "secondary": {}}
+    latest: tuple[int, Any] = (-1, None)
+    for ms, limits in samples:
+        if not limits or not limits.get("primary"):
+            continue
+        for name, by_reset in peaks.items():
+            w = limits[name]
+            by_reset[w["resets_at"]] = max(by_reset.get(w["resets_at"], 0.0), w["used_percent"])
+        if ms >= latest[0]:
+            latest = (ms, limits)
+    return {**{name: [{"resets_at": r, "peak_used_percent": p} for r, p in sorted(by.items())]
+               for name, by in peaks.items()},
+            "latest": latest[1]}
