@@ -19,10 +19,12 @@ from exporter.ingest.scan import Scanner
 from exporter.synth import GenOptions, generate
 from exporter.synth.codex import DEFAULT_TRAPS, TRAPS, CodexOptions, generate_home
 from tests.support.codex import (
+    TOKENS,
     expected,
     figures,
     ledger_sums,
     lines_of,
+    pick,
     pieces,
     rollout_files,
     truth_sums,
@@ -232,3 +234,22 @@ def _sessions(ledger: Path) -> int:
         return int(con.execute("SELECT count(DISTINCT session) FROM requests").fetchone()[0])
     finally:
         con.close()
+
+
+def test_a_generated_mixed_root_reports_both_agents_exactly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Claude Code tree and Codex home read together: each model's figures are its agent's truth."""
+    root = tmp_path / "root"
+    truth = generate(root, GenOptions(seed=2, sessions=3, codex_sessions=4))
+    codex = truth.pop("codex")
+    got = report_json(root, tmp_path / "state", capsys)
+    assert pick(got["totals"]) == {k: truth["totals"][k] + codex["totals"][k] for k in TOKENS}
+    want = {m: pick(t) for m, t in {**truth["by_model"], **codex["by_model"]}.items()}
+    assert {m: pick(t) for m, t in got["by_model"].items()} == want
+
+
+def report_json(root: Path, state: Path, capsys: pytest.CaptureFixture[str]) -> Any:
+    """`report --json` over a generated root's Claude Code tree and its Codex home."""
+    assert main(["report", "--json", "--state-dir", str(state), "--data-dir", str(root),
+                 "--data-dir", str(root / "codex")]) == 0
+    return json.loads(capsys.readouterr().out)
