@@ -128,6 +128,9 @@ def build_parser() -> Parser:
                      help="sessions to write (default: %(default)s)")
     gen.add_argument("--target-mb", type=float, metavar="MB",
                      help="grow the tree to about this size (default: as the sessions make it)")
+    gen.add_argument("--codex-sessions", type=int, default=0, metavar="N",
+                     help="also write an OpenAI Codex CLI home of N threads at ROOT/codex, its "
+                          "truth under \"codex\" in truth.json (default: none)")
     return parser
 
 
@@ -189,8 +192,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     target = int(args.target_mb * 1e6) if args.target_mb else None
     truth = generate(args.root, GenOptions(seed=args.seed, sessions=args.sessions,
-                                           target_bytes=target))
-    print(f"wrote {args.root} ({truth['totals']['requests']} requests); truth in "
+                                           target_bytes=target,
+                                           codex_sessions=args.codex_sessions))
+    codex = (f", a Codex home in {args.root / 'codex'} ({truth['codex']['totals']['requests']} "
+             "requests)" if "codex" in truth else "")
+    print(f"wrote {args.root} ({truth['totals']['requests']} requests){codex}; truth in "
           f"{args.root / 'truth.json'}")
     return 0
 

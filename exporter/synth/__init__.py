@@ -3,7 +3,9 @@
 ``generate(root, options)`` writes ``root/projects/…`` (``root`` plays
 ``~/.claude``) and ``root/truth.json``: the figures ``report --json`` must
 print for that tree, computed from the generator's own model of the requests
-it invented (``truth.py``), not by reading the files back.
+it invented (``truth.py``), not by reading the files back. With
+``codex_sessions``, also an OpenAI Codex CLI home at ``root/codex``
+(``codex.py``), its truth under ``truth["codex"]`` (``codex_truth.py``).
 
 Pipeline: ``plan`` (who, when, which quirks) → ``session`` (timing, context,
 caching; values in ``model``) → ``writer``/``agents`` (lines from ``lines``,
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from exporter.synth.book import Book
+from exporter.synth.codex import CodexOptions, generate_home
 from exporter.synth.identifiers import Ids
 from exporter.synth.model import ResumePoint
 from exporter.synth.noise import NoisePool
@@ -57,6 +60,7 @@ class GenOptions:
     upload_bytes_per_token: float = 4.0
     iterations: bool = False  # advisor, fallback, compaction, unknown iterations (synth.iterations)
     attribution: bool = False  # skill, plugin, MCP server, agent, effort (synth.attribution)
+    codex_sessions: int = 0  # if set, a Codex home of this many threads at root/codex (synth.codex)
 
 
 def generate(root: Path, options: GenOptions = GenOptions()) -> dict[str, Any]:
@@ -100,6 +104,9 @@ def generate(root: Path, options: GenOptions = GenOptions()) -> dict[str, Any]:
         )
         run.one(run.planner.main(frozenset()), extra, rng.random() < RESUMED_SHARE)
     truth = compute_truth(book, options.kv_bytes_per_token, options.upload_bytes_per_token)
+    if options.codex_sessions > 0:  # its own RNG: the Claude Code tree is the same either way
+        codex = CodexOptions(seed=options.seed, sessions=options.codex_sessions, start=start)
+        truth["codex"] = generate_home(root / "codex", codex)
     (root / "truth.json").write_text(json.dumps(truth, indent=2) + "\n", encoding="utf-8")
     return truth
 
