@@ -93,8 +93,6 @@ def test_copies_only_add_lines_never_figures(tmp_path: Path,
         {k: v for k, v in expected(truth).items() if k != "lines"})
 
 
-@pytest.mark.xfail(strict=True, reason="ledger owner rule gives a Codex fork's own turns to its "
-                   "parent (scan: one session per file, the smallest; chains.own): lead's fix")
 def test_a_fork_is_a_session_of_its_own(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     """A sub-agent fork's own turns stay under the fork's id: sessions equal the truth."""
@@ -102,9 +100,6 @@ def test_a_fork_is_a_session_of_its_own(tmp_path: Path,
     assert figures(tmp_path / "home", tmp_path / "state", capsys)["sessions"] == truth["sessions"]
 
 
-@pytest.mark.xfail(strict=True, reason="parser: in a fork of a fork, the copied parent's own "
-                   "turns follow the grandparent's and are keyed under the grandparent (counted "
-                   "twice): lead's fix")
 def test_a_fork_of_a_fork_counts_each_turn_once(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """A sub-agent's sub-agent: its copy of its parent's turns adds no figure."""
@@ -217,8 +212,6 @@ def test_a_live_append_read_in_many_passes_equals_one_pass(tmp_path: Path) -> No
     assert ledger_sums(tmp_path / "l.sqlite3") == truth_sums(truth)
 
 
-@pytest.mark.xfail(strict=True, reason="ledger owner rule gives a Codex fork's own turns to its "
-                   "parent (chains.own on later passes): lead's fix")
 def test_a_fork_grown_live_is_a_session_of_its_own(tmp_path: Path) -> None:
     """Read live, pass by pass, a fork's own turns still stay under the fork's id."""
     truth = generate_home(tmp_path / "source", CodexOptions(seed=1, sessions=8))

@@ -21,7 +21,8 @@ parent's, then a copy of the parent's history, re-dated to the fork: those
 turns keep the parent's id (and merge with the parent's own file, whose
 times win, being earlier); the fork's own turns, from its first
 ``turn_context`` whose ``turn_id`` (time-ordered) sorts after the fork's id,
-go under the fork's id, their totals going on from the parent's.
+go under the fork's id, their totals going on from the parent's (in a fork of
+a fork, each turn goes to the newest thread created before it).
 
 What each figure means (docs/figures.md, "Codex"): ``input`` is the
 uncached input (``input_tokens − cached_input_tokens``), ``cache_read`` the
@@ -54,6 +55,7 @@ FALLBACK_MODEL: Final = "gpt-5 (assumed)"
 KEY_PREFIX: Final = "codex\x1f"  # no Claude Code key (a message id) starts so
 _SESSION_IN_NAME: Final = re.compile(
     r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _MAX_LABEL: Final = 512  # a session id, model or directory longer than this is not one
 
 
@@ -126,6 +128,7 @@ class Carry(msgspec.Struct, array_like=True):
     run: int = 0  # how many times the totals went back (each starts a run of keys)
     own: str = ""  # the file's own session (its first session_meta)
     last_key: str = ""  # the key of the turn the totals last grew to
+    threads: list[str] = msgspec.field(default_factory=list)  # session_meta ids, in file order
 
 
 _CARRY_DECODE: Final = msgspec.json.Decoder(Carry)
@@ -225,6 +228,8 @@ class _Reader:
             state.session = meta.id
             if not state.own:
                 state.own = meta.id
+            if meta.id not in state.threads and len(state.threads) < 64:
+                state.threads.append(meta.id)
         if meta.cwd and len(meta.cwd) <= _MAX_LABEL:
             state.cwd = meta.cwd
 
@@ -235,8 +240,12 @@ class _Reader:
             state.model = context.model
         if context.cwd and len(context.cwd) <= _MAX_LABEL and not state.cwd:
             state.cwd = context.cwd
-        if state.own and state.session != state.own and context.turn_id > state.own:
-            state.session = state.own  # the copied history is over: the fork's own turns
+        # A turn is the newest thread's created before it (UUIDv7 ids sort by time); a file
+        # of one thread, or a turn id of another kind, leaves the session as it is.
+        if len(state.threads) > 1 and _UUID.fullmatch(context.turn_id):
+            before = [t for t in state.threads if t < context.turn_id]
+            if before:
+                state.session = max(before)
 
     def event(self, line: _Line, event: _Event) -> object:
         """A ``token_count`` event: a turn, unless it carries no usage."""

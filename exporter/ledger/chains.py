@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from exporter.ingest.codex import KEY_PREFIX as CODEX_KEY
 from exporter.ledger import rows as stored_rows
 from exporter.ledger.batch import Batch
 from exporter.ledger.schema import LEGACY_FILE
@@ -152,6 +153,8 @@ def own(db: sqlite3.Connection, batch: Batch) -> None:
         owner = (min(ss, key=lambda s: (last.get(s, 0.0), s)) if len(ss) > 1
                  else next(iter(ss)))
         row = batch.rows[rid]
+        if row.key.startswith(CODEX_KEY):
+            continue  # a Codex turn's session is its thread's, whichever files hold it
         if owner != row.session:
             batch.rows[rid] = row._replace(session=owner)
 

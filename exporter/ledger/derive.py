@@ -94,12 +94,14 @@ _OWNERS: Final = (
     "HAVING count(*) > 1) "
     "SELECT a.request, f.session FROM appearances a JOIN files f ON f.id = a.file "
     "JOIN requests r ON r.id = a.request WHERE r.session != f.session "
+    "AND substr(r.key, 1, 6) != 'codex' || char(31) "
     "AND a.request NOT IN m "
     "UNION ALL SELECT o.request, o.session FROM (SELECT a.request, f.session, row_number() "
     "OVER (PARTITION BY a.request ORDER BY coalesce(s.last_ts, 0.0), f.session) AS n "
     "FROM m JOIN appearances a ON a.request = m.request JOIN files f ON f.id = a.file "
     "LEFT JOIN sessions s ON s.session = f.session) AS o "
-    "JOIN requests r ON r.id = o.request WHERE o.n = 1 AND r.session != o.session")
+    "JOIN requests r ON r.id = o.request WHERE o.n = 1 AND r.session != o.session "
+    "AND substr(r.key, 1, 6) != 'codex' || char(31)")
 
 
 def _owners(db: sqlite3.Connection) -> list[tuple[int, str]]:
