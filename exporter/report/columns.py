@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from exporter.projections import caps
+from exporter.projections import agents, caps
 from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone
 from exporter.projections.usage import Usage
@@ -95,8 +95,9 @@ MODELS: Final = Column("models", _models)
 
 def _block_status(view: View, row: Row) -> str:
     """``open, 2 h 50 min left`` for the block still open, else ``ended``."""
-    if row.active and view.active is not None:
-        return f"open, {duration(view.active.remaining)} left"
+    block = view.actives.get(row.agent) if view.agents else view.active
+    if row.active and block is not None:
+        return f"open, {duration(block.remaining)} left"
     return "ended"
 
 
@@ -121,9 +122,15 @@ LEAD: Final[dict[str, tuple[Column, ...]]] = {
 }
 
 
+AGENT: Final = Column("agent", lambda v, r: agents.name(r.agent))  # a row per agent
+# A session is one agent's, and its models say whose: at 80 columns they need the room.
+SESSION_AGENT: Final = Column("agent", lambda v, r: agents.name(r.agent), 2)
+
+
 def columns(view: View, level: int) -> list[Column]:
-    """The view's columns of priority ``level`` or more important."""
-    return at_level((*LEAD[view.name], *USAGE, MODELS), level)
+    """The view's columns of priority ``level`` or more important (an agent's, with two)."""
+    agent = (SESSION_AGENT if view.name == "session" else AGENT,) if view.agents else ()
+    return at_level((*LEAD[view.name], *agent, *USAGE, MODELS), level)
 
 
 def at_level(cols: Iterable[Column], level: int) -> list[Column]:

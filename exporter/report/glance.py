@@ -32,6 +32,7 @@ from exporter.projections.usage import ZERO, Usage
 from exporter.projections.views import ActiveBlock
 from exporter.report.summary import (
     NEGATIVE_SAVING,
+    agents_table,
     cost_cell,
     duration,
     header,
@@ -114,6 +115,8 @@ def render(figures: Summary, seen: Glance, console: Console) -> None:
     if seen.month_pace is not None:
         say(console, pace_line(seen.month_pace, figures.covered.range.zone))
     say(console, _models(figures))
+    if figures.by_agent:  # only where the roots hold two agents' logs
+        say(console, agents_table(figures.by_agent))
     t = figures.totals
     say(console, f"tokens: input {tokens(t.input)} · output {tokens(t.output)} · cache write "
                  f"{tokens(t.cache_write)} · cache read {tokens(t.cache_read)}")

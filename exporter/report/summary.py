@@ -9,17 +9,18 @@ Colour is whatever the console supports: none when writing to a file or a pipe.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from exporter.projections import caps
+from exporter.projections.agents import name as agent_name
 from exporter.projections.figures import Covered, Spread, Summary
 from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import RateTable
 from exporter.projections.savings import ContextCost
 from exporter.projections.sessions import SessionRow
-from exporter.projections.usage import Usage
+from exporter.projections.usage import AgentUsage, Usage
 from exporter.records import ACTIVE_GAP_SECONDS
 from exporter.shown import clip, markup, text
 
@@ -222,6 +223,33 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
     return table
 
 
+NOT_MEASURED: Final = "not measured"
+_AGENT_ROWS: Final[tuple[tuple[str, Callable[[AgentUsage], str]], ...]] = (
+    ("requests", lambda a: f"{a.usage.requests:,}"),
+    ("input (uncached)", lambda a: tokens(a.usage.input)),
+    ("cache read", lambda a: tokens(a.usage.cache_read)),
+    ("cache write", lambda a: tokens(a.usage.cache_write) if a.cache_writes_measured
+     else NOT_MEASURED),
+    ("output", lambda a: tokens(a.usage.output)),
+    ("  of it reasoning", lambda a: "—" if a.reasoning is None else tokens(a.reasoning)),
+    ("cost", lambda a: cost_cell(a.usage)),
+)
+
+
+def agents_table(by_agent: Mapping[str, AgentUsage], title: str = "") -> Table:
+    """A column per agent (80 columns hold three): requests, tokens by kind, cost.
+
+    Reasoning is a part of output, on its own line ("—" for an agent that does
+    not report it apart); cache writes an agent does not log are "not measured",
+    never a zero (docs/figures.md, "Agents").
+    """
+    items = list(by_agent.values())
+    table = new_table(title, "by agent", *(agent_name(a.agent) for a in items))
+    for label, cell in _AGENT_ROWS:
+        table.add_row(label, *(cell(a) for a in items))
+    return table
+
+
 NEGATIVE_SAVING: Final = "written, not yet read back enough"
 NEGATIVE_NOTE: Final = ("cache saved: negative where the cache was written and not yet read "
                         "back enough")
@@ -332,6 +360,8 @@ def render_text(figures: Summary, console: Console) -> None:
     note = " (tokens: input, cache read, cache write, output)" if wide else ""
     say(console, _cost_table("By model" + note, "model", figures.by_model, wide))
     say(console, _cost_table("By source", "source", figures.by_source, wide))
+    if figures.by_agent:  # only where the roots hold two agents' logs
+        say(console, agents_table(figures.by_agent, "By agent"))
     groups = (*figures.by_model.values(), *figures.by_source.values())
     if wide and any(u.saved_pico < 0 and u.cost_pico for u in groups):
         say(console, NEGATIVE_NOTE)
