@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,12 @@ from typing import Any
 
 import pytest
 
+from exporter.ledger.store import Ledger
+from exporter.projections import agents
+from exporter.records import Appearance, Parsed
 from tests.support.codex_mix import CLAUDE, CODEX, codex_count, env, report
 from tests.support.paths import ROOT
+from tests.support.records import request
 
 VIEWS = ("daily", "weekly", "monthly", "session", "project", "blocks", "skill", "plugin",
          "mcp", "agent")
@@ -139,3 +144,23 @@ def test_an_unknown_agent_is_a_usage_error(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120, check=False, cwd=ROOT, env=env(tmp_path))
     assert done.returncode == 2
     assert "claude" in done.stderr and "codex" in done.stderr
+
+
+def test_rows_of_a_v1_ledger_are_claude_codes_only(tmp_path: Path) -> None:
+    """A v1 ledger's rows (in every roots scope) count as Claude Code's, never as Codex's."""
+    path = tmp_path / "ledger.sqlite3"
+    shutil.copy(ROOT / "tests" / "golden" / "ledger_v1.sqlite3", path)
+    ledger = Ledger(path)
+    try:
+        (legacy,) = ledger.read("SELECT count(*) FROM requests")[0]
+        parsed = Parsed()
+        parsed.add(request("codex\x1fs\x1f1", 1.0e9, model="gpt-5.5", input=3, output=2))
+        ledger.apply(parsed, [], 0, [Appearance("/codex/sessions/r.jsonl", "/codex", "s",
+                                                ("codex\x1fs\x1f1",), agent="codex")])
+        count = "SELECT count(*) FROM {} AS r"
+        codex = agents.scope(ledger, ["/codex"], "codex")
+        assert ledger.read(count.format(codex.relation)) == [(1,)]
+        claude = agents.scope(ledger, ["/"], "claude")
+        assert ledger.read(count.format(claude.relation)) == [(legacy,)]
+    finally:
+        ledger.close()
