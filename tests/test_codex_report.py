@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from exporter.ledger.store import Ledger
-from exporter.projections import agents
+from exporter.projections import agents, views
+from exporter.projections.class_prices import ClassPrices
+from exporter.projections.pricing import RateTable
 from exporter.records import Appearance, Parsed
+from exporter.report.tables import render_view, view_json
+from tests.support import report_ledgers
 from tests.support.codex_mix import CLAUDE, CODEX, codex_count, env, report
 from tests.support.paths import ROOT
 from tests.support.records import request
@@ -164,3 +169,27 @@ def test_rows_of_a_v1_ledger_are_claude_codes_only(tmp_path: Path) -> None:
         assert ledger.read(count.format(claude.relation)) == [(legacy,)]
     finally:
         ledger.close()
+
+
+def test_each_agent_has_its_own_open_block() -> None:
+    """Blocks on both agents: each agent's open block, named, and rows ordered and cut as one."""
+    prices = ClassPrices.of(RateTable.load())
+    t0 = 1_800_000_123.0
+    parts = {}
+    for agent, start in (("claude", t0), ("codex", t0 + 600)):
+        reqs = [request(f"{agent}1", start, output=1000),
+                request(f"{agent}2", start + 1800, output=1000)]
+        sel = report_ledgers.select(report_ledgers.slotted(reqs))
+        parts[agent] = views.build("blocks", sel, prices, views.Options(now=t0 + 3600))
+    view = views.merged(parts, views.Options(now=t0 + 3600, limit=1), "oldest")
+    assert [r.agent for r in view.rows] == ["claude"] and view.count == 2
+    assert view.rest == parts["codex"].total and view.total.output == 4000
+    assert set(view.actives) == {"claude", "codex"} and view.active == view.actives["codex"]
+    doc = view_json(view)
+    assert doc["rows"][0]["agent"] == "claude"
+    assert doc["active_block_by_agent"]["codex"]["elapsed_seconds"] == 3000.0
+    buffer = io.StringIO()
+    render_view(view, Console(file=buffer, width=160, color_system=None))
+    shown = buffer.getvalue()
+    assert "Claude Code: open block: 1 h in" in shown and "Codex: open block: 50 min in" in shown
+    assert "open, 4 h left" in shown
