@@ -123,3 +123,12 @@ def test_a_claude_only_page_has_no_agent_panel(tmp_path: Path) -> None:
         assert "by_agent" not in doc and "agent" not in doc["page"]
     finally:
         daemon.stop()
+
+
+def test_codex_alone_has_no_cache_writes_on_the_page(serve: Serve) -> None:
+    """``?agent=codex``: the tokens card says cache writes are not measured instead of two zeros."""
+    rows = parse(_page(serve, f"{EVERYTHING}&agent=codex")).tables["tokens"]
+    assert ["cache write", "not measured"] in rows
+    assert not any(row[0].startswith("cache write 5m") for row in rows)
+    both = parse(_page(serve)).tables["tokens"]
+    assert any(row[0] == "cache write 5m" for row in both)

@@ -193,3 +193,18 @@ def test_each_agent_has_its_own_open_block() -> None:
     shown = buffer.getvalue()
     assert "Claude Code: open block: 1 h in" in shown and "Codex: open block: 50 min in" in shown
     assert "open, 4 h left" in shown
+
+
+def test_codex_cache_writes_are_said_not_measured(homes: dict[str, Path]) -> None:
+    """Codex logs no cache writes: `--agent codex` says "not measured" / "—", never a measured 0."""
+    glance = report(homes["both"], "--agent", "codex")
+    assert "cache write not measured" in " ".join(glance.split())
+    full = report(homes["both"], "--agent", "codex", "--full")
+    assert "not measured" in full
+    assert _json(homes["both"], "--agent", "codex")["cache_writes_measured"] is False
+    for flags in (("daily", "--agent", "codex"), ("daily",)):
+        table = report(homes["both"], *flags)
+        assert "cache write —: not measured (Codex logs no cache writes)" in table
+        codex_rows = [line for line in table.splitlines() if line.strip().startswith("2026-07")]
+        assert codex_rows and all(" — " in line for line in codex_rows)
+    assert "not measured" not in report(homes["claude"], "daily", codex=False)

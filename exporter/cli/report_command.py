@@ -105,7 +105,8 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
         roots = list(dirs) if scoped is None else list(scoped.roots)
         return show(req, sel, ClassPrices.of(pricing), settings=settings,
                     counters=lambda name: ledger.counters(name, roots), args=args, now=now,
-                    found={} if scoped is not None else agents.scopes(ledger, dirs, sel))
+                    found=({scoped.agent: scoped} if scoped is not None
+                           else agents.scopes(ledger, dirs, sel)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -299,12 +300,7 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
     """
     found = found or {}
     if req.view == SUMMARY:
-        result = figures.summary(
-            sel, prices, kv_bytes_per_token=settings.kv_bytes_per_token,
-            upload_bytes_per_token=settings.upload_bytes_per_token,
-            lines=counters("lines"), rejected=counters("rejected"),
-            iterations=counters("iterations"))
-        result = dataclasses.replace(result, by_agent=agents.by_agent(sel, found, prices))
+        result = _summary(sel, prices, settings, counters, found)
         if req.output == "json":
             doc = result.to_json()
             doc["prices"] = prices.pricing.describe()
@@ -351,11 +347,25 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
     return 0
 
 
+def _summary(sel: Selection, prices: ClassPrices, settings: Settings,
+             counters: Callable[[str], dict[str, int]],
+             found: Mapping[str, agents.Scope]) -> figures.Summary:
+    """The summary's figures; per agent where ``found`` holds two (exporter.projections.agents)."""
+    result = figures.summary(
+        sel, prices, kv_bytes_per_token=settings.kv_bytes_per_token,
+        upload_bytes_per_token=settings.upload_bytes_per_token,
+        lines=counters("lines"), rejected=counters("rejected"),
+        iterations=counters("iterations"))
+    return dataclasses.replace(result, by_agent=agents.by_agent(sel, found, prices),
+                               cache_writes_measured=agents.all_measure_cache_writes(found))
+
+
 def _view(sel: Selection, found: Mapping[str, agents.Scope], options: views.Options,
           order: str, build: Callable[[Selection, views.Options], views.View]) -> views.View:
     """The view over ``sel``; with two agents, a row per agent merged (views.merged)."""
-    if len(found) < 2:
-        return build(sel, options)
+    if len(found) < 2:  # one agent's (or none): as it was, saying what its logs lack
+        return dataclasses.replace(build(sel, options),
+                                   cache_writes_measured=agents.all_measure_cache_writes(found))
     whole = dataclasses.replace(options, limit=None)  # cut once, after the merge
     return views.merged(agents.split_view(lambda s: build(s, whole), sel, found), options, order)
 

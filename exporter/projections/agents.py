@@ -116,7 +116,17 @@ def usage_of(selection: Selection, prices: ClassPrices, agent: str) -> AgentUsag
     reasoning = None
     if agent in REPORTS_REASONING:
         reasoning = int(selection.rows("coalesce(sum(reasoning), 0)")[0][0])
-    return AgentUsage(agent, total, reasoning, agent in MEASURES_CACHE_WRITES)
+    return AgentUsage(agent, total, reasoning, measures_cache_writes(agent))
+
+
+def measures_cache_writes(agent: str) -> bool:
+    """Whether ``agent``'s logs say what was written to the prompt cache ("" : a mix, yes)."""
+    return not agent or agent in MEASURES_CACHE_WRITES
+
+
+def all_measure_cache_writes(found: Mapping[str, Scope]) -> bool:
+    """Whether a report over these scopes has measured cache writes (false: Codex alone)."""
+    return not found or any(measures_cache_writes(a) for a in found)
 
 
 def by_agent(base: Selection, found: Mapping[str, Scope],

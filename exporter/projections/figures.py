@@ -120,6 +120,8 @@ class Summary:
     iterations: Mapping[str, int] = field(default_factory=dict)  # usage.iterations, by kind
     # Per agent, only where the report's roots hold two (exporter.projections.agents).
     by_agent: Mapping[str, AgentUsage] = field(default_factory=dict)
+    # False where every request is of an agent that logs no cache writes (Codex alone).
+    cache_writes_measured: bool = True
 
     @property
     def cache_read_share(self) -> float:
@@ -158,6 +160,7 @@ class Summary:
             # Only with a second agent: a Claude Code-only report is as it was.
             **({"by_agent": {k: a.to_json() for k, a in self.by_agent.items()}}
                if self.by_agent else {}),
+            **({} if self.cache_writes_measured else {"cache_writes_measured": False}),
         }
 
 

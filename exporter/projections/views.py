@@ -122,6 +122,8 @@ class View:
     # With two agents or more: each row is one agent's, and each agent's open block.
     agents: tuple[str, ...] = ()
     actives: Mapping[str, ActiveBlock] = field(default_factory=dict)
+    # False where every row is of an agent that logs no cache writes (Codex alone).
+    cache_writes_measured: bool = True
 
 
 @dataclass(frozen=True, slots=True)

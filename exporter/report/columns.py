@@ -66,11 +66,28 @@ def saved_cell(u: Usage) -> str:
     return usd(u.saved_usd) if u.cost_pico else "—"
 
 
+WRITES: Final = "cache write"
+UNMEASURED_NOTE: Final = "cache write —: not measured (Codex logs no cache writes)"
+
+
+def writes_measured(view: View, agent: str = "") -> bool:
+    """Whether the cache writes of ``agent``'s row of the view were measured (not Codex's)."""
+    return view.cache_writes_measured and agents.measures_cache_writes(agent)
+
+
+def unmeasured_writes(view: View) -> bool:
+    """Whether the view shows a row (or the whole view) whose cache writes are not measured."""
+    return not view.cache_writes_measured or any(
+        not agents.measures_cache_writes(r.agent) for r in view.rows)
+
+
 USAGE: Final = (
     _figure("requests", lambda u: f"{u.requests:,}", 1),
     _figure("input", lambda u: tokens(u.input), 2),
     _figure("output", lambda u: tokens(u.output), 2),
-    _figure("cache write", lambda u: tokens(u.cache_write), 2),  # 5 m + 1 h (JSON: each)
+    # 5 m + 1 h (JSON: each); "—" for an agent that logs none (say so: never a measured 0)
+    Column(WRITES, lambda v, r: tokens(r.usage.cache_write) if writes_measured(v, r.agent)
+           else "—", 2, lambda u: tokens(u.cache_write)),
     _figure("cache read", lambda u: tokens(u.cache_read), 2),
     # Their sum, where the four token types have no room (the narrowest layout only).
     _figure("tokens", lambda u: tokens(u.tokens), 1, narrow=True),
@@ -200,15 +217,18 @@ def rows_table(view: View, cols: Sequence[Column], part_name: Callable[[str], st
     for row in view.rows:
         out.add_row(*(text(c.cell(view, row)) for c in cols))
         capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
+        blank = not writes_measured(view, row.agent)
         for part, usage in capped.shown:
-            out.add_row(*_other(cols, f"  └ {part_name(part)}", usage), style="dim")
+            out.add_row(*_other(cols, f"  └ {part_name(part)}", usage, blank), style="dim")
         if capped.more:
-            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
-                        style="dim")
+            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest,
+                                blank), style="dim")
+    blank = not view.cache_writes_measured
     if len(view.rows) < view.count:
-        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
+        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest,
+                            blank))
     out.add_section()
-    out.add_row(*_other(cols, "total", view.total), style="bold")
+    out.add_row(*_other(cols, "total", view.total, blank), style="bold")
     return out
 
 
@@ -219,8 +239,13 @@ def negative_saving(view: View) -> bool:
     return any(u.saved_pico < 0 and u.cost_pico for u in usages)
 
 
-def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[Text]:
-    """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
-    cells = [c.usage(usage) if c.usage else "" for c in cols]
+def _other(cols: Iterable[Column], label: str, usage: Usage, unmeasured: bool = False
+           ) -> list[Text]:
+    """A breakdown or totals row: the label first, usage figures, blanks elsewhere.
+
+    ``unmeasured``: its cache writes were not measured (Codex): "—", not 0.
+    """
+    cells = [("—" if unmeasured and c.title == WRITES else c.usage(usage)) if c.usage else ""
+             for c in cols]
     cells[0] = label
     return [text(c) for c in cells]

@@ -156,7 +156,8 @@ def _overview(f: Summary) -> Table:
         ("input tokens (uncached)", tokens(t.input)),
         ("cache read tokens", tokens(t.cache_read)),
         ("cache write tokens (5 m / 1 h)",
-         f"{tokens(t.cache_write_5m)} / {tokens(t.cache_write_1h)}"),
+         f"{tokens(t.cache_write_5m)} / {tokens(t.cache_write_1h)}"
+         if f.cache_writes_measured else NOT_MEASURED),
         ("output tokens", tokens(t.output)),
         ("cache-read share of prompt", pct(f.cache_read_share)),
         ("cache reads per output token", f"{t.reread_ratio:,.0f}" if t.output else "—"),
@@ -198,12 +199,13 @@ def _cache_expiry(f: Summary) -> Table:
     return table
 
 
-def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool) -> Table:
+def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool,
+                writes: bool = True) -> Table:
     """Requests, tokens, cost, the cache's saving and unpriced tokens per model or per source.
 
     A narrow console gets no input/read/write/saved columns, so model ids stay on one line.
     Past :data:`caps.SUMMARY_MODELS` groups, the costliest are shown and one row
-    sums the rest.
+    sums the rest. ``writes``: the cache writes were measured (else "—": Codex's).
     """
     extra = ("input", "read", "write") if wide else ()
     saved = ("cache saved",) if wide else ()
@@ -215,7 +217,7 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
         table.add_row(
             text(clip(label)),
             f"{t.requests:,}",
-            *map(tokens, (*middle, t.output)),
+            *(tokens(n) if writes or i != 2 else "—" for i, n in enumerate((*middle, t.output))),
             cost_cell(t),
             *((usd(t.saved_usd) if t.cost_pico else "—",) if wide else ()),
             tokens(t.unpriced) if t.unpriced else "—",
@@ -358,8 +360,9 @@ def render_text(figures: Summary, console: Console) -> None:
     say(console, _cache_expiry(figures))
     wide = console.width >= WIDE_CONSOLE
     note = " (tokens: input, cache read, cache write, output)" if wide else ""
-    say(console, _cost_table("By model" + note, "model", figures.by_model, wide))
-    say(console, _cost_table("By source", "source", figures.by_source, wide))
+    writes = figures.cache_writes_measured
+    say(console, _cost_table("By model" + note, "model", figures.by_model, wide, writes))
+    say(console, _cost_table("By source", "source", figures.by_source, wide, writes))
     if figures.by_agent:  # only where the roots hold two agents' logs
         say(console, agents_table(figures.by_agent, "By agent"))
     groups = (*figures.by_model.values(), *figures.by_source.values())

@@ -41,7 +41,14 @@ from exporter.projections.plan.windows import (
 )
 from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report.columns import LEVELS, fitting, negative_saving
+from exporter.report.columns import (
+    LEVELS,
+    UNMEASURED_NOTE,
+    WRITES,
+    fitting,
+    negative_saving,
+    unmeasured_writes,
+)
 from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
 from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
@@ -77,6 +84,8 @@ def notes(console: Console, view: View, shown: Sequence[Any], hidden: str | None
                      "the other row and the total cover all of them")
     if "cache saved" in shown and negative_saving(view):
         say(console, NEGATIVE_NOTE)
+    if WRITES in shown and unmeasured_writes(view):
+        say(console, UNMEASURED_NOTE)
     if hidden:
         say(console, hidden)
 

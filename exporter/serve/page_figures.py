@@ -180,9 +180,12 @@ class LedgerSource:
             upload_bytes_per_token=self._upload,
             lines=self._ledger.counters("lines", roots),
             rejected=self._ledger.counters("rejected", roots), session_rows=0)
-        each = self._agents(whole)
-        if query.agent is None and len(each) > 1:
-            summary = dataclasses.replace(summary, by_agent=each)
+        found = agents.scopes(self._ledger, self._roots, self._base)
+        each = self._agents(whole, found)
+        summary = dataclasses.replace(
+            summary, by_agent=each if query.agent is None and len(each) > 1 else {},
+            cache_writes_measured=agents.measures_cache_writes(query.agent) if query.agent
+            else agents.all_measure_cache_writes(found))
         days, by_project = self._by_day(chosen, zone.midnight(first), now)
         daily = tuple((day_date(n).isoformat(), usd(days[n].cost_pico if n in days else 0))
                       for n in range(first, last + 1))
@@ -194,9 +197,9 @@ class LedgerSource:
             span=span, roots=self._roots,
             pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets), agents=each)
 
-    def _agents(self, whole: Selection) -> dict[str, AgentUsage]:
+    def _agents(self, whole: Selection, found: Mapping[str, agents.Scope]
+                ) -> dict[str, AgentUsage]:
         """Each agent's usage over ``whole``, where the roots hold an agent besides Claude Code."""
-        found = agents.scopes(self._ledger, self._roots, self._base)
         if set(found) <= {CLAUDE}:
             return {}
         return {a: agents.usage_of(s.of(whole), self._prices, a) for a, s in found.items()}

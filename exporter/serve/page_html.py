@@ -207,7 +207,8 @@ def _cost_sections(data: PageData) -> list[str]:
              data.periods["month"], pace=_pace(data.pace.get("month"))),
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
-              ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]
+              *((("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h))
+                if s.cache_writes_measured else ())]  # Codex alone: none logged (said below)
     title, bars = _daily_chart(data)
     short = [(day[5:], cost) for day, cost in data.daily]
     budget_line = data.budgets.get("day") and len(data.daily) <= MAX_BARS
@@ -220,7 +221,8 @@ def _cost_sections(data: PageData) -> list[str]:
                             fmt=money)),
         _section("Tokens by type",
                  svg.stacked("tokens", "Tokens by type", tokens, fmt=count)
-                 + _table(("type", "tokens"), [(k, f"{v:,}") for k, v in tokens],
+                 + _table(("type", "tokens"), [(k, f"{v:,}") for k, v in tokens]
+                          + ([] if s.cache_writes_measured else [("cache write", "not measured")]),
                           "tokens")
                  + f'<p>Cache-read share of the prompt: <b data-figure="cache-read-share">'
                    f'{s.cache_read_share:.1%}</b> · requests <b data-figure="requests">'
