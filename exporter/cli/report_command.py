@@ -15,7 +15,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -31,9 +31,10 @@ from exporter.cli.pipeline import (
 )
 from exporter.cli.report_ledger import report_ledger
 from exporter.ingest import discover
+from exporter.ingest.formats import AGENTS
 from exporter.ingest.scan import ScanResult
 from exporter.ledger.store import Ledger
-from exporter.projections import attribution, caps, figures, views
+from exporter.projections import agents, attribution, caps, figures, views
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import PeriodError, Range, local_zone, resolve_zone
@@ -92,14 +93,20 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
             codex=codex_homes(settings, environ))
         if opened.writes and not opened.private:
             ingest_plan_samples(settings, log)  # the status line's samples, as serve does
-        sel = selection(ledger, dirs, args, req.range, grouping=settings.project_grouping)
+        agent = getattr(args, "agent", None)
+        scoped = None if agent is None else agents.scope(ledger, dirs, agent)
+        sel = selection(ledger, dirs, args, req.range, grouping=settings.project_grouping,
+                        scoped=scoped)
         if empty(sel) and not scan.files and req.view != LIMITS:
             print(first_run_message(dirs, Path.home()),
                   file=sys.stderr if req.output != "text" else sys.stdout)
             if req.output == "text":
                 return 0
+        roots = list(dirs) if scoped is None else list(scoped.roots)
         return show(req, sel, ClassPrices.of(pricing), settings=settings,
-                    counters=lambda name: ledger.counters(name, list(dirs)), args=args, now=now)
+                    counters=lambda name: ledger.counters(name, roots), args=args, now=now,
+                    found=({scoped.agent: scoped} if scoped is not None
+                           else agents.scopes(ledger, dirs, sel)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,6 +159,10 @@ def _add_selection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source", action="append", default=[], choices=[s.label for s in Source],
         help="only requests of this source; repeatable (default: all three)")
+    parser.add_argument(
+        "--agent", choices=AGENTS,
+        help="only the requests of this agent's logs: Claude Code's or Codex's (default: "
+             "both, each on its own line or row where the roots hold both)")
 
 
 def _add_view_flags(parser: argparse.ArgumentParser) -> None:
@@ -252,12 +263,16 @@ def first_run_message(dirs: Sequence[Path], home: Path) -> str:
 
 
 def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
-              rng: Range, grouping: str = "folder") -> Selection:
+              rng: Range, grouping: str = "folder", *, scoped: agents.Scope | None = None
+              ) -> Selection:
     """The requests `report` covers: the roots' scope, the range and the filters.
 
-    ``grouping``: what a project is (exporter.projections.project_groups).
+    ``grouping``: what a project is (exporter.projections.project_groups);
+    ``scoped``: one agent's part of the roots (--agent), else all of them.
     """
-    base = of_ledger(ledger.read, ledger.scope(list(dirs)), rng, ledger.scope_filter(list(dirs)),
+    relation, cond = ((ledger.scope(list(dirs)), ledger.scope_filter(list(dirs)))
+                      if scoped is None else (scoped.relation, scoped.slot_scope))
+    base = of_ledger(ledger.read, relation, rng, cond,
                      groups=ProjectGroups(grouping, folders_of(ledger.read)))
     try:
         projects = (resolve_projects(known_values(base, "project"), args.project,
@@ -277,14 +292,15 @@ def empty(sel: Selection) -> bool:
 
 def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Settings,
          counters: Callable[[str], dict[str, int]], args: argparse.Namespace,
-         now: float) -> int:
-    """Compute and print the summary or the view."""
+         now: float, found: Mapping[str, agents.Scope] | None = None) -> int:
+    """Compute and print the summary or the view.
+
+    ``found``: each agent's scope (exporter.projections.agents); with two, the
+    summary has a line per agent and each row of a view is one agent's.
+    """
+    found = found or {}
     if req.view == SUMMARY:
-        result = figures.summary(
-            sel, prices, kv_bytes_per_token=settings.kv_bytes_per_token,
-            upload_bytes_per_token=settings.upload_bytes_per_token,
-            lines=counters("lines"), rejected=counters("rejected"),
-            iterations=counters("iterations"))
+        result = _summary(sel, prices, settings, counters, found)
         if req.output == "json":
             doc = result.to_json()
             doc["prices"] = prices.pricing.describe()
@@ -315,9 +331,11 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
                             breakdown=args.breakdown or by is not None,
                             block_rule=args.block_rule, now=now)
     if req.view in attribution.VIEWS:
-        return _attributed(req, attribution.build(req.view, sel, prices, options,
-                                                  by or "model"), by or "model")
-    view = views.build(req.view, sel, prices, options)
+        return _attributed(req, _view(sel, found, options, attribution.DEFAULT_ORDER, (
+            lambda s, o: attribution.build(req.view, s, prices, o, by or "model"))),
+            by or "model")
+    view = _view(sel, found, options, views.DEFAULT_ORDER.get(req.view, "oldest"),
+                 lambda s, o: views.build(req.view, s, prices, o))
     from exporter.report import tables as report_views  # rich, for tables only
 
     if req.output == "json":
@@ -327,6 +345,29 @@ def show(req: ReportQuery, sel: Selection, prices: ClassPrices, *, settings: Set
     else:
         report_views.render_view(view, _console())
     return 0
+
+
+def _summary(sel: Selection, prices: ClassPrices, settings: Settings,
+             counters: Callable[[str], dict[str, int]],
+             found: Mapping[str, agents.Scope]) -> figures.Summary:
+    """The summary's figures; per agent where ``found`` holds two (exporter.projections.agents)."""
+    result = figures.summary(
+        sel, prices, kv_bytes_per_token=settings.kv_bytes_per_token,
+        upload_bytes_per_token=settings.upload_bytes_per_token,
+        lines=counters("lines"), rejected=counters("rejected"),
+        iterations=counters("iterations"))
+    return dataclasses.replace(result, by_agent=agents.by_agent(sel, found, prices),
+                               cache_writes_measured=agents.all_measure_cache_writes(found))
+
+
+def _view(sel: Selection, found: Mapping[str, agents.Scope], options: views.Options,
+          order: str, build: Callable[[Selection, views.Options], views.View]) -> views.View:
+    """The view over ``sel``; with two agents, a row per agent merged (views.merged)."""
+    if len(found) < 2:  # one agent's (or none): as it was, saying what its logs lack
+        return dataclasses.replace(build(sel, options),
+                                   cache_writes_measured=agents.all_measure_cache_writes(found))
+    whole = dataclasses.replace(options, limit=None)  # cut once, after the merge
+    return views.merged(agents.split_view(lambda s: build(s, whole), sel, found), options, order)
 
 
 def _attributed(req: ReportQuery, view: views.View, by: str) -> int:

@@ -29,7 +29,7 @@ from exporter.projections.periods import Range, iso
 from exporter.projections.savings import ContextCost, context_cost
 from exporter.projections.selection import Selection
 from exporter.projections.sessions import SessionRow, SessionSums, busiest_sessions
-from exporter.projections.usage import ZERO, Attrs, Fact, Usage, by_name
+from exporter.projections.usage import ZERO, AgentUsage, Attrs, Fact, Usage, by_name
 from exporter.records import Source
 
 SESSION_TABLE_ROWS: Final = 20
@@ -118,6 +118,10 @@ class Summary:
     by_session: tuple[SessionRow, ...]
     context_costs: tuple[ContextCost, ...] = ()  # at the p50 and p90 prompt, top models
     iterations: Mapping[str, int] = field(default_factory=dict)  # usage.iterations, by kind
+    # Per agent, only where the report's roots hold two (exporter.projections.agents).
+    by_agent: Mapping[str, AgentUsage] = field(default_factory=dict)
+    # False where every request is of an agent that logs no cache writes (Codex alone).
+    cache_writes_measured: bool = True
 
     @property
     def cache_read_share(self) -> float:
@@ -153,6 +157,10 @@ class Summary:
             "context_cost": [c.to_json() for c in self.context_costs],
             # Only where a transcript had any: ledgers of older builds report as before.
             **({"iterations": dict(sorted(self.iterations.items()))} if self.iterations else {}),
+            # Only with a second agent: a Claude Code-only report is as it was.
+            **({"by_agent": {k: a.to_json() for k, a in self.by_agent.items()}}
+               if self.by_agent else {}),
+            **({} if self.cache_writes_measured else {"cache_writes_measured": False}),
         }
 
 

@@ -97,6 +97,27 @@ class Usage:
 ZERO: Final = Usage()
 
 
+@dataclass(frozen=True, slots=True)
+class AgentUsage:
+    """One agent's usage in a report: its sums, and what its logs measure apart or not at all.
+
+    ``reasoning``: reasoning tokens, a part of ``usage.output`` (None where the
+    agent does not report them apart); ``cache_writes_measured``: whether its
+    logs say what was written to the prompt cache (Codex's do not: its zero
+    cache writes are "not measured", not a measured zero).
+    """
+
+    agent: str
+    usage: Usage
+    reasoning: int | None = None
+    cache_writes_measured: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        """A ``by_model`` entry (``T``) plus ``reasoning_tokens`` and ``cache_writes_measured``."""
+        return {**self.usage.totals(), "reasoning_tokens": self.reasoning,
+                "cache_writes_measured": self.cache_writes_measured}
+
+
 class Attrs(NamedTuple):
     """What a fact's requests share: session, project and price attributes."""
 

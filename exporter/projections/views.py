@@ -14,6 +14,7 @@ ccusage does. See docs/figures.md, "Blocks".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class Row:
     gap_p50: float | None = None  # session view: median gap between main requests, seconds
     active: bool = False  # blocks: the block still open at the report's time
     top_models: tuple[str, ...] = ()  # the costliest caps.MODEL_NAMES, if it used more models
+    agent: str = ""  # whose logs (exporter.projections.agents): set only when a view has two
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,11 @@ class View:
     active: ActiveBlock | None = None
     block_rule: str = BLOCK_RULES[0]
     filters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # With two agents or more: each row is one agent's, and each agent's open block.
+    agents: tuple[str, ...] = ()
+    actives: Mapping[str, ActiveBlock] = field(default_factory=dict)
+    # False where every row is of an agent that logs no cache writes (Codex alone).
+    cache_writes_measured: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +161,37 @@ def build(name: str, selection: Selection, prices: ClassPrices, options: Options
     return View(name, covered, tuple(ordered[:cut]), total, len(rows),
                 sum((r.usage for r in ordered[cut:]), ZERO), options.breakdown, active,
                 options.block_rule, filters)
+
+
+def merged(parts: Mapping[str, View], options: Options, order: str) -> View:
+    """One view of each agent's view (built without --limit): rows tagged, ordered and cut as one.
+
+    A row is one agent's (a day's Claude Code requests, a day's Codex ones):
+    sums never mix agents, the total is every row's. Rows of equal order keep
+    the agents' order. ``order`` is the view's default order (--order wins).
+    """
+    views = list(parts.values())
+    if len(views) == 1:
+        only = views[0]
+        return _cut(only, list(only.rows), options, order)
+    rows = [dataclasses.replace(r, agent=agent) for agent, v in parts.items() for r in v.rows]
+    firsts = [v.covered.first for v in views if v.covered.first is not None]
+    lasts = [v.covered.last for v in views if v.covered.last is not None]
+    covered = Covered(views[0].covered.range, min(firsts, default=None), max(lasts, default=None))
+    actives = {a: v.active for a, v in parts.items() if v.active is not None}
+    joined = dataclasses.replace(
+        views[0], covered=covered, total=sum((r.usage for r in rows), ZERO),
+        active=max(actives.values(), key=lambda b: b.start, default=None),
+        agents=tuple(parts), actives=actives)
+    return _cut(joined, rows, options, order)
+
+
+def _cut(view: View, rows: list[Row], options: Options, order: str) -> View:
+    """The view with ``rows`` in --order (else ``order``), the first --limit kept."""
+    ordered = order_rows(rows, options.order or order)
+    cut = len(ordered) if options.limit is None else max(options.limit, 0)
+    return dataclasses.replace(view, rows=tuple(ordered[:cut]), count=len(rows),
+                               rest=sum((r.usage for r in ordered[cut:]), ZERO))
 
 
 def order_rows(rows: Sequence[Row], order: str) -> list[Row]:

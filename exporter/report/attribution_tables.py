@@ -14,6 +14,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
+from exporter.projections.agents import name as agent_name
 from exporter.projections.model_names import short_model
 from exporter.projections.views import Row, View
 from exporter.report.columns import (
@@ -27,7 +28,7 @@ from exporter.report.columns import (
     widest,
 )
 from exporter.report.summary import header, say, when
-from exporter.report.tables import _csv, _iso, _usage_json, notes
+from exporter.report.tables import _agent_json, _csv, _iso, _usage_json, notes
 from exporter.shown import clip
 
 TITLES: Final = {"skill": "Skills", "plugin": "Plugins", "mcp": "MCP servers",
@@ -53,9 +54,14 @@ def _lead(view: View) -> tuple[Column, ...]:
             Column("last request", lambda v, r: when(r.last, zone), 4))
 
 
+#: With two agents, whose logs a row is: not "agent", the name of `report agent`'s rows.
+AGENT_KEY: Final = "coding_agent"
+_AGENT: Final = Column("coding agent", lambda v, r: agent_name(r.agent))
+
+
 def _columns(view: View, level: int) -> list[Column]:
-    """The view's columns of priority ``level`` or more important."""
-    return at_level((*_lead(view), *USAGE, MODELS), level)
+    """The view's columns of priority ``level`` or more important (an agent's, with two)."""
+    return at_level((*_lead(view), *((_AGENT,) if view.agents else ()), *USAGE, MODELS), level)
 
 
 def table(view: View, level: int, by: str = "model", models_width: int | None = None) -> Table:
@@ -87,7 +93,8 @@ def view_json(view: View, by: str = "model") -> dict[str, Any]:
     """The view as JSON: range, filters, rows, row count before --limit, totals."""
     rows = []
     for row in view.rows:
-        out = {**_lead_json(view, row), **_usage_json(row.usage), "models": list(row.models)}
+        out = {**_lead_json(view, row), **_agent_json(view, row, AGENT_KEY),
+               **_usage_json(row.usage), "models": list(row.models)}
         if view.breakdown:
             out["breakdown"] = [{by: p, **_usage_json(u)} for p, u in row.breakdown]
         rows.append(out)
@@ -106,12 +113,13 @@ def view_json(view: View, by: str = "model") -> dict[str, Any]:
 
 def view_csv(view: View, by: str = "model") -> str:
     """The view as CSV: one line per row, or per row and breakdown value."""
-    lead = [KEYS[view.name], "sessions", "first_request", "last_request"]
+    lead = [KEYS[view.name], "sessions", "first_request", "last_request",
+            *((AGENT_KEY,) if view.agents else ())]
     usage = list(_usage_json(view.total))
     head = [*lead, by, *usage] if view.breakdown else [*lead, *usage, "models"]
     records: list[dict[str, Any]] = []
     for row in view.rows:
-        first = _lead_json(view, row)
+        first = {**_lead_json(view, row), **_agent_json(view, row, AGENT_KEY)}
         if view.breakdown:
             records.extend({**first, by: p, **_usage_json(u)} for p, u in row.breakdown)
         else:

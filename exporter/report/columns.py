@@ -19,7 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from exporter.projections import caps
+from exporter.projections import agents, caps
 from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone
 from exporter.projections.usage import Usage
@@ -66,11 +66,28 @@ def saved_cell(u: Usage) -> str:
     return usd(u.saved_usd) if u.cost_pico else "—"
 
 
+WRITES: Final = "cache write"
+UNMEASURED_NOTE: Final = "cache write —: not measured (Codex logs no cache writes)"
+
+
+def writes_measured(view: View, agent: str = "") -> bool:
+    """Whether the cache writes of ``agent``'s row of the view were measured (not Codex's)."""
+    return view.cache_writes_measured and agents.measures_cache_writes(agent)
+
+
+def unmeasured_writes(view: View) -> bool:
+    """Whether the view shows a row (or the whole view) whose cache writes are not measured."""
+    return not view.cache_writes_measured or any(
+        not agents.measures_cache_writes(r.agent) for r in view.rows)
+
+
 USAGE: Final = (
     _figure("requests", lambda u: f"{u.requests:,}", 1),
     _figure("input", lambda u: tokens(u.input), 2),
     _figure("output", lambda u: tokens(u.output), 2),
-    _figure("cache write", lambda u: tokens(u.cache_write), 2),  # 5 m + 1 h (JSON: each)
+    # 5 m + 1 h (JSON: each); "—" for an agent that logs none (say so: never a measured 0)
+    Column(WRITES, lambda v, r: tokens(r.usage.cache_write) if writes_measured(v, r.agent)
+           else "—", 2, lambda u: tokens(u.cache_write)),
     _figure("cache read", lambda u: tokens(u.cache_read), 2),
     # Their sum, where the four token types have no room (the narrowest layout only).
     _figure("tokens", lambda u: tokens(u.tokens), 1, narrow=True),
@@ -95,8 +112,9 @@ MODELS: Final = Column("models", _models)
 
 def _block_status(view: View, row: Row) -> str:
     """``open, 2 h 50 min left`` for the block still open, else ``ended``."""
-    if row.active and view.active is not None:
-        return f"open, {duration(view.active.remaining)} left"
+    block = view.actives.get(row.agent) if view.agents else view.active
+    if row.active and block is not None:
+        return f"open, {duration(block.remaining)} left"
     return "ended"
 
 
@@ -121,9 +139,15 @@ LEAD: Final[dict[str, tuple[Column, ...]]] = {
 }
 
 
+AGENT: Final = Column("agent", lambda v, r: agents.name(r.agent))  # a row per agent
+# A session is one agent's, and its models say whose: at 80 columns they need the room.
+SESSION_AGENT: Final = Column("agent", lambda v, r: agents.name(r.agent), 2)
+
+
 def columns(view: View, level: int) -> list[Column]:
-    """The view's columns of priority ``level`` or more important."""
-    return at_level((*LEAD[view.name], *USAGE, MODELS), level)
+    """The view's columns of priority ``level`` or more important (an agent's, with two)."""
+    agent = (SESSION_AGENT if view.name == "session" else AGENT,) if view.agents else ()
+    return at_level((*LEAD[view.name], *agent, *USAGE, MODELS), level)
 
 
 def at_level(cols: Iterable[Column], level: int) -> list[Column]:
@@ -193,15 +217,18 @@ def rows_table(view: View, cols: Sequence[Column], part_name: Callable[[str], st
     for row in view.rows:
         out.add_row(*(text(c.cell(view, row)) for c in cols))
         capped = caps.costliest(dict(row.breakdown), caps.BREAKDOWN_MODELS)
+        blank = not writes_measured(view, row.agent)
         for part, usage in capped.shown:
-            out.add_row(*_other(cols, f"  └ {part_name(part)}", usage), style="dim")
+            out.add_row(*_other(cols, f"  └ {part_name(part)}", usage, blank), style="dim")
         if capped.more:
-            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest),
-                        style="dim")
+            out.add_row(*_other(cols, f"  └ {caps.other_label(capped.more)}", capped.rest,
+                                blank), style="dim")
+    blank = not view.cache_writes_measured
     if len(view.rows) < view.count:
-        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest))
+        out.add_row(*_other(cols, caps.other_label(view.count - len(view.rows)), view.rest,
+                            blank))
     out.add_section()
-    out.add_row(*_other(cols, "total", view.total), style="bold")
+    out.add_row(*_other(cols, "total", view.total, blank), style="bold")
     return out
 
 
@@ -212,8 +239,13 @@ def negative_saving(view: View) -> bool:
     return any(u.saved_pico < 0 and u.cost_pico for u in usages)
 
 
-def _other(cols: Iterable[Column], label: str, usage: Usage) -> list[Text]:
-    """A breakdown or totals row: the label first, usage figures, blanks elsewhere."""
-    cells = [c.usage(usage) if c.usage else "" for c in cols]
+def _other(cols: Iterable[Column], label: str, usage: Usage, unmeasured: bool = False
+           ) -> list[Text]:
+    """A breakdown or totals row: the label first, usage figures, blanks elsewhere.
+
+    ``unmeasured``: its cache writes were not measured (Codex): "—", not 0.
+    """
+    cells = [("—" if unmeasured and c.title == WRITES else c.usage(usage)) if c.usage else ""
+             for c in cols]
     cells[0] = label
     return [text(c) for c in cells]

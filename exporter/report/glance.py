@@ -32,6 +32,8 @@ from exporter.projections.usage import ZERO, Usage
 from exporter.projections.views import ActiveBlock
 from exporter.report.summary import (
     NEGATIVE_SAVING,
+    NOT_MEASURED,
+    agents_table,
     cost_cell,
     duration,
     header,
@@ -114,9 +116,12 @@ def render(figures: Summary, seen: Glance, console: Console) -> None:
     if seen.month_pace is not None:
         say(console, pace_line(seen.month_pace, figures.covered.range.zone))
     say(console, _models(figures))
+    if figures.by_agent:  # only where the roots hold two agents' logs
+        say(console, agents_table(figures.by_agent))
     t = figures.totals
+    written = tokens(t.cache_write) if figures.cache_writes_measured else NOT_MEASURED
     say(console, f"tokens: input {tokens(t.input)} · output {tokens(t.output)} · cache write "
-                 f"{tokens(t.cache_write)} · cache read {tokens(t.cache_read)}")
+                 f"{written} · cache read {tokens(t.cache_read)}")
     saved = (f"{usd(t.saved_usd)} ({NEGATIVE_SAVING})" if t.saved_pico < 0
              else f"saving {usd(t.saved_usd)}")
     say(console, f"prompt cache: {pct(figures.cache_read_share)} of prompt tokens read "

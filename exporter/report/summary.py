@@ -9,17 +9,18 @@ Colour is whatever the console supports: none when writing to a file or a pipe.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from exporter.projections import caps
+from exporter.projections.agents import name as agent_name
 from exporter.projections.figures import Covered, Spread, Summary
 from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone
 from exporter.projections.pricing import RateTable
 from exporter.projections.savings import ContextCost
 from exporter.projections.sessions import SessionRow
-from exporter.projections.usage import Usage
+from exporter.projections.usage import AgentUsage, Usage
 from exporter.records import ACTIVE_GAP_SECONDS
 from exporter.shown import clip, markup, text
 
@@ -155,7 +156,8 @@ def _overview(f: Summary) -> Table:
         ("input tokens (uncached)", tokens(t.input)),
         ("cache read tokens", tokens(t.cache_read)),
         ("cache write tokens (5 m / 1 h)",
-         f"{tokens(t.cache_write_5m)} / {tokens(t.cache_write_1h)}"),
+         f"{tokens(t.cache_write_5m)} / {tokens(t.cache_write_1h)}"
+         if f.cache_writes_measured else NOT_MEASURED),
         ("output tokens", tokens(t.output)),
         ("cache-read share of prompt", pct(f.cache_read_share)),
         ("cache reads per output token", f"{t.reread_ratio:,.0f}" if t.output else "—"),
@@ -197,12 +199,13 @@ def _cache_expiry(f: Summary) -> Table:
     return table
 
 
-def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool) -> Table:
+def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool,
+                writes: bool = True) -> Table:
     """Requests, tokens, cost, the cache's saving and unpriced tokens per model or per source.
 
     A narrow console gets no input/read/write/saved columns, so model ids stay on one line.
     Past :data:`caps.SUMMARY_MODELS` groups, the costliest are shown and one row
-    sums the rest.
+    sums the rest. ``writes``: the cache writes were measured (else "—": Codex's).
     """
     extra = ("input", "read", "write") if wide else ()
     saved = ("cache saved",) if wide else ()
@@ -214,11 +217,38 @@ def _cost_table(title: str, first: str, groups: Mapping[str, Usage], wide: bool)
         table.add_row(
             text(clip(label)),
             f"{t.requests:,}",
-            *map(tokens, (*middle, t.output)),
+            *(tokens(n) if writes or i != 2 else "—" for i, n in enumerate((*middle, t.output))),
             cost_cell(t),
             *((usd(t.saved_usd) if t.cost_pico else "—",) if wide else ()),
             tokens(t.unpriced) if t.unpriced else "—",
         )
+    return table
+
+
+NOT_MEASURED: Final = "not measured"
+_AGENT_ROWS: Final[tuple[tuple[str, Callable[[AgentUsage], str]], ...]] = (
+    ("requests", lambda a: f"{a.usage.requests:,}"),
+    ("input (uncached)", lambda a: tokens(a.usage.input)),
+    ("cache read", lambda a: tokens(a.usage.cache_read)),
+    ("cache write", lambda a: tokens(a.usage.cache_write) if a.cache_writes_measured
+     else NOT_MEASURED),
+    ("output", lambda a: tokens(a.usage.output)),
+    ("  of it reasoning", lambda a: "—" if a.reasoning is None else tokens(a.reasoning)),
+    ("cost", lambda a: cost_cell(a.usage)),
+)
+
+
+def agents_table(by_agent: Mapping[str, AgentUsage], title: str = "") -> Table:
+    """A column per agent (80 columns hold three): requests, tokens by kind, cost.
+
+    Reasoning is a part of output, on its own line ("—" for an agent that does
+    not report it apart); cache writes an agent does not log are "not measured",
+    never a zero (docs/figures.md, "Agents").
+    """
+    items = list(by_agent.values())
+    table = new_table(title, "by agent", *(agent_name(a.agent) for a in items))
+    for label, cell in _AGENT_ROWS:
+        table.add_row(label, *(cell(a) for a in items))
     return table
 
 
@@ -330,8 +360,11 @@ def render_text(figures: Summary, console: Console) -> None:
     say(console, _cache_expiry(figures))
     wide = console.width >= WIDE_CONSOLE
     note = " (tokens: input, cache read, cache write, output)" if wide else ""
-    say(console, _cost_table("By model" + note, "model", figures.by_model, wide))
-    say(console, _cost_table("By source", "source", figures.by_source, wide))
+    writes = figures.cache_writes_measured
+    say(console, _cost_table("By model" + note, "model", figures.by_model, wide, writes))
+    say(console, _cost_table("By source", "source", figures.by_source, wide, writes))
+    if figures.by_agent:  # only where the roots hold two agents' logs
+        say(console, agents_table(figures.by_agent, "By agent"))
     groups = (*figures.by_model.values(), *figures.by_source.values())
     if wide and any(u.saved_pico < 0 and u.cost_pico for u in groups):
         say(console, NEGATIVE_NOTE)

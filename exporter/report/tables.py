@@ -25,6 +25,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from exporter.ledger import connections
+from exporter.projections import agents
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
 from exporter.projections.json_text import to_json
@@ -40,7 +41,14 @@ from exporter.projections.plan.windows import (
 )
 from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
-from exporter.report.columns import LEVELS, fitting, negative_saving
+from exporter.report.columns import (
+    LEVELS,
+    UNMEASURED_NOTE,
+    WRITES,
+    fitting,
+    negative_saving,
+    unmeasured_writes,
+)
 from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
 from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
@@ -59,7 +67,12 @@ def render_view(view: View, console: Console) -> None:
     out, hidden = fitting(view, console)
     say(console, out)
     notes(console, view, [c.header for c in out.columns], hidden)
-    if view.active is not None:
+    if view.agents:  # each agent's open block, named
+        for agent, block in view.actives.items():
+            lines = active_lines(block)
+            for line in [f"{agents.name(agent)}: {lines[0]}", *lines[1:]]:
+                say(console, line)
+    elif view.active is not None:
         for line in active_lines(view.active):
             say(console, line)
 
@@ -71,6 +84,8 @@ def notes(console: Console, view: View, shown: Sequence[Any], hidden: str | None
                      "the other row and the total cover all of them")
     if "cache saved" in shown and negative_saving(view):
         say(console, NEGATIVE_NOTE)
+    if WRITES in shown and unmeasured_writes(view):
+        say(console, UNMEASURED_NOTE)
     if hidden:
         say(console, hidden)
 
@@ -117,9 +132,15 @@ def _lead_json(view: View, row: Row) -> dict[str, Any]:
     return {"period": row.label, "start": _iso(row.start, zone), "end": _iso(row.end, zone)}
 
 
+def _agent_json(view: View, row: Row, key: str = "agent") -> dict[str, str]:
+    """``{"agent": "codex"}`` where the view has a row per agent; nothing where it has one."""
+    return {key: row.agent} if view.agents else {}
+
+
 def row_json(view: View, row: Row) -> dict[str, Any]:
     """One row of a view as JSON."""
-    out = {**_lead_json(view, row), **_usage_json(row.usage), "models": list(row.models)}
+    out = {**_lead_json(view, row), **_agent_json(view, row), **_usage_json(row.usage),
+           "models": list(row.models)}
     if view.breakdown:
         out["breakdown"] = [{"model": m, **_usage_json(u)} for m, u in row.breakdown]
     return out
@@ -138,6 +159,9 @@ def view_json(view: View) -> dict[str, Any]:
     if view.name == "blocks":
         out["block_rule"] = view.block_rule
         out["active_block"] = None if view.active is None else _active_json(view, view.active)
+        if view.agents:  # each agent's own blocks (its plan's windows are its own)
+            out["active_block_by_agent"] = {a: _active_json(view, b) if (b := view.actives.get(a))
+                                            else None for a in view.agents}
     return out
 
 
@@ -158,7 +182,7 @@ def view_csv(view: View) -> str:
     """A view as CSV: one line per row, or per row and model with --breakdown."""
     records: list[dict[str, Any]] = []
     for row in view.rows:
-        lead = _lead_json(view, row)
+        lead = {**_lead_json(view, row), **_agent_json(view, row)}
         if view.breakdown:
             records.extend({**lead, "model": m, **_usage_json(u)} for m, u in row.breakdown)
         else:
@@ -173,6 +197,7 @@ def csv_header(view: View) -> list[str]:
             "project": ["project", "sessions", "first_request", "last_request"],
             "blocks": ["start", "end", "first_request", "last_request", "active"],
             }.get(view.name, ["period", "start", "end"])
+    lead = [*lead, "agent"] if view.agents else lead
     usage = list(_usage_json(view.total))
     return [*lead, "model", *usage] if view.breakdown else [*lead, *usage, "models"]
 

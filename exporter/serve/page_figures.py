@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
+from exporter.ingest.formats import CLAUDE
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
-from exporter.projections import budget_pace, caps, figures
+from exporter.projections import agents, budget_pace, caps, figures
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.labels import LabelPolicy
@@ -41,7 +42,7 @@ from exporter.projections.plan.pace import NOT_ENOUGH, Pace
 from exporter.projections.project_groups import ProjectGroups, folders_of
 from exporter.projections.range_check import checked
 from exporter.projections.selection import Selection, TimeKey, of_ledger
-from exporter.projections.usage import ZERO, Usage
+from exporter.projections.usage import ZERO, AgentUsage, Usage
 from exporter.records import TTL_1H, TTL_5M
 from exporter.serve.page_range import DEFAULT, PageQuery
 from exporter.sqlite import sqlite3
@@ -80,6 +81,9 @@ class PageData:
     roots: tuple[str, ...] = ()  # the transcript directories followed
     # day / month: the spend at their end at the current pace (exporter.projections.budget_pace)
     pace: Mapping[str, budget_pace.Pace] = field(default_factory=dict)
+    # Each agent's usage in the range, where the roots hold another agent than Claude Code
+    # (whatever ``query.agent`` filters: the panel offers every agent).
+    agents: Mapping[str, AgentUsage] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""
@@ -100,6 +104,9 @@ class PageData:
         }
         if self.span is None:
             page["no_transcripts"] = list(self.roots)
+        if self.agents or self.query.agent is not None:  # a Claude Code-only page is as it was
+            page["agent"] = self.query.agent
+            page["agents"] = {a: u.to_json() for a, u in self.agents.items()}
         if rest:
             page["by_project_other"] = caps.other_cost(rest, "projects")
         return {**caps.summary_json(self.summary), "prices": dict(self.prices), "page": page}
@@ -157,34 +164,53 @@ class LedgerSource:
         rng = self.range_of(query, now)
         zone = rng.zone
         today = date_day(zone.local(now).date())
-        span = self._base.bounds()
-        first, last = _days(rng, span, now)
         # Projects as /metrics and `report` group them; folders learned at each build
         # (a new one may appear while serve runs).
         groups = ProjectGroups(self._grouping, folders_of(self._ledger.read))
-        chosen = dataclasses.replace(self._base, range=rng, groups=groups)
+        whole = dataclasses.replace(self._base, range=rng, groups=groups)
+        base, roots = self._base, self._roots
+        if query.agent is not None:  # as report --agent: that agent's roots only
+            one = agents.scope(self._ledger, self._roots, query.agent)
+            base, roots = one.of(self._base), one.roots
+        span = base.bounds()
+        first, last = _days(rng, span, now)
+        chosen = dataclasses.replace(base, range=rng, groups=groups)
         summary = figures.summary(
             chosen, self._prices, kv_bytes_per_token=self._kv,
             upload_bytes_per_token=self._upload,
-            lines=self._ledger.counters("lines", self._roots),
-            rejected=self._ledger.counters("rejected", self._roots), session_rows=0)
+            lines=self._ledger.counters("lines", roots),
+            rejected=self._ledger.counters("rejected", roots), session_rows=0)
+        found = agents.scopes(self._ledger, self._roots, self._base)
+        each = self._agents(whole, found)
+        summary = dataclasses.replace(
+            summary, by_agent=each if query.agent is None and len(each) > 1 else {},
+            cache_writes_measured=agents.measures_cache_writes(query.agent) if query.agent
+            else agents.all_measure_cache_writes(found))
         days, by_project = self._by_day(chosen, zone.midnight(first), now)
         daily = tuple((day_date(n).isoformat(), usd(days[n].cost_pico if n in days else 0))
                       for n in range(first, last + 1))
         return PageData(
-            summary=summary, now=now, zone=zone, periods=self._periods(rng, days, today, now),
-            budgets=self._budgets, daily=daily, by_project=by_project, active=self._active(now),
+            summary=summary, now=now, zone=zone,
+            periods=self._periods(base, rng, days, today, now), budgets=self._budgets,
+            daily=daily, by_project=by_project, active=self._active(base, now),
             plan=self._windows(now), prices=self._prices.pricing.describe(), query=query,
             span=span, roots=self._roots,
-            pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets))
+            pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets), agents=each)
 
-    def _periods(self, rng: Range, days: Mapping[int, Usage], today: int,
+    def _agents(self, whole: Selection, found: Mapping[str, agents.Scope]
+                ) -> dict[str, AgentUsage]:
+        """Each agent's usage over ``whole``, where the roots hold an agent besides Claude Code."""
+        if set(found) <= {CLAUDE}:
+            return {}
+        return {a: agents.usage_of(s.of(whole), self._prices, a) for a, s in found.items()}
+
+    def _periods(self, base: Selection, rng: Range, days: Mapping[int, Usage], today: int,
                  now: float) -> dict[str, float]:
         """Today's, this week's and this month's cost (the range's days when they cover them)."""
         zone = rng.zone
         start = min(week_start(today), month_start(today))
         if not (rng.until is None and rng.since is not None and rng.since <= zone.midnight(start)):
-            recent = dataclasses.replace(self._base, range=Range(zone.midnight(start), None, zone))
+            recent = dataclasses.replace(base, range=Range(zone.midnight(start), None, zone))
             days = self._by_day(recent, zone.midnight(start), now)[0]
         cost = {day: usage.cost_pico for day, usage in days.items()}
 
@@ -226,11 +252,11 @@ class LedgerSource:
         ranked = sorted(((p, usd(c)) for p, c in projects.items()), key=lambda kv: (-kv[1], kv[0]))
         return days, tuple(ranked)
 
-    def _active(self, now: float) -> dict[str, int]:
+    def _active(self, base: Selection, now: float) -> dict[str, int]:
         """Sessions whose last request is younger than each cache TTL (an index range)."""
         out = {}
         for label, seconds in TTLS:
-            rows = self._base.rows("count(DISTINCT session)", "ts >= ?", params=[now - seconds])
+            rows = base.rows("count(DISTINCT session)", "ts >= ?", params=[now - seconds])
             out[label] = int(rows[0][0])
         return out
 

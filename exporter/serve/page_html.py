@@ -14,7 +14,7 @@ from exporter.projections.budget_pace import Pace
 from exporter.projections.model_names import short_model
 from exporter.projections.periods import Zone, iso
 from exporter.projections.plan import pace
-from exporter.serve import page_nav, svg
+from exporter.serve import page_agents, page_nav, svg
 from exporter.serve.page_figures import MAX_BARS, PageData, Window
 from exporter.shown import visible
 
@@ -121,6 +121,8 @@ def render(data: PageData, version: str) -> str:
     """The whole HTML page."""
     zone = data.zone
     sections = [*_cost_sections(data), *_shape_sections(data)]
+    if data.agents:  # the roots hold another agent's logs: each side by side, and a filter
+        sections.insert(1, page_agents.panel(data, money))
     if data.plan:
         sections.append(_section("Plan limits", "".join(
             f'<p>{escape(_WINDOW_NAMES.get(w.name, w.name))}: <b>{w.used_ratio:.0%}</b> used, '
@@ -132,7 +134,7 @@ def render(data: PageData, version: str) -> str:
             + svg.meter(f"plan-{w.name}", f"{w.name} window used", w.used_ratio)
             for w in data.plan), name="plan"))
     return (
-        _HEAD + f"<header><h1>Claude Code usage</h1><p>"
+        _HEAD + f"<header><h1>{escape(page_agents.title(data))}</h1><p>"
         f'<span data-figure="range"{_range_marks(data)}>'
         f"{escape(page_nav.range_text(data))}</span> · "
         f"{escape(zone.name)} · as of {escape(page_nav.when(data.now, data.now, zone))} · "
@@ -205,7 +207,8 @@ def _cost_sections(data: PageData) -> list[str]:
              data.periods["month"], pace=_pace(data.pace.get("month"))),
     ))
     tokens = [("input", t.input), ("output", t.output), ("cache read", t.cache_read),
-              ("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h)]
+              *((("cache write 5m", t.cache_write_5m), ("cache write 1h", t.cache_write_1h))
+                if s.cache_writes_measured else ())]  # Codex alone: none logged (said below)
     title, bars = _daily_chart(data)
     short = [(day[5:], cost) for day, cost in data.daily]
     budget_line = data.budgets.get("day") and len(data.daily) <= MAX_BARS
@@ -218,7 +221,8 @@ def _cost_sections(data: PageData) -> list[str]:
                             fmt=money)),
         _section("Tokens by type",
                  svg.stacked("tokens", "Tokens by type", tokens, fmt=count)
-                 + _table(("type", "tokens"), [(k, f"{v:,}") for k, v in tokens],
+                 + _table(("type", "tokens"), [(k, f"{v:,}") for k, v in tokens]
+                          + ([] if s.cache_writes_measured else [("cache write", "not measured")]),
                           "tokens")
                  + f'<p>Cache-read share of the prompt: <b data-figure="cache-read-share">'
                    f'{s.cache_read_share:.1%}</b> · requests <b data-figure="requests">'

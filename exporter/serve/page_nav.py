@@ -12,6 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Final
 
+from exporter.ingest.formats import AGENT_NAMES
 from exporter.projections.periods import Zone, date_day
 from exporter.serve.page_figures import WINDOW_DAYS, PageData
 from exporter.serve.page_range import PageQuery
@@ -28,10 +29,11 @@ def choices(data: PageData) -> list[tuple[str, PageQuery]]:
     month = today.replace(day=1)
 
     def since(text: str | None) -> PageQuery:
-        return PageQuery(text, None, q.tz, ranged=True)
+        return PageQuery(text, None, q.tz, ranged=True, agent=q.agent)
 
     return [("Today", since(today.isoformat())), ("7 days", since("7d")),
-            ("30 days", PageQuery(tz=q.tz)), ("This month", since(month.isoformat())),
+            ("30 days", PageQuery(tz=q.tz, agent=q.agent)),
+            ("This month", since(month.isoformat())),
             *((label, since(age)) for label, age in _AGES), ("All", since(None))]
 
 
@@ -46,7 +48,8 @@ def range_bar(data: PageData) -> str:
     q = data.query
     dates = {k: v if v and len(v) == _ISO_DATE else "" for k, v in
              (("since", q.since), ("until", q.until))}
-    tz = f'<input type="hidden" name="tz" value="{escape(visible(q.tz))}">' if q.tz else ""
+    tz = "".join(f'<input type="hidden" name="{name}" value="{escape(visible(value))}">'
+                 for name, value in (("tz", q.tz), ("agent", q.agent)) if value)
     fields = " ".join(f'<label>{word} <input type="date" name="{name}" '
                       f'value="{escape(dates[name])}"></label>'
                       for word, name in (("from", "since"), ("to", "until")))
@@ -78,7 +81,10 @@ def notes(data: PageData) -> str:
     """Why the page is empty, when it is: no transcripts at all, or none in this range."""
     if data.span is None:
         where = visible(", ".join(data.roots) or "no directory")
-        return ('<p class="hint" data-note="no-transcripts">No Claude Code transcripts found '
+        whose = "Claude Code transcripts" if data.query.agent is None else (
+            f"{AGENT_NAMES.get(data.query.agent, data.query.agent)} logs")
+        return ('<p class="hint" data-note="no-transcripts">'
+                f"No {escape(whose)} found "
                 f"in {escape(where)}. Use Claude Code first, start <code>serve</code> with "
                 "<code>--data-dir</code> pointing at a directory of transcripts, or try "
                 "<code>serve --demo</code>.</p>")
@@ -86,7 +92,7 @@ def notes(data: PageData) -> str:
         return ""
     zone = data.zone
     first, last = (zone.local(t).date().isoformat() for t in data.span)
-    offer = PageQuery(first, last, data.query.tz, ranged=True)
+    offer = PageQuery(first, last, data.query.tz, ranged=True, agent=data.query.agent)
     return ('<p class="hint" data-note="empty-range">No requests in this range. The ledger '
             f"holds requests from {escape(first)} to {escape(last)}: "
             f'<a data-offer="range" href="{escape(offer.query())}">show them</a>.</p>')

@@ -1,8 +1,9 @@
-"""The page's range: the query parameters ``since``, ``until`` and ``tz`` of ``/`` and the JSON.
+"""The page's range and agent: the query parameters ``since``, ``until``, ``tz`` and ``agent``.
 
-They mean exactly what ``report --since``, ``--until`` and ``--timezone`` mean
-(:mod:`exporter.projections.periods` parses both): ``since=7d``,
-``since=2026-02-01&until=2026-02-28``, ``tz=Europe/Berlin``. A parameter given
+They mean exactly what ``report --since``, ``--until``, ``--timezone`` and
+``--agent`` mean (:mod:`exporter.projections.periods` parses the range):
+``since=7d``, ``since=2026-02-01&until=2026-02-28``, ``tz=Europe/Berlin``,
+``agent=codex`` (one of exporter.ingest.formats.AGENTS). A parameter given
 empty is a flag not given (``?since=`` is everything, as a form with an empty
 field sends it); with neither ``since`` nor ``until`` the page shows its
 default window, the last 30 whole days and the whole month.
@@ -18,9 +19,12 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl, urlencode
 
+from exporter.ingest.formats import AGENTS
+
 MAX_QUERY: Final = 512  # bytes of QUERY_STRING read at all
 MAX_VALUE: Final = 64  # characters of one value (the longest zone name is 32)
-PARAMS: Final = ("since", "until", "tz")
+PARAMS: Final = ("since", "until", "tz", "agent")
+TAKES: Final = ("since, until, tz and agent (as report --since/--until/--timezone/--agent)")
 
 
 class QueryError(ValueError):
@@ -35,16 +39,17 @@ class PageQuery:
     until: str | None = None
     tz: str | None = None
     ranged: bool = False  # since or until was given (even empty): not the default window
+    agent: str | None = None  # one agent's requests only (None: every agent's)
 
     def key(self) -> tuple[str | None, ...]:
         """What the page cache is keyed by (with the zone the source resolves)."""
-        return (self.since, self.until, self.tz, "r" if self.ranged else "")
+        return (self.since, self.until, self.tz, "r" if self.ranged else "", self.agent)
 
     def query(self, **changes: str | None) -> str:
         """``?…`` for this range with ``changes`` (None drops a parameter), for a link."""
         since = (self.since or "") if self.ranged else None  # ``since=``: everything
         values = {"since": since, "until": self.until if self.ranged else None, "tz": self.tz,
-                  **changes}
+                  "agent": self.agent, **changes}
         pairs = [(k, v) for k, v in values.items() if v is not None]
         return "?" + urlencode(pairs) if pairs else "./"
 
@@ -60,13 +65,11 @@ def parse_query(raw: str) -> PageQuery:
         pairs = parse_qsl(raw, keep_blank_values=True, strict_parsing=False,
                           max_num_fields=len(PARAMS) + 1, errors="strict")
     except (ValueError, UnicodeDecodeError):
-        raise QueryError(f"the page takes at most {len(PARAMS)} parameters: "
-                         "since, until and tz (as report --since/--until/--timezone)") from None
+        raise QueryError(f"the page takes at most {len(PARAMS)} parameters: {TAKES}") from None
     found: dict[str, str] = {}
     for name, value in pairs:
         if name not in PARAMS:
-            raise QueryError(f"unknown parameter {name[:MAX_VALUE]!r}: the page takes since, "
-                             "until and tz (as report --since/--until/--timezone)")
+            raise QueryError(f"unknown parameter {name[:MAX_VALUE]!r}: the page takes {TAKES}")
         if name in found:
             raise QueryError(f"{name} is given twice")
         if len(value) > MAX_VALUE:
@@ -75,6 +78,9 @@ def parse_query(raw: str) -> PageQuery:
     tz = found.get("tz") or None
     if tz is not None and tz.lower() == "local":  # the default, one cache entry for both
         tz = None
+    agent = found.get("agent") or None
+    if agent is not None and agent not in AGENTS:  # shown escaped; never a scope
+        raise QueryError(f"agent {agent!r} is not one of {', '.join(AGENTS)}")
     return PageQuery(found.get("since") or None, found.get("until") or None, tz,
-                     ranged="since" in found or "until" in found)
+                     ranged="since" in found or "until" in found, agent=agent)
 
