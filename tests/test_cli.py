@@ -133,8 +133,9 @@ def clean_env(home: Path) -> dict[str, str]:
     return {**env, "HOME": str(home)}
 
 
-FIRST_RUN = ("No Claude Code transcripts found in ~/.claude/projects, ~/.config/claude/projects."
-             " Use Claude Code first, point --data-dir at a directory of transcripts, or try "
+FIRST_RUN = ("No Claude Code transcripts or Codex sessions found in ~/.claude/projects, "
+             "~/.config/claude/projects, ~/.codex. Use Claude Code first, point --data-dir at a "
+             "directory of transcripts (--codex-home at a Codex home), or try "
              "`claude-code-exporter serve --demo`.\n")
 
 

@@ -257,9 +257,9 @@ def first_run_message(dirs: Sequence[Path], home: Path) -> str:
         except ValueError:
             return str(p)
     where = ", ".join(shown(d) for d in dirs) or "nowhere"
-    return (f"No Claude Code transcripts found in {where}. Use Claude Code first, point "
-            "--data-dir at a directory of transcripts, or try "
-            "`claude-code-exporter serve --demo`.")
+    return (f"No Claude Code transcripts or Codex sessions found in {where}. Use Claude Code "
+            "first, point --data-dir at a directory of transcripts (--codex-home at a Codex "
+            "home), or try `claude-code-exporter serve --demo`.")
 
 
 def selection(ledger: Ledger, dirs: Sequence[Path], args: argparse.Namespace,
