@@ -41,6 +41,7 @@ from exporter.projections.plan.windows import (
 from exporter.projections.usage import Usage
 from exporter.projections.views import ActiveBlock, Row, View
 from exporter.report.columns import LEVELS, fitting, negative_saving
+from exporter.report.limits_agents import agents_json, render_agents
 from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
 from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
@@ -248,6 +249,7 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
     if not view.figures.windows:
         say(console, NO_SAMPLES)
+        render_agents(view.figures, view.now, zone, console)
         return
     for name, win in view.figures.windows.items():
         est = win.estimate
@@ -266,6 +268,7 @@ def render_limits(view: Limits, console: Console) -> None:
         say(console, text(f"  {pace_line(win.pace, view.now, zone)}"))
     if not view.instances:
         say(console, "No window in this range.")
+        render_agents(view.figures, view.now, zone, console)
         return
     for level in LEVELS:  # the widest layout that fits: no figure is ever cut
         out = limits_table(view, level)
@@ -277,6 +280,7 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, "Cost: this machine's requests at list price.")
     say(console, "Other machines and claude.ai share the windows,")
     say(console, "so $ per 1 % is a lower bound (docs/plan-limits.md).")
+    render_agents(view.figures, view.now, zone, console)
 
 
 #: The instance table's columns: title, cell, priority (1: always shown).
@@ -368,13 +372,16 @@ def limits_json(view: Limits) -> dict[str, Any]:
                         "usd_per_percent": None if per is None else round(per, 6),
                         "window_usd": None if per is None else round(100 * per, 4),
                         **_pace_json(win.pace, view.now, zone)})
-    return {
+    out = {
         "view": LIMITS,
         "range": view.covered.to_json(),
         "samples": view.figures.samples,
         "windows": windows,
         "instances": [_instance_json(i, view) for i in view.instances],
     }
+    if view.figures.agents:  # only then: a Claude-only user's JSON is as it was
+        out["agents"] = agents_json(view.figures, view.now, zone)
+    return out
 
 
 def limits_csv(view: Limits) -> str:
