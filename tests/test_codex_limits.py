@@ -309,3 +309,31 @@ def test_report_limits_of_a_claude_only_ledger_has_no_agents_key(tmp_path: Path)
     home.mkdir()
     doc = report_limits(home, tmp_path / "state")
     assert "agents" not in doc
+
+
+BIG = "1" + "0" * 400  # no float holds it
+HOSTILE = (
+    '{"primary": {"used_percent": ' + BIG + ', "window_minutes": 300, "resets_at": 1}}',
+    '{"primary": {"used_percent": 1, "window_minutes": 300, "resets_at": -' + BIG + '}}',
+    '{"primary": {"used_percent": 1, "window_minutes": ' + BIG + ', "resets_at": 1}}',
+    '{"primary": {"used_percent": 1e400, "window_minutes": 300, "resets_at": 1}}',
+    '{"primary": {"used_percent": true, "window_minutes": 300, "resets_at": 1}}',
+    '{"primary": []}', '"codex"', '[' * 500 + ']' * 500,
+    '{"limit_id": "Not A Name", "primary": null}',
+)
+
+
+@pytest.mark.parametrize("rate", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_hostile_reading_is_one_counted_rejection(tmp_path: Path, rate: str) -> None:
+    """Whatever ``rate_limits`` holds, the parser counts one rejection and keeps the turn.
+
+    (A value nested past msgspec's depth limit makes the whole line undecodable:
+    counted as a rejected line, as any such line is.)
+    """
+    home = tmp_path / "codex"
+    path = rollout(home, [token_count(T0 + 60, 1000, None)])
+    text = path.read_text().replace('"rate_limits": null', '"rate_limits": ' + rate)
+    path.write_text(text)
+    batch = scan.read_files([(str(path), None)], T0 + 86_400, agents=((str(home), CODEX),))
+    assert batch.parsed.limit_rejected == {("codex", "bad_record"): 1}
+    assert batch.parsed.limits == {} and len(batch.parsed.requests) == 1

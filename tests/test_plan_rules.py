@@ -91,8 +91,8 @@ def test_limit_alerts_use_the_pace_gauges_not_a_slope() -> None:
     [
         ("ClaudeCodeFiveHourLimitAhead", '{window="five_hour"} >= 1', '{window="five_hour"} >= 2'),
         ("ClaudeCodeWeeklyLimitAhead", '{window="seven_day"} >= 1', '{window="seven_day"} >= 2'),
-        ("ClaudeCodeWeeklyLimitHigh", 'claude_code_plan_window_used_ratio{window="seven_day"} > 0.8',
-         'claude_code_plan_window_used_ratio{window="seven_day"} > 0.9'),
+        ("ClaudeCodeWeeklyLimitHigh", 'code_plan_window_used_ratio{window="seven_day"} > 0.8',
+         'code_plan_window_used_ratio{window="seven_day"} > 0.9'),
         ("CodexWeeklyLimitHigh", '_codex_plan_window_used_ratio{window="seven_day"} > 0.8',
          '_codex_plan_window_used_ratio{window="seven_day"} > 0.9'),
         ("ClaudeCodePlanSamplesStale", ") > 900", ") > 9000"),

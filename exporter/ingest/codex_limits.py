@@ -97,8 +97,15 @@ def _window(value: Any) -> tuple[int, float, float] | None:
     minutes = value.get("window_minutes")
     if isinstance(minutes, bool) or not isinstance(minutes, int) or not 0 < minutes <= MAX_MINUTES:
         return None
-    pct = spool.number(value.get("used_percent"), 0.0, spool.MAX_PERCENT)
-    resets = spool.number(value.get("resets_at"), 0.0, spool.MAX_EPOCH)
+    pct = _number(value.get("used_percent"), spool.MAX_PERCENT)
+    resets = _number(value.get("resets_at"), spool.MAX_EPOCH)
     if pct is None or resets is None:
         return None
     return minutes, pct, resets
+
+
+def _number(value: Any, high: float) -> float | None:
+    """A finite number in [0, high], else None (an integer of 400 digits too: no float holds it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= high:
+        return None  # checked before float(), which would raise OverflowError
+    return spool.number(value, 0.0, high)
