@@ -215,6 +215,50 @@ def test_copies_of_an_event_are_stored_once(tmp_path: Path) -> None:
         == [("five_hour", 15.0)]
 
 
+KILLED_PASS = """
+import os, signal, sys
+from pathlib import Path
+from exporter.ingest.formats import CODEX, Root
+from exporter.ingest.scan import Scanner
+from tests.support.scan import counting_ledger
+calls = 0
+def progress(done, total):
+    global calls
+    calls += 1
+    if calls == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash between two committed batches
+Scanner(counting_ledger(Path(sys.argv[1]) / "ledger.sqlite3"), [], workers=1, batch_bytes=1,
+        others=[Root(Path(sys.argv[2]), CODEX)]).scan(progress=progress)
+raise SystemExit("the pass was not killed")
+"""
+
+
+@pytest.mark.parametrize("kill_after", [2, 3])
+def test_a_kill_mid_ingest_loses_and_doubles_nothing(tmp_path: Path, kill_after: int) -> None:
+    """SIGKILL between committed batches, then a report: readings and rejections as a clean run."""
+    home = tmp_path / "codex"
+    bad_and_good(home)
+    reset = T0 + 3 * 3600
+    for i in range(3):  # more files: more batches to be killed between
+        rollout(home, [token_count(T0 + 600 + i, 1000, limits(40.0 + i, reset))],
+                session=f"019f0000-0000-7000-8000-0000000000{i:02d}", t=T0 + 600 + i)
+    clean = report_limits(home, tmp_path / "clean")["agents"]
+    del clean["codex"]["sample_age_seconds"]  # from the report's own clock
+    state = tmp_path / "killed"
+    state.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", KILLED_PASS, str(state), str(home),
+                           str(kill_after)], env=env, capture_output=True, timeout=120,
+                          check=False)
+    assert proc.returncode == -9, proc.stderr.decode()
+    committed = stored(state, "SELECT count(*) FROM plan_samples")[0][0]
+    assert 0 < committed < 5  # killed with part of the readings stored
+    after = report_limits(home, state)["agents"]
+    del after["codex"]["sample_age_seconds"]
+    assert after == clean
+    assert clean["codex"]["samples"] == 5
+
+
 def test_a_worker_batch_carries_its_readings(tmp_path: Path) -> None:
     """A worker's batch, pickled to the parent, keeps its readings and rejections."""
     home = tmp_path / "codex"
