@@ -9,6 +9,11 @@ payload recorded twice (Claude Code refreshes the status line with unchanged
 figures, or a spool is read twice) is stored once, with the first and last
 time it was seen.
 
+Other agents' windows, read with their transcripts (Codex's ``rate_limits``),
+go into the same tables through :func:`write_sample`
+(exporter.ledger.agent_limits), under their ``agent`` (the status line's:
+``claude``, part of a window instance's key).
+
 Tables (all ``plan_*``, created if missing):
 
 - ``plan_samples``: every distinct sample, the history;
@@ -16,8 +21,10 @@ Tables (all ``plan_*``, created if missing):
   first time that percentage was seen: the change points the estimate uses;
 - ``plan_windows``: per window instance, the highest percentage, when seen, and the
   reset time as reported (the key is rounded to the minute);
-- ``plan_meta``: the newest sample and the newest context-window figure;
-- ``plan_counters``: samples stored, status-line failures, rejected spool lines;
+- ``plan_meta``: the newest sample (another agent's: ``latest_sample:<agent>``) and
+  the newest context-window figure;
+- ``plan_counters``: samples stored (another agent's: labelled by it), status-line
+  failures, rejected spool lines (another agent's readings: ``<agent>_rejected``);
 - ``plan_spool``: how far each spool file (by device, inode, first bytes) was read.
 
 All upserts take minima and maxima, so the order samples arrive in never

@@ -3,7 +3,8 @@
 The requests and their provenance, counters, meta and rollups (:data:`SCHEMA`,
 with the usage slots' tables, :data:`SLOT_TABLES`); the attribution day sums
 (:data:`ATTR_DAYS_TABLE`, made when first summed) and the plan tables
-(:data:`PLAN_TABLES`, made when the status line first recorded a sample).
+(:data:`PLAN_TABLES`, made when the status line or Codex's logs first gave a
+sample; :func:`migrate_plan` brings older ones to v5).
 
 One statement per item: the ledger runs them inside one transaction with the
 header pragmas, so a kill at any point leaves either no schema or all of it
