@@ -15,6 +15,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,7 +37,9 @@ from exporter.sqlite import sqlite3
 from tests.support.exposition import families
 from tests.support.paths import ROOT
 from tests.support.plan import T0, record, refreshes, store_requests
+from tests.support.process import Serve
 from tests.support.records import request
+from tests.support.wait import poll
 
 REAL = ROOT / "tests" / "fixtures" / "codex_real"
 SESSION = "019f0000-0000-7000-8000-00000000c0de"
@@ -345,6 +348,35 @@ def test_codex_windows_have_their_own_families_and_claude_s_bytes_stay(
     assert [s.value for s in fams["claude_code_codex_plan_sample_age_seconds"].samples] == [30.0]
     claude = families(before)["claude_code_plan_window_used_ratio"].samples  # the status line's
     assert {s.labels["window"] for s in claude} == {"five_hour", "seven_day"}
+
+
+def codex_series(serve: Serve, family: str) -> dict[str, float]:
+    """A Codex plan family's values by window label ("" for none) from one real scrape."""
+    fam = serve.scrape().get(family)
+    return {} if fam is None else {s.labels.get("window", ""): float(s.value)
+                                   for s in fam.samples if not s.name.endswith("_created")}
+
+
+def test_serve_exposes_codex_windows_as_they_are_logged(tmp_path: Path) -> None:
+    """A real serve over a Codex home: its windows in /metrics, and a live append moves them."""
+    home = tmp_path / "codex"
+    path = rollout(home, [token_count(time.time() - 60, 1000, limits(12.0, time.time() + 3600))])
+    claude = tmp_path / "claude"
+    (claude / "projects").mkdir(parents=True)
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(home)}
+    serve = Serve(claude, tmp_path / "state", "--codex-home", str(home), env=env)
+    try:
+        used = "claude_code_codex_plan_window_used_ratio"
+        poll(lambda: codex_series(serve, used).get("five_hour") == 0.12, 30, "Codex 5-hour")
+        with path.open("a") as fh:  # Codex logs its next turn
+            fh.write(json.dumps(token_count(time.time(), 2000,
+                                            limits(31.0, time.time() + 3600))) + "\n")
+        poll(lambda: codex_series(serve, used).get("five_hour") == 0.31, 30, "the append")
+        samples = codex_series(serve, "claude_code_codex_plan_window_samples")
+        assert samples == {"": 2.0}
+        assert "claude_code_plan_window_used_ratio" not in serve.scrape()  # no status line
+    finally:
+        serve.stop()
 
 
 def test_report_limits_of_a_claude_only_ledger_has_no_agents_key(tmp_path: Path) -> None:
