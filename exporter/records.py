@@ -307,8 +307,12 @@ class Parsed:
         """Record one plan-window reading (a known one widens its first and last time)."""
         key = (sample.agent, sample.windows)
         old = self.limits.get(key)
-        self.limits[key] = sample if old is None else old._replace(
-            first=min(old.first, sample.first), last=max(old.last, sample.last))
+        if old is None:
+            self.limits[key] = sample
+        elif sample.first < old.first or sample.last > old.last:  # (no _replace: per event)
+            self.limits[key] = LimitSample(sample.agent, sample.windows,
+                                           min(old.first, sample.first),
+                                           max(old.last, sample.last))
 
 
 @dataclass(frozen=True, slots=True)

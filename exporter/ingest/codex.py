@@ -182,6 +182,7 @@ class _Reader:
         self.state, self.into = state, into
         self.horizon, self.limit, self.max_line_bytes = horizon, limit, max_line_bytes
         self.rejected = into.counts.rejected
+        self.readings = codex_limits.Readings()  # the plan windows events carry
 
     def run(self, data: bytes) -> int | None:
         """Every line of ``data``; the offset of a turn left for later, if one is."""
@@ -276,14 +277,15 @@ class _Reader:
         ``ts``: the event's time when its turn was read; an event without usage
         has its time read here (one it cannot place in time is rejected).
         """
-        if event.rate_limits == b"null":
+        raw = bytes(event.rate_limits)
+        if raw == b"null":
             return
         if ts is None:
             ts = _epoch(line.timestamp)
             if ts is None or ts > self.horizon:  # a usage-less line never waits for the clock
                 self.into.limit_rejected[AGENT, "bad_record"] += 1
                 return
-        sample, reason = codex_limits.reading(event.rate_limits, ts)
+        sample, reason = self.readings.reading(raw, ts)
         if reason is not None:
             self.into.limit_rejected[AGENT, reason] += 1
         elif sample is not None:

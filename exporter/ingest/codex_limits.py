@@ -20,7 +20,8 @@ one that cannot be true by :func:`exporter.ingest.plausible.rejection`'s rules
 
 from __future__ import annotations
 
-from typing import Any, Final
+import math
+from typing import Annotated, Final
 
 import msgspec
 
@@ -36,76 +37,90 @@ MAX_MINUTES: Final = 366 * 1440  # a year: beyond it, not a window
 MAX_LIMIT_ID: Final = 32
 #: Why a reading was rejected, as counted: plausible's reasons and a malformed shape.
 REASONS: Final = ("bad_record", "implausible_percent", "implausible_reset")
-_SIDES: Final = ("primary", "secondary")
-_DECODE: Final = msgspec.json.Decoder()
+
+
+class _Window(msgspec.Struct):
+    """One window as Codex writes it, its bounds checked as it is decoded (no float overflows)."""
+
+    used_percent: Annotated[float, msgspec.Meta(ge=0.0, le=spool.MAX_PERCENT)]
+    window_minutes: Annotated[int, msgspec.Meta(gt=0, le=MAX_MINUTES)]
+    resets_at: Annotated[float, msgspec.Meta(ge=0.0, le=spool.MAX_EPOCH)]
+
+
+class _Limits(msgspec.Struct):
+    """A ``rate_limits`` object (the fields read; credits and plan type are not windows)."""
+
+    limit_id: str | None = None
+    primary: _Window | None = None
+    secondary: _Window | None = None
+
+
+_DECODE: Final = msgspec.json.Decoder(_Limits | None)
 
 
 def reading(raw: bytes, t: float) -> tuple[LimitSample | None, str | None]:
     """(the reading of a ``rate_limits`` value at time ``t``, or None; why it was rejected)."""
+    return Readings().reading(raw, t)
+
+
+class Readings:
+    """The readings of one file's events in order, each value checked once while it repeats.
+
+    Codex writes the same ``rate_limits`` on event after event (most events of
+    a turn, every copy of a history): the value's shape is checked when it
+    changes, its plausibility again only when it could have changed (an
+    earlier time, or a reset judged too far ahead of the time before).
+    """
+
+    def __init__(self) -> None:
+        """No value seen yet."""
+        self._raw = b""
+        self._windows: tuple[tuple[str, float, float], ...] | None = None
+        self._t = math.inf  # when the value was last judged plausible
+        self._reason: str | None = None
+
+    def reading(self, raw: bytes, t: float) -> tuple[LimitSample | None, str | None]:
+        """(the reading of a ``rate_limits`` value at time ``t``, or None; why it was rejected)."""
+        if raw != self._raw:
+            self._raw, self._windows, self._t = raw, _shape(raw), math.inf
+        windows = self._windows
+        if windows is None:
+            return None, "bad_record"
+        if not windows:
+            return None, None
+        if t < self._t or self._reason == "implausible_reset":
+            self._reason = plausible.rejection(
+                {"t": t, "windows": {n: (p, r) for n, p, r in windows}})
+            self._t = t  # a later time only moves the reset bound further out
+        if self._reason is not None:
+            return None, self._reason
+        return LimitSample(AGENT, windows, t, t), None
+
+
+def _shape(raw: bytes) -> tuple[tuple[str, float, float], ...] | None:
+    """The windows of a ``rate_limits`` value (() for none); None when it is malformed."""
     try:
         value = _DECODE.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return None, "bad_record"
-    if value is None:
-        return None, None
-    windows = _windows(value)
-    if windows is None:
-        return None, "bad_record"
-    if not windows:
-        return None, None
-    reason = plausible.rejection({"t": t, "windows": {n: (p, r) for n, p, r in windows}})
-    if reason is not None:
-        return None, reason
-    return LimitSample(AGENT, windows, t, t), None
-
-
-def _windows(value: Any) -> tuple[tuple[str, float, float], ...] | None:
-    """The (name, used %, resets_at) of a ``rate_limits`` object's windows; None if malformed."""
-    if not isinstance(value, dict):
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return None
-    prefix = _prefix(value.get("limit_id"))
+    if value is None:
+        return ()
+    prefix = _prefix(value.limit_id)
     if prefix is None:
         return None
     out: dict[str, tuple[str, float, float]] = {}
-    for side in _SIDES:
-        window = value.get(side)
-        if window is None:
-            continue
-        checked = _window(window)
-        if checked is None:
-            return None
-        minutes, pct, resets = checked
-        name = prefix + NAMES.get(minutes, f"{minutes}_minute")
-        out[name] = (name, pct, resets)
+    for window in (value.primary, value.secondary):
+        if window is not None:
+            minutes = window.window_minutes
+            name = prefix + NAMES.get(minutes, f"{minutes}_minute")
+            out[name] = (name, window.used_percent, window.resets_at)
     return tuple(sorted(out.values()))
 
 
-def _prefix(limit_id: Any) -> str | None:
+def _prefix(limit_id: str | None) -> str | None:
     """"" for the plain limit (or none named), ``<id>_`` for another; None if not a name."""
     if limit_id is None or limit_id == PLAIN_LIMIT:
         return ""
-    if (not isinstance(limit_id, str) or len(limit_id) > MAX_LIMIT_ID
-            or not spool.window_name(limit_id)):
+    if len(limit_id) > MAX_LIMIT_ID or not spool.window_name(limit_id):
         return None
     return f"{limit_id}_"
-
-
-def _window(value: Any) -> tuple[int, float, float] | None:
-    """(minutes, used %, resets_at) of one window object, or None when malformed."""
-    if not isinstance(value, dict):
-        return None
-    minutes = value.get("window_minutes")
-    if isinstance(minutes, bool) or not isinstance(minutes, int) or not 0 < minutes <= MAX_MINUTES:
-        return None
-    pct = _number(value.get("used_percent"), spool.MAX_PERCENT)
-    resets = _number(value.get("resets_at"), spool.MAX_EPOCH)
-    if pct is None or resets is None:
-        return None
-    return minutes, pct, resets
-
-
-def _number(value: Any, high: float) -> float | None:
-    """A finite number in [0, high], else None (an integer of 400 digits too: no float holds it)."""
-    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= high:
-        return None  # checked before float(), which would raise OverflowError
-    return spool.number(value, 0.0, high)
