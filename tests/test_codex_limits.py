@@ -164,6 +164,11 @@ def test_real_fixture_last_windows_appear_in_report_limits(tmp_path: Path) -> No
         finally:
             conn.close()
         assert at.used_ratio == max(p for p, _r in newest) / 100
+        listed = [(i["resets_at"], i["peak_percent"]) for i in codex["instances"]
+                  if i["window"] == name]  # every instance, by reset
+        assert listed == [(datetime.fromtimestamp(max(r for _p, r in instances[k]), UTC)
+                           .strftime("%Y-%m-%dT%H:%M:%SZ"), max(p for p, _r in instances[k]))
+                          for k in sorted(instances)]
     assert codex["rejected"] == dict.fromkeys(
         ("bad_record", "implausible_percent", "implausible_reset", "window_cap"), 0)
 

@@ -14,8 +14,8 @@ import csv
 import io
 import math
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -33,9 +33,11 @@ from exporter.projections.plan.cost import ledger_cost
 from exporter.projections.plan.pace import LIMIT_AHEAD, LIMIT_REACHED, NOT_ENOUGH, Pace
 from exporter.projections.plan.windows import (
     Instance,
+    Peak,
     PlanFigures,
     instances,
     limits_rows,
+    peaks,
     plan_figures,
 )
 from exporter.projections.usage import Usage
@@ -207,6 +209,8 @@ class Limits:
     now: float
     figures: PlanFigures
     instances: tuple[Instance, ...]
+    #: Other agents' window instances in the range (Codex's), by agent: only those present.
+    peaks: Mapping[str, tuple[Peak, ...]] = field(default_factory=dict)
 
 
 def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: float) -> Limits:
@@ -218,7 +222,8 @@ def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: 
     figures = plan_figures(conn, now, cost)
     first = min((i.first_seen for i in found), default=None)
     last = max((i.last_seen for i in found), default=None)
-    return Limits(Covered(rng, first, last), now, figures, found)
+    others = {agent: tuple(peaks(conn, agent, rng.since, rng.until)) for agent in figures.agents}
+    return Limits(Covered(rng, first, last), now, figures, found, others)
 
 
 def run_limits(output: str, rng: Range, ledger_path: Path, prices: ClassPrices, now: float, *,
@@ -249,7 +254,7 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
     if not view.figures.windows:
         say(console, NO_SAMPLES)
-        render_agents(view.figures, view.now, zone, console)
+        render_agents(view.figures, view.peaks, view.now, zone, console)
         return
     for name, win in view.figures.windows.items():
         est = win.estimate
@@ -268,7 +273,7 @@ def render_limits(view: Limits, console: Console) -> None:
         say(console, text(f"  {pace_line(win.pace, view.now, zone)}"))
     if not view.instances:
         say(console, "No window in this range.")
-        render_agents(view.figures, view.now, zone, console)
+        render_agents(view.figures, view.peaks, view.now, zone, console)
         return
     for level in LEVELS:  # the widest layout that fits: no figure is ever cut
         out = limits_table(view, level)
@@ -280,7 +285,7 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, "Cost: this machine's requests at list price.")
     say(console, "Other machines and claude.ai share the windows,")
     say(console, "so $ per 1 % is a lower bound (docs/plan-limits.md).")
-    render_agents(view.figures, view.now, zone, console)
+    render_agents(view.figures, view.peaks, view.now, zone, console)
 
 
 #: The instance table's columns: title, cell, priority (1: always shown).
@@ -380,7 +385,7 @@ def limits_json(view: Limits) -> dict[str, Any]:
         "instances": [_instance_json(i, view) for i in view.instances],
     }
     if view.figures.agents:  # only then: a Claude-only user's JSON is as it was
-        out["agents"] = agents_json(view.figures, view.now, zone)
+        out["agents"] = agents_json(view.figures, view.peaks, view.now, zone)
     return out
 
 

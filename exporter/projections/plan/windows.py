@@ -320,17 +320,58 @@ def instances(conn: sqlite3.Connection, cost_between: CostBetween, now: float,
             (CLAUDE,)):
         levels.setdefault((name, key), []).append((pct, seen))
     out: list[Instance] = []
+    for key, peak in _spans(conn, CLAUDE, since, until):
+        end = min(peak.resets_at, now)
+        cost = cost_between(peak.start, end) if end > peak.start else 0.0
+        estimate = usd_per_percent([levels.get((peak.window, key), [])], cost_between)
+        out.append(Instance(peak.window, peak.start, peak.resets_at, peak.first_seen,
+                            peak.last_seen, peak.peak_percent, cost, estimate))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """One window instance as its samples saw it: its span and highest figure, no dollars."""
+
+    window: str
+    start: float  # its reset time minus its duration (or its first sample)
+    resets_at: float  # as reported
+    first_seen: float
+    last_seen: float
+    peak_percent: float
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether it reached 100 %."""
+        return self.peak_percent >= 100.0
+
+    def open(self, now: float) -> bool:
+        """Whether it has not reset yet at ``now``."""
+        return self.resets_at > now
+
+
+def peaks(conn: sqlite3.Connection, agent: str, since: float | None = None,
+          until: float | None = None) -> list[Peak]:
+    """Another agent's window instances overlapping [since, until), by window then start.
+
+    Without cost or estimate: those need the agent's own prices (not wired yet).
+    """
+    if not store.has_schema(conn):
+        return []
+    return [peak for _key, peak in _spans(conn, agent, since, until)]
+
+
+def _spans(conn: sqlite3.Connection, agent: str, since: float | None,
+           until: float | None) -> list[tuple[int, Peak]]:
+    """(instance key, span and peak) of an agent's window instances overlapping the range."""
+    out: list[tuple[int, Peak]] = []
     rows = conn.execute("SELECT window, resets_at, max_pct, first_seen, last_seen, "
                         "reported_resets_at FROM plan_windows WHERE agent = ? "
-                        "ORDER BY window, resets_at", (CLAUDE,))
+                        "ORDER BY window, resets_at", (agent,))
     for name, key, peak, first, last, reported in rows.fetchall():
         length = duration(name)
         start = min(first, reported - length) if length is not None else first
         if (since is not None and reported <= since) or (until is not None and start >= until):
             continue
-        end = min(float(reported), now)
-        cost = cost_between(start, end) if end > start else 0.0
-        estimate = usd_per_percent([levels.get((name, key), [])], cost_between)
-        out.append(Instance(name, float(start), float(reported), first, last, peak, cost,
-                            estimate))
+        out.append((key, Peak(name, float(start), float(reported), first, last, peak)))
     return out
