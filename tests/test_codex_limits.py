@@ -91,18 +91,23 @@ def rollout(home: Path, lines: list[dict[str, Any]], *, folder: str = "sessions"
 
 def report_limits(home: Path, state: Path) -> dict[str, Any]:
     """``report limits --json`` as a process over a Codex home; its JSON."""
+    doc: dict[str, Any] = json.loads(report_text(home, state, "--json"))
+    return doc
+
+
+def report_text(home: Path, state: Path, *flags: str) -> str:
+    """``report limits`` as a process over a Codex home; its stdout."""
     empty = state.parent / "claude"
     (empty / "projects").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CLAUDE_CODE_EXPORTER", "CODEX_HOME"))}
     env.update({"PYTHONPATH": str(ROOT), "TZ": "UTC", "HOME": str(state.parent)})
     proc = subprocess.run(
-        [sys.executable, "-m", "exporter", "report", "limits", "--json", "--state-dir",
+        [sys.executable, "-m", "exporter", "report", "limits", *flags, "--state-dir",
          str(state), "--data-dir", str(empty), "--codex-home", str(home), "--timezone", "UTC"],
-        capture_output=True, text=True, env=env, timeout=300, check=False)
+        capture_output=True, text=True, env={**env, "COLUMNS": "100"}, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
-    doc: dict[str, Any] = json.loads(proc.stdout)
-    return doc
+    return proc.stdout
 
 
 def stored(state: Path, query: str) -> list[tuple[Any, ...]]:
@@ -202,6 +207,10 @@ def test_implausible_readings_are_rejected_and_counted(tmp_path: Path) -> None:
     assert stored(tmp_path / "state", "SELECT max(reported_resets_at) FROM plan_windows") \
         < [(T0 + 7 * 86_400,)]
     assert stored(tmp_path / "state", "SELECT count(*) FROM requests") == [(6,)]  # every turn
+    shown = report_text(home, tmp_path / "state")
+    assert "Codex plan limits (from its logs, 2 readings)" in shown
+    assert "five_hour: 0 % used, reset at 2026-09-21 17:13, 0 reached 100 %" in shown
+    assert "readings refused: 1 bad record, 1 implausible percent, 1 implausible reset" in shown
 
 
 def test_copies_of_an_event_are_stored_once(tmp_path: Path) -> None:
