@@ -260,6 +260,21 @@ RootLines = dict[str, tuple[LineCounts, int]]
 """A batch's line counts and bytes read by transcript root (a scan's files, folded by root)."""
 
 
+class LimitSample(NamedTuple):
+    """One reading of an agent's plan windows written into its own log (Codex's ``rate_limits``).
+
+    The status line's samples come by the spool; these come with the transcripts.
+    ``windows`` is sorted and checked (exporter.ingest.plausible); the same reading
+    seen again (a repeated event, a fork's copy of its parent's history) keeps its
+    first and last time.
+    """
+
+    agent: str  # exporter.ingest.formats: "codex"
+    windows: tuple[tuple[str, float, float], ...]  # (window name, used %, resets_at epoch s)
+    first: float  # the first and last time this reading was seen
+    last: float
+
+
 @dataclass(slots=True)
 class Parsed:
     """What the parser made of a run of complete lines.
@@ -270,6 +285,11 @@ class Parsed:
 
     requests: dict[str, Request] = field(default_factory=dict)
     counts: LineCounts = field(default_factory=LineCounts)
+    # Plan-window readings from the logs, by (agent, windows): each reading once.
+    limits: dict[tuple[str, tuple[tuple[str, float, float], ...]], LimitSample] = field(
+        default_factory=dict)
+    # Readings rejected, by (agent, reason): exporter.ingest.plausible's, and "bad_record".
+    limit_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def add(self, req: Request) -> None:
         """Record one usage-bearing line."""
@@ -283,6 +303,20 @@ class Parsed:
             old = self.requests.get(key)
             self.requests[key] = req if old is None else merge(old, req)
         self.counts.add(other.counts)
+        for sample in other.limits.values():
+            self.add_limit(sample)
+        self.limit_rejected.update(other.limit_rejected)
+
+    def add_limit(self, sample: LimitSample) -> None:
+        """Record one plan-window reading (a known one widens its first and last time)."""
+        key = (sample.agent, sample.windows)
+        old = self.limits.get(key)
+        if old is None:
+            self.limits[key] = sample
+        elif sample.first < old.first or sample.last > old.last:  # (no _replace: per event)
+            self.limits[key] = LimitSample(sample.agent, sample.windows,
+                                           min(old.first, sample.first),
+                                           max(old.last, sample.last))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,11 @@ GOLDEN = ROOT / "tests" / "golden"
 CONDITIONAL = {"claude_code_web_search_requests_total",
                # only while OTLP pushes (tests/test_otlp_failures.py scrapes them)
                "claude_code_exporter_otlp_pushes_total",
-               "claude_code_exporter_otlp_push_failures_total"}
+               "claude_code_exporter_otlp_push_failures_total",
+               # only once Codex logged its plan windows (tests/test_codex_limits.py scrapes them)
+               *(f"claude_code_codex_plan_{n}" for n in (
+                   "window_used_ratio", "window_resets_at_seconds", "window_samples_total",
+                   "windows_exhausted_total", "sample_age_seconds", "rejected_readings_total"))}
 
 
 def golden_families() -> dict[str, str]:

@@ -35,6 +35,10 @@ from tests.support.wait import poll
 
 NOW = 1_790_000_000.0
 HOUR = 3600
+# Rows as an older build stored them (the status line's: the ``agent`` column's default).
+PLAN_WINDOWS = ("INSERT INTO plan_windows (window, resets_at, max_pct, first_seen, last_seen, "
+                "reported_resets_at) VALUES (?,?,?,?,?,?)")
+PLAN_LEVELS = "INSERT INTO plan_levels (window, resets_at, pct, first_seen) VALUES (?,?,?,?)"
 #: A lone surrogate where Claude Code puts text: valid JSON, not valid Unicode.
 SURROGATE_PAYLOADS = (b'{"session_id":"\\ud800"}', b'{"version":"\\udfff","session_id":"s"}',
                       b'{"model":{"id":"claude-\\ud83d"},"session_id":"s"}')
@@ -241,7 +245,7 @@ def test_a_ledger_flooded_before_the_cap_shows_the_cap(tmp_path: Path) -> None:
                 for i in range(1600)]
         rows.append(("five_hour", int(NOW) + HOUR, 40.0, NOW + 2000, NOW + 2000, int(NOW) + HOUR))
         with ledger._db:
-            ledger._db.executemany("INSERT INTO plan_windows VALUES (?,?,?,?,?,?)", rows)
+            ledger._db.executemany(PLAN_WINDOWS, rows)
         fig = plan_figures(ledger._db, NOW)
     finally:
         ledger.close()
@@ -255,10 +259,10 @@ def test_a_ledger_poisoned_before_the_rules_does_not_pin_the_gauge(tmp_path: Pat
     try:
         ingest_samples(ledger._db, tmp_path)  # the plan tables
         with ledger._db:
-            ledger._db.executemany("INSERT INTO plan_windows VALUES (?,?,?,?,?,?)", [
+            ledger._db.executemany(PLAN_WINDOWS, [
                 ("five_hour", good, 999.9, NOW, NOW + 3, good),
                 ("five_hour", 99_000_000_000, 32.0, NOW + 1, NOW + 1, 99_000_000_000)])
-            ledger._db.executemany("INSERT INTO plan_levels VALUES (?,?,?,?)", [
+            ledger._db.executemany(PLAN_LEVELS, [
                 ("five_hour", good, 31.0, NOW), ("five_hour", good, 999.9, NOW + 2),
                 ("five_hour", 99_000_000_000, 32.0, NOW + 1)])
         five = plan_figures(ledger._db, NOW + 60).windows["five_hour"]

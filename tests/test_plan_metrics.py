@@ -12,7 +12,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.ingest import spool
 from exporter.ledger import plan_store as store
 from exporter.projections.plan.estimate import Estimate
-from exporter.projections.plan.gauges import PLAN_FAMILIES, FiguresCache, observers, register
+from exporter.projections.plan.gauges import (
+    ALL_FAMILIES,
+    PLAN_FAMILIES,
+    FiguresCache,
+    observers,
+    register,
+)
 from exporter.projections.plan.pace import LIMIT_AHEAD, ON_TRACK, Pace
 from exporter.projections.plan.windows import PlanFigures, WindowFigures
 from tests.support.paths import ROOT
@@ -91,7 +97,7 @@ def test_cache_computes_once_per_ttl() -> None:
 
     cache = FiguresCache(compute, lambda: clock[0], ttl=1.0)
     sources = observers(cache.get)
-    assert set(sources) == {fam.name for fam in PLAN_FAMILIES}
+    assert set(sources) == {fam.name for fam in ALL_FAMILIES}
     for source in sources.values():
         list(source())
     assert len(calls) == 1
@@ -113,8 +119,8 @@ def doc_table() -> dict[str, tuple[str, str]]:
 def test_docs_list_every_family_with_type_and_labels() -> None:
     """docs/plan-limits.md names each family, its type and its labels (and nothing else)."""
     table = doc_table()
-    assert set(table) == {fam.exposed() for fam in PLAN_FAMILIES}
-    for fam in PLAN_FAMILIES:
+    assert set(table) == {fam.exposed() for fam in ALL_FAMILIES}
+    for fam in ALL_FAMILIES:
         kind, labels = table[fam.exposed()]
         assert kind == fam.kind, fam.name
         assert set(re.findall(r"`([a-z_]+)`", labels)) == set(fam.labels), (fam.name, labels)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.projections.plan.gauges import PLAN_FAMILIES
+from exporter.projections.plan.gauges import ALL_FAMILIES
 from tests.support.paths import ROOT
 from tests.support.prometheus import require_binary
 
@@ -20,7 +20,7 @@ RULES = PROM_DIR / "rules" / "claude-code-plan.yml"
 TESTS = PROM_DIR / "tests" / "claude-code-plan-test.yml"
 GOLDEN = ROOT / "tests" / "golden" / "exposition.txt"
 ALERTS = {"ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitAhead", "ClaudeCodeWeeklyLimitHigh",
-          "ClaudeCodePlanSamplesStale"}
+          "ClaudeCodePlanSamplesStale", "CodexWeeklyLimitHigh"}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def rules() -> list[dict[str, Any]]:
 def test_promtool_checks_and_unit_tests_pass(promtool: str) -> None:
     """Promtool accepts the rules and their unit tests pass."""
     check = run([promtool, "check", "rules", str(RULES)], ROOT)
-    assert check.returncode == 0 and "SUCCESS: 4 rules found" in check.stdout, check.stdout
+    assert check.returncode == 0 and "SUCCESS: 5 rules found" in check.stdout, check.stdout
     test = run([promtool, "test", "rules", TESTS.name], TESTS.parent)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
 
@@ -70,7 +70,7 @@ def test_every_alert_is_documented_with_severity() -> None:
 
 def test_rules_read_only_metrics_the_exporter_serves() -> None:
     """Every claude_code_* name is a plan family or in the golden exposition."""
-    served = {fam.exposed() for fam in PLAN_FAMILIES}
+    served = {fam.exposed() for fam in ALL_FAMILIES}
     golden = {re.split(r"[{ ]", line, maxsplit=1)[0]
               for line in GOLDEN.read_text().splitlines() if line and not line.startswith("#")}
     names = set(re.findall(r"\bclaude_code_[a-z0-9_]+", RULES.read_text()))
@@ -91,7 +91,10 @@ def test_limit_alerts_use_the_pace_gauges_not_a_slope() -> None:
     [
         ("ClaudeCodeFiveHourLimitAhead", '{window="five_hour"} >= 1', '{window="five_hour"} >= 2'),
         ("ClaudeCodeWeeklyLimitAhead", '{window="seven_day"} >= 1', '{window="seven_day"} >= 2'),
-        ("ClaudeCodeWeeklyLimitHigh", "> 0.8", "> 0.9"),
+        ("ClaudeCodeWeeklyLimitHigh", 'code_plan_window_used_ratio{window="seven_day"} > 0.8',
+         'code_plan_window_used_ratio{window="seven_day"} > 0.9'),
+        ("CodexWeeklyLimitHigh", '_codex_plan_window_used_ratio{window="seven_day"} > 0.8',
+         '_codex_plan_window_used_ratio{window="seven_day"} > 0.9'),
         ("ClaudeCodePlanSamplesStale", ") > 900", ") > 9000"),
     ],
 )

@@ -44,6 +44,7 @@ from typing import Final
 
 import msgspec
 
+from exporter.ingest import codex_limits
 from exporter.ingest.ahead import AHEAD_LIMIT_SECONDS
 from exporter.ingest.parse import FUTURE_SLACK_SECONDS, MAX_LINE_BYTES
 from exporter.ingest.tail import cut_chunk
@@ -109,6 +110,7 @@ class _Event(msgspec.Struct):
 
     type: str = ""
     info: _Info | None = None
+    rate_limits: msgspec.Raw = msgspec.Raw(b"null")  # checked by exporter.ingest.codex_limits
 
 
 _LINE: Final = msgspec.json.Decoder(_Line)
@@ -183,6 +185,7 @@ class _Reader:
         self.state, self.into = state, into
         self.horizon, self.limit, self.max_line_bytes = horizon, limit, max_line_bytes
         self.rejected = into.counts.rejected
+        self.readings = codex_limits.Readings()  # the plan windows events carry
 
     def run(self, data: bytes) -> int | None:
         """Every line of ``data``; the offset of a turn left for later, if one is."""
@@ -253,6 +256,8 @@ class _Reader:
         if event.type != "token_count" or info is None or (
                 info.total_token_usage is None and info.last_token_usage is None):
             self.into.counts.other += 1
+            if event.type == "token_count":
+                self.limits(line, event, None)
             return None
         ts = _epoch(line.timestamp)
         if ts is None or ts > self.limit:
@@ -273,7 +278,28 @@ class _Reader:
             key, ts, state.model or FALLBACK_MODEL, state.session, state.cwd, Source.MAIN,
             max(inp - cached, 0), out, cached, 0, 0, reasoning=reasoning,
             context_window=_window(info.model_context_window)))
+        self.limits(line, event, ts)
         return None
+
+    def limits(self, line: _Line, event: _Event, ts: float | None) -> None:
+        """The plan windows an event carries, as a reading (or a counted rejection).
+
+        ``ts``: the event's time when its turn was read; an event without usage
+        has its time read here (one it cannot place in time is rejected).
+        """
+        raw = bytes(event.rate_limits)
+        if raw == b"null":
+            return
+        if ts is None:
+            ts = _epoch(line.timestamp)
+            if ts is None or ts > self.horizon:  # a usage-less line never waits for the clock
+                self.into.limit_rejected[AGENT, "bad_record"] += 1
+                return
+        sample, reason = self.readings.reading(raw, ts)
+        if reason is not None:
+            self.into.limit_rejected[AGENT, reason] += 1
+        elif sample is not None:
+            self.into.add_limit(sample)
 
 
 _WAIT: Final = object()  # a turn ahead of the clock: the chunk stops before it

@@ -100,7 +100,8 @@ class _Batch:
         (floats and integers exactly). A value it cannot encode (none the parser
         makes) goes by pickle.
         """
-        state = (self.parsed.counts, self.checkpoints, self.bytes_read, self.errors,
+        state = (self.parsed.counts, self.parsed.limits, self.parsed.limit_rejected,
+                 self.checkpoints, self.bytes_read, self.errors,
                  self.seen, self.rereads, self.ahead, self.by_file)
         try:
             wire = _WIRE_ENCODE(list(self.parsed.requests.values()))
@@ -125,14 +126,17 @@ _WIRE_ENCODE: Final = msgspec.msgpack.Encoder().encode
 _WIRE_DECODE: Final = msgspec.msgpack.Decoder(list[Request]).decode
 
 
-def _from_wire(wire: bytes, counts: LineCounts, *state: Any) -> _Batch:
+def _from_wire(wire: bytes, counts: LineCounts, limits: Any, rejected: Any,
+               *state: Any) -> _Batch:
     """A batch unpickled from :meth:`_Batch.__reduce__` (requests keyed as the parser kept them)."""
-    return _Batch(Parsed({req.key: req for req in _WIRE_DECODE(wire)}, counts), *state)
+    requests = {req.key: req for req in _WIRE_DECODE(wire)}
+    return _Batch(Parsed(requests, counts, limits, rejected), *state)
 
 
-def _from_pickle(requests: dict[str, Request], counts: LineCounts, *state: Any) -> _Batch:
+def _from_pickle(requests: dict[str, Request], counts: LineCounts, limits: Any, rejected: Any,
+                 *state: Any) -> _Batch:
     """A batch unpickled from :meth:`_Batch.__reduce__`'s fallback (plain pickle)."""
-    return _Batch(Parsed(requests, counts), *state)
+    return _Batch(Parsed(requests, counts, limits, rejected), *state)
 
 
 # Top-level (not a method) so that a process pool can pickle it.

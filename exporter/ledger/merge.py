@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from exporter.ledger import attr_days, chains, rollups, root_counts, slot_bins, slot_sums, slots
 from exporter.ledger import rows as stored_rows
+from exporter.ledger.agent_limits import store as store_limits
 from exporter.ledger.batch import Batch
 from exporter.ledger.rows import COLUMNS, FIELDS
 from exporter.ledger.scopes import folder_of
@@ -65,6 +66,7 @@ def apply(db: sqlite3.Connection, parsed: Parsed, checkpoints: Sequence[Checkpoi
         *(_bin_row(batch.rows[rid], batch.masks[rid], 1) for rid in batch.changed)])
     attr_days.update(db, batch.new_ids, [(r.session, r.ts) for rid, known in
                      batch.changed.items() for r in (known, batch.rows[rid])])
+    store_limits(db, parsed)  # plan windows from the logs (Codex's rate_limits)
     finish(db, batch, parsed, checkpoints, bytes_read=bytes_read, new_keys=[  # not parts
         batch.rows[rid].key for rid in batch.new_ids
         if batch.rows[rid].source is not Source.ADVISOR], appearances=appearances,

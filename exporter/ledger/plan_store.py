@@ -9,6 +9,11 @@ payload recorded twice (Claude Code refreshes the status line with unchanged
 figures, or a spool is read twice) is stored once, with the first and last
 time it was seen.
 
+Other agents' windows, read with their transcripts (Codex's ``rate_limits``),
+go into the same tables through :func:`write_sample`
+(exporter.ledger.agent_limits), under their ``agent`` (the status line's:
+``claude``, part of a window instance's key).
+
 Tables (all ``plan_*``, created if missing):
 
 - ``plan_samples``: every distinct sample, the history;
@@ -16,8 +21,10 @@ Tables (all ``plan_*``, created if missing):
   first time that percentage was seen: the change points the estimate uses;
 - ``plan_windows``: per window instance, the highest percentage, when seen, and the
   reset time as reported (the key is rounded to the minute);
-- ``plan_meta``: the newest sample and the newest context-window figure;
-- ``plan_counters``: samples stored, status-line failures, rejected spool lines;
+- ``plan_meta``: the newest sample (another agent's: ``latest_sample:<agent>``) and
+  the newest context-window figure;
+- ``plan_counters``: samples stored (another agent's: labelled by it), status-line
+  failures, rejected spool lines (another agent's readings: ``<agent>_rejected``);
 - ``plan_spool``: how far each spool file (by device, inode, first bytes) was read.
 
 All upserts take minima and maxima, so the order samples arrive in never
@@ -40,7 +47,7 @@ from typing import Any, Final
 
 from exporter.ingest import plausible, spool
 from exporter.ledger import connections
-from exporter.ledger.schema import PLAN_TABLES
+from exporter.ledger.schema import PLAN_TABLES, migrate_plan
 from exporter.sqlite import sqlite3
 
 ROTATE_BYTES: Final = 1 << 20
@@ -49,6 +56,7 @@ READ_CHUNK: Final = 1 << 20
 MAX_READ: Final = 64 << 20  # per call; ``Ingested.more`` says there is more
 FP_LEN: Final = 64  # first bytes identifying a spool file (its first record has a µs time)
 RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbing jitter
+CLAUDE: Final = "claude"  # the agent of the status line's samples (plan tables' ``agent``)
 
 #: Why a spool line was rejected (``window_cap``: cut, see exporter.ingest.plausible).
 REJECT_REASONS: Final = ("too_long", "not_json", "bad_record", *plausible.REASONS)
@@ -67,15 +75,20 @@ class Ingested:
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the plan tables if missing (plain statements: safe inside a transaction)."""
+    """Create the plan tables if missing, or bring them to v5 (safe inside a transaction)."""
+    migrate_plan(conn)
     for statement in PLAN_TABLES:
         conn.execute(statement)
 
 
 def has_schema(conn: sqlite3.Connection) -> bool:
-    """Whether the plan tables exist (readers never create them)."""
+    """Whether the plan tables exist in v5's shape (readers never create them).
+
+    Tables of the shape before (a ledger its writer has not brought up yet)
+    read as none until it does.
+    """
     row = conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'plan_spool'"
+        "SELECT count(*) FROM pragma_table_info('plan_windows') WHERE name = 'agent'"
     ).fetchone()
     return bool(row[0])
 
@@ -300,9 +313,7 @@ class _Ingest:
             return
         if "windows" in rec:
             if self._admitted is None:
-                self._admitted = {name for (name,) in self.conn.execute(
-                    "SELECT DISTINCT window FROM plan_windows") if name not in
-                    plausible.KNOWN_WINDOWS}
+                self._admitted = admitted_names(self.conn, CLAUDE)
             rec["windows"], dropped = plausible.admit_windows(rec["windows"], self._admitted)
             if dropped:
                 self._reject("window_cap")  # counted; the sample's other figures are kept
@@ -325,63 +336,100 @@ class _Ingest:
 
     def _count(self, name: str, label: str, n: int) -> None:
         """Add to a persistent counter."""
-        self.conn.execute(
-            "INSERT INTO plan_counters VALUES (?, ?, ?) ON CONFLICT (name, label) "
-            "DO UPDATE SET value = value + excluded.value",
-            (name, label, n),
-        )
+        count(self.conn, name, label, n)
 
     def _sample(self, rec: dict[str, Any]) -> None:
         """Store one sample (or note the repeat of a known one) and its derived rows."""
         t = rec.pop("t")
-        key = sample_key(rec)
-        windows = rec.get("windows", {})
-        context = rec.get("context") or [None, None]
-        db = self.conn
-        cur = db.execute(
-            "INSERT OR IGNORE INTO plan_samples VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (key, t, t, rec.get("session"), rec.get("model"), rec.get("version"), context[0],
-             context[1], rec.get("cost"), json.dumps(windows, sort_keys=True) if windows else None),
-        )
-        if cur.rowcount == 1:
+        if write_sample(self.conn, rec, t):
             self.out.new += 1
             self._count("samples", "", 1)
         else:
             self.out.repeated += 1
-            db.execute(
-                "UPDATE plan_samples SET first_seen = min(first_seen, ?), "
-                "last_seen = max(last_seen, ?) WHERE key = ?",
-                (t, t, key),
-            )
-        for name, (pct, resets) in windows.items():
-            if resets is None:
-                continue  # cannot be placed in a window instance
-            instance = window_instance(resets)
-            db.execute(
-                "INSERT INTO plan_levels VALUES (?,?,?,?) ON CONFLICT (window, resets_at, pct) "
-                "DO UPDATE SET first_seen = min(first_seen, excluded.first_seen)",
-                (name, instance, pct, t),
-            )
-            db.execute(
-                "INSERT INTO plan_windows VALUES (?,?,?,?,?,?) ON CONFLICT (window, resets_at) "
-                "DO UPDATE SET max_pct = max(max_pct, excluded.max_pct), "
-                "first_seen = min(first_seen, excluded.first_seen), "
-                "last_seen = max(last_seen, excluded.last_seen), "
-                "reported_resets_at = max(reported_resets_at, excluded.reported_resets_at)",
-                (name, instance, pct, t, t, resets),
-            )
-        self._latest("latest_sample", t, 0.0)
+        context = rec.get("context") or [None, None]
         if context[0] is not None:
-            self._latest("latest_context", t, context[0])
+            latest(self.conn, "latest_context", t, context[0])
 
-    def _latest(self, name: str, t: float, value: float) -> None:
-        """Keep the value with the greatest time (ties: the greater value)."""
-        self.conn.execute(
-            "INSERT INTO plan_meta VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-            "t = excluded.t, value = excluded.value WHERE excluded.t > plan_meta.t "
-            "OR (excluded.t = plan_meta.t AND excluded.value > plan_meta.value)",
-            (name, t, value),
+
+def write_sample(conn: sqlite3.Connection, rec: dict[str, Any], t: float,
+                 agent: str = CLAUDE) -> bool:
+    """Store one sample seen at ``t`` and its window rows; True when it is new.
+
+    A known sample (same content, any time) widens its first and last time.
+    ``agent``: whose windows these are (the status line's: "claude").
+    """
+    key = sample_key(rec)
+    windows = rec.get("windows", {})
+    context = rec.get("context") or [None, None]
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO plan_samples (key, first_seen, last_seen, session, model, "
+        "version, context_pct, context_size, session_cost_usd, windows, agent) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        (key, t, t, rec.get("session"), rec.get("model"), rec.get("version"), context[0],
+         context[1], rec.get("cost"), json.dumps(windows, sort_keys=True) if windows else None,
+         agent),
+    )
+    new = cur.rowcount == 1
+    if not new:
+        conn.execute(
+            "UPDATE plan_samples SET first_seen = min(first_seen, ?), "
+            "last_seen = max(last_seen, ?) WHERE key = ?",
+            (t, t, key),
         )
+    for name, (pct, resets) in windows.items():
+        if resets is not None:  # else it cannot be placed in a window instance
+            _window_rows(conn, agent, name, (pct, resets), t)
+    latest(conn, "latest_sample" if agent == CLAUDE else f"latest_sample:{agent}", t, 0.0)
+    return new
+
+
+def _window_rows(conn: sqlite3.Connection, agent: str, name: str,
+                 figure: tuple[float, float], t: float) -> None:
+    """A window figure seen at ``t``: its level's first sighting, its instance's extremes."""
+    pct, resets = figure
+    instance = window_instance(resets)
+    conn.execute(
+        "INSERT INTO plan_levels (window, resets_at, pct, first_seen, agent) VALUES (?,?,?,?,?) "
+        "ON CONFLICT (agent, window, resets_at, pct) "
+        "DO UPDATE SET first_seen = min(first_seen, excluded.first_seen)",
+        (name, instance, pct, t, agent),
+    )
+    conn.execute(
+        "INSERT INTO plan_windows (window, resets_at, max_pct, first_seen, last_seen, "
+        "reported_resets_at, agent) VALUES (?,?,?,?,?,?,?) "
+        "ON CONFLICT (agent, window, resets_at) "
+        "DO UPDATE SET max_pct = max(max_pct, excluded.max_pct), "
+        "first_seen = min(first_seen, excluded.first_seen), "
+        "last_seen = max(last_seen, excluded.last_seen), "
+        "reported_resets_at = max(reported_resets_at, excluded.reported_resets_at)",
+        (name, instance, pct, t, t, resets, agent),
+    )
+
+
+def latest(conn: sqlite3.Connection, name: str, t: float, value: float) -> None:
+    """Keep the value with the greatest time under ``name`` (ties: the greater value)."""
+    conn.execute(
+        "INSERT INTO plan_meta VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+        "t = excluded.t, value = excluded.value WHERE excluded.t > plan_meta.t "
+        "OR (excluded.t = plan_meta.t AND excluded.value > plan_meta.value)",
+        (name, t, value),
+    )
+
+
+def admitted_names(conn: sqlite3.Connection, agent: str) -> set[str]:
+    """The other (not known) window names stored for ``agent`` (plausible's cap)."""
+    return {name for (name,) in conn.execute(
+        "SELECT DISTINCT window FROM plan_windows WHERE agent = ?", (agent,))
+        if name not in plausible.KNOWN_WINDOWS}
+
+
+def count(conn: sqlite3.Connection, name: str, label: str, n: int) -> None:
+    """Add to a persistent plan counter."""
+    conn.execute(
+        "INSERT INTO plan_counters VALUES (?, ?, ?) ON CONFLICT (name, label) "
+        "DO UPDATE SET value = value + excluded.value",
+        (name, label, n),
+    )
 
 
 def sample_key(rec: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from exporter.ledger import attr_days, derive, merge, rollups, slot_bins, slot_sums, staging
 from exporter.ledger import rows as stored_rows
+from exporter.ledger.agent_limits import store as store_limits
 from exporter.ledger.batch import Batch
 from exporter.ledger.health import LedgerError
 from exporter.ledger.reader_thread import ReaderThread
@@ -94,6 +95,7 @@ def apply(db: sqlite3.Connection, transaction: Transaction, state: staging.Pass,
             bits = {root: merge.root_bit(db, root, batch, agent)
                     for root, agent in dict.fromkeys((a.root, a.agent) for a in appearances)}
             new, changed, new_keys = staging.stage(db, parsed, appearances, bits, state, due=due)
+            store_limits(db, parsed)  # plan windows from the logs (Codex's rate_limits)
             merge.finish(db, batch, parsed, checkpoints, bytes_read=bytes_read,
                          new_keys=new_keys, appearances=appearances, by_root=by_root)
     except BaseException:

@@ -3,7 +3,8 @@
 The requests and their provenance, counters, meta and rollups (:data:`SCHEMA`,
 with the usage slots' tables, :data:`SLOT_TABLES`); the attribution day sums
 (:data:`ATTR_DAYS_TABLE`, made when first summed) and the plan tables
-(:data:`PLAN_TABLES`, made when the status line first recorded a sample).
+(:data:`PLAN_TABLES`, made when the status line or Codex's logs first gave a
+sample; :func:`migrate_plan` brings older ones to v5).
 
 One statement per item: the ledger runs them inside one transaction with the
 header pragmas, so a kill at any point leaves either no schema or all of it
@@ -175,22 +176,26 @@ ATTR_DAYS_TABLE: Final = """CREATE TABLE IF NOT EXISTS attr_days (
     cache_write_1h INTEGER NOT NULL, web_search INTEGER NOT NULL,
     first REAL NOT NULL, last REAL NOT NULL,
     PRIMARY KEY (day, kind, value, effort, key, roots)) WITHOUT ROWID"""
-# The status line's samples (exporter.ledger.plan_store).
+# The status line's samples (exporter.ledger.plan_store), and since v5 the plan windows
+# other agents write into their own logs (Codex's rate_limits): ``agent`` says whose
+# ("claude": the status line's), and is part of a window instance's key, so the same
+# window name of two agents never merges.
 PLAN_TABLES: Final = (
     """CREATE TABLE IF NOT EXISTS plan_samples (
         key TEXT PRIMARY KEY, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
         session TEXT, model TEXT, version TEXT, context_pct REAL, context_size INTEGER,
-        session_cost_usd REAL, windows TEXT
+        session_cost_usd REAL, windows TEXT, agent TEXT NOT NULL DEFAULT 'claude'
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS plan_samples_first_seen ON plan_samples (first_seen)",
     """CREATE TABLE IF NOT EXISTS plan_levels (
         window TEXT NOT NULL, resets_at INTEGER NOT NULL, pct REAL NOT NULL,
-        first_seen REAL NOT NULL, PRIMARY KEY (window, resets_at, pct)
+        first_seen REAL NOT NULL, agent TEXT NOT NULL DEFAULT 'claude',
+        PRIMARY KEY (agent, window, resets_at, pct)
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS plan_windows (
         window TEXT NOT NULL, resets_at INTEGER NOT NULL, max_pct REAL NOT NULL,
         first_seen REAL NOT NULL, last_seen REAL NOT NULL, reported_resets_at INTEGER NOT NULL,
-        PRIMARY KEY (window, resets_at)
+        agent TEXT NOT NULL DEFAULT 'claude', PRIMARY KEY (agent, window, resets_at)
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS plan_meta (
         name TEXT PRIMARY KEY, t REAL NOT NULL, value REAL NOT NULL
@@ -258,6 +263,33 @@ _V5_COLUMNS: Final = (
 )
 
 
+# v5's plan tables: the window tables' keys gain ``agent``, which ALTER TABLE cannot do, so
+# they are copied into tables of the new shape (a few rows a window instance: small).
+_PLAN_REKEYED: Final = {
+    "plan_levels": "window, resets_at, pct, first_seen",
+    "plan_windows": "window, resets_at, max_pct, first_seen, last_seen, reported_resets_at",
+}
+
+
+def migrate_plan(db: sqlite3.Connection) -> None:
+    """Bring plan tables made before v5 to v5's shape (inside the caller's transaction).
+
+    Their rows are the status line's (``agent`` 'claude'). Nothing to do where
+    the tables do not exist yet or already have the column.
+    """
+    for table, columns in _PLAN_REKEYED.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if not have or "agent" in have:
+            continue
+        db.execute(f"ALTER TABLE {table} RENAME TO {table}_v4")
+        db.execute(next(st for st in PLAN_TABLES if f" {table} (" in st))
+        db.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}_v4")
+        db.execute(f"DROP TABLE {table}_v4")
+    have = {row[1] for row in db.execute("PRAGMA table_info(plan_samples)")}
+    if have and "agent" not in have:
+        db.execute("ALTER TABLE plan_samples ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude'")
+
+
 def create(db: sqlite3.Connection) -> None:
     """Create what is missing of the schema (inside the caller's transaction).
 
@@ -275,6 +307,7 @@ def create(db: sqlite3.Connection) -> None:
     for table, column, kind in _V5_COLUMNS:  # v5: a second agent's logs (no row rewritten)
         if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    migrate_plan(db)
     if not set(ATTRIBUTION) <= have:  # any attribution sums kept were of other columns
         db.execute("DELETE FROM slot_meta WHERE name = ?", (ATTR_DAYS_META,))
 

@@ -14,8 +14,8 @@ import csv
 import io
 import math
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,9 +34,11 @@ from exporter.projections.plan.cost import ledger_cost
 from exporter.projections.plan.pace import LIMIT_AHEAD, LIMIT_REACHED, NOT_ENOUGH, Pace
 from exporter.projections.plan.windows import (
     Instance,
+    Peak,
     PlanFigures,
     instances,
     limits_rows,
+    peaks,
     plan_figures,
 )
 from exporter.projections.usage import Usage
@@ -49,6 +51,7 @@ from exporter.report.columns import (
     negative_saving,
     unmeasured_writes,
 )
+from exporter.report.limits_agents import agents_json, render_agents
 from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
 from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
@@ -231,6 +234,8 @@ class Limits:
     now: float
     figures: PlanFigures
     instances: tuple[Instance, ...]
+    #: Other agents' window instances in the range (Codex's), by agent: only those present.
+    peaks: Mapping[str, tuple[Peak, ...]] = field(default_factory=dict)
 
 
 def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: float) -> Limits:
@@ -242,7 +247,8 @@ def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: 
     figures = plan_figures(conn, now, cost)
     first = min((i.first_seen for i in found), default=None)
     last = max((i.last_seen for i in found), default=None)
-    return Limits(Covered(rng, first, last), now, figures, found)
+    others = {agent: tuple(peaks(conn, agent, rng.since, rng.until)) for agent in figures.agents}
+    return Limits(Covered(rng, first, last), now, figures, found, others)
 
 
 def run_limits(output: str, rng: Range, ledger_path: Path, prices: ClassPrices, now: float, *,
@@ -273,6 +279,7 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
     if not view.figures.windows:
         say(console, NO_SAMPLES)
+        render_agents(view.figures, view.peaks, view.now, zone, console)
         return
     for name, win in view.figures.windows.items():
         est = win.estimate
@@ -291,6 +298,7 @@ def render_limits(view: Limits, console: Console) -> None:
         say(console, text(f"  {pace_line(win.pace, view.now, zone)}"))
     if not view.instances:
         say(console, "No window in this range.")
+        render_agents(view.figures, view.peaks, view.now, zone, console)
         return
     for level in LEVELS:  # the widest layout that fits: no figure is ever cut
         out = limits_table(view, level)
@@ -302,6 +310,7 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, "Cost: this machine's requests at list price.")
     say(console, "Other machines and claude.ai share the windows,")
     say(console, "so $ per 1 % is a lower bound (docs/plan-limits.md).")
+    render_agents(view.figures, view.peaks, view.now, zone, console)
 
 
 #: The instance table's columns: title, cell, priority (1: always shown).
@@ -393,13 +402,16 @@ def limits_json(view: Limits) -> dict[str, Any]:
                         "usd_per_percent": None if per is None else round(per, 6),
                         "window_usd": None if per is None else round(100 * per, 4),
                         **_pace_json(win.pace, view.now, zone)})
-    return {
+    out = {
         "view": LIMITS,
         "range": view.covered.to_json(),
         "samples": view.figures.samples,
         "windows": windows,
         "instances": [_instance_json(i, view) for i in view.instances],
     }
+    if view.figures.agents:  # only then: a Claude-only user's JSON is as it was
+        out["agents"] = agents_json(view.figures, view.peaks, view.now, zone)
+    return out
 
 
 def limits_csv(view: Limits) -> str:

@@ -136,6 +136,51 @@ PLAN_FAMILIES: Final[tuple[Family, ...]] = (
 )
 
 
+def _of_agent(
+    agent: str, observe: Callable[[PlanFigures], Series],
+) -> Callable[[PlanFigures], Series]:
+    """An observer reading an other agent's figures (nothing while it has none)."""
+
+    def of(figures: PlanFigures) -> Series:
+        own = figures.agents.get(agent)
+        return [] if own is None else observe(own)
+
+    return of
+
+
+#: The status line's families an other agent's readings feed too, with their help text
+#: (``{name}``: the agent's name).
+_SHARED: Final = {
+    "plan_window_used_ratio": "Official plan-window utilisation 0-1 from {name}'s logs (0 once "
+                              "the window reset).",
+    "plan_window_resets_at_seconds": "When the {name} plan window resets, Unix seconds.",
+    "plan_window_samples": "Distinct {name} rate-limit readings recorded.",
+    "plan_windows_exhausted": "{name} plan-window instances that reached 100 %.",
+    "plan_sample_age_seconds": "Seconds since the newest {name} rate-limit reading.",
+}
+
+
+def agent_families(agent: str, name: str) -> tuple[Family, ...]:
+    """An other agent's plan families: ``<agent>_plan_*``, the status line's under its prefix.
+
+    Families of their own rather than an ``agent`` label on the status line's
+    (docs/metrics.md, "Plan limits"): those keep their label sets and their bytes.
+    Series appear only once the agent recorded a reading (or refused one).
+    """
+    shared = tuple(
+        Family(f"{agent}_{fam.name}", fam.kind, fam.labels, _SHARED[fam.name].format(name=name),
+               _of_agent(agent, fam.observe))
+        for fam in PLAN_FAMILIES if fam.name in _SHARED)
+    return (*shared, Family(
+        f"{agent}_plan_rejected_readings", "counter", ("reason",),
+        f"{name} rate-limit readings refused (malformed or implausible), by reason.",
+        _of_agent(agent, _by("rejected", "reason"))))
+
+
+#: Every plan family the projection registers: the status line's, then Codex's.
+ALL_FAMILIES: Final[tuple[Family, ...]] = (*PLAN_FAMILIES, *agent_families("codex", "Codex"))
+
+
 class FiguresCache:
     """The figures computed at most once per ``ttl`` seconds: one scrape reads every family."""
 
@@ -167,7 +212,7 @@ def observers(get: Callable[[], PlanFigures]) -> dict[str, Observe]:
     def bind(fam: Family) -> Observe:
         return lambda: fam.observe(get())
 
-    return {fam.name: bind(fam) for fam in PLAN_FAMILIES}
+    return {fam.name: bind(fam) for fam in ALL_FAMILIES}
 
 
 def register(meter: Any, namespace: str, get: Callable[[], PlanFigures]) -> None:
@@ -185,7 +230,7 @@ def register(meter: Any, namespace: str, get: Callable[[], PlanFigures]) -> None
 
         return observe
 
-    for fam in PLAN_FAMILIES:
+    for fam in ALL_FAMILIES:
         create = (meter.create_observable_counter if fam.kind == "counter"
                   else meter.create_observable_gauge)
         create(f"{namespace}_{fam.name}", callbacks=[callback(fam)], description=fam.help)

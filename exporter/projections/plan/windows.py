@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from exporter.ingest import plausible, spool
+from exporter.ingest import codex_limits, plausible, spool
+from exporter.ledger import agent_limits
 from exporter.ledger import plan_store as store
 from exporter.projections.plan.estimate import CostBetween, Estimate, usd_per_percent
 from exporter.projections.plan.pace import NOT_ENOUGH, Pace, PaceInput, project, recent_span
@@ -27,6 +28,10 @@ DEFAULT_LOOKBACK: Final = 35 * DAY
 #: How long each window lasts, by name prefix (``seven_day_opus`` is a weekly one): its
 #: start is its reset time minus this. A window of another name starts at its first sample.
 DURATIONS: Final = (("five_hour", 5 * 3600.0), ("seven_day", 7 * DAY))
+CLAUDE: Final = store.CLAUDE
+#: The other agents whose logs carry plan windows, and why a reading of theirs is refused.
+AGENT_REASONS: Final[Mapping[str, tuple[str, ...]]] = {
+    codex_limits.AGENT: (*codex_limits.REASONS, "window_cap")}
 
 
 def duration(window: str) -> float | None:
@@ -55,6 +60,9 @@ class PlanFigures:
     context_used_ratio: float | None = None
     failures: dict[str, int] = field(default_factory=dict)  # status-line failures by reason
     rejected: dict[str, int] = field(default_factory=dict)  # bad spool lines by reason
+    #: Other agents' windows from their own logs (Codex's rate_limits), by agent: only
+    #: those that recorded a reading or refused one (a Claude-only ledger has none).
+    agents: dict[str, PlanFigures] = field(default_factory=dict)
 
 
 def plan_figures(
@@ -76,33 +84,56 @@ def plan_figures(
     latest = meta.get("latest_sample")
     context = meta.get("latest_context")
     return PlanFigures(
-        windows=_windows(conn, now, cost_between, lookback),
+        windows=_windows(conn, now, cost_between, lookback, CLAUDE),
         samples=counters.get(("samples", ""), 0),
         sample_age_seconds=None if latest is None else max(0.0, now - latest[0]),
         context_used_ratio=None if context is None else context[1] / 100.0,
         failures={r: counters.get(("statusline_failures", r), 0) for r in spool.FAILURE_REASONS},
         rejected={r: counters.get(("spool_rejected", r), 0) for r in store.REJECT_REASONS},
+        agents=_agents(conn, now, counters, meta),
     )
+
+
+def _agents(conn: sqlite3.Connection, now: float, counters: Mapping[tuple[str, str], int],
+            meta: Mapping[str, tuple[float, float]]) -> dict[str, PlanFigures]:
+    """Each other agent's figures, where it recorded a reading or refused one.
+
+    No estimate and no pace: those divide the agent's own list-price cost by
+    its percentages, and the cost function given is over every request.
+    """
+    out: dict[str, PlanFigures] = {}
+    for agent, reasons in AGENT_REASONS.items():
+        samples = counters.get((agent_limits.SAMPLES, agent), 0)
+        name = agent_limits.rejected_counter(agent)
+        rejected = {r: counters.get((name, r), 0) for r in reasons}
+        if not samples and not any(rejected.values()):
+            continue
+        latest = meta.get(f"latest_sample:{agent}")
+        out[agent] = PlanFigures(
+            windows=_windows(conn, now, None, LOOKBACK, agent), samples=samples,
+            sample_age_seconds=None if latest is None else max(0.0, now - latest[0]),
+            rejected=rejected)
+    return out
 
 
 def _windows(
     conn: sqlite3.Connection, now: float, cost_between: CostBetween | None,
-    lookback: Mapping[str, float],
+    lookback: Mapping[str, float], agent: str,
 ) -> dict[str, WindowFigures]:
-    """Per window name: the newest instance, the exhausted count, the estimate."""
+    """Per window name of ``agent``: the newest instance, the exhausted count, the estimate."""
     # Capped as ingest caps them (a ledger from before the cap may hold any number).
     found = conn.execute(
-        "SELECT window, min(first_seen) AS first FROM plan_windows GROUP BY window "
-        "ORDER BY first, window"
+        "SELECT window, min(first_seen) AS first FROM plan_windows WHERE agent = ? "
+        "GROUP BY window ORDER BY first, window", (agent,)
     ).fetchall()
     shown = set(plausible.capped([name for name, _first in found]))
     exhausted = dict(conn.execute(
-        "SELECT window, count(*) FROM plan_windows WHERE max_pct >= 100 AND max_pct <= ? "
-        "GROUP BY window", (plausible.MAX_PERCENT,)
+        "SELECT window, count(*) FROM plan_windows WHERE agent = ? AND max_pct >= 100 "
+        "AND max_pct <= ? GROUP BY window", (agent, plausible.MAX_PERCENT)
     ).fetchall())
     out: dict[str, WindowFigures] = {}
     for name in sorted(shown):
-        newest = _newest(conn, name)
+        newest = _newest(conn, agent, name)
         if newest is None:
             continue
         max_pct, reported, key = newest
@@ -124,8 +155,9 @@ def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float],
     if reported <= now:
         return Pace(NOT_ENOUGH)
     points = tuple(conn.execute(
-        "SELECT pct, min(first_seen) FROM plan_levels WHERE window = ? AND resets_at = ? "
-        "AND pct <= ? GROUP BY pct ORDER BY pct", (name, key, plausible.MAX_PERCENT),
+        "SELECT pct, min(first_seen) FROM plan_levels WHERE agent = ? AND window = ? "
+        "AND resets_at = ? AND pct <= ? GROUP BY pct ORDER BY pct",
+        (CLAUDE, name, key, plausible.MAX_PERCENT),
     ).fetchall())
     if not points:
         return Pace(NOT_ENOUGH)
@@ -138,7 +170,7 @@ def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float],
                              cost(now - span, now), estimate.usd_per_percent))
 
 
-def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int, int] | None:
+def _newest(conn: sqlite3.Connection, agent: str, name: str) -> tuple[float, int, int] | None:
     """(highest plausible %, reported reset, key) of a window's newest plausible instance.
 
     Ingest rejects implausible samples; a ledger filled before it did may still
@@ -146,17 +178,17 @@ def _newest(conn: sqlite3.Connection, name: str) -> tuple[float, int, int] | Non
     gauge's: such an instance is passed over, such a level left out.
     """
     row = conn.execute(
-        "SELECT resets_at, max_pct, reported_resets_at FROM plan_windows WHERE window = ? "
-        "AND reported_resets_at <= last_seen + ? ORDER BY resets_at DESC LIMIT 1",
-        (name, plausible.reset_bound(name)),
+        "SELECT resets_at, max_pct, reported_resets_at FROM plan_windows WHERE agent = ? "
+        "AND window = ? AND reported_resets_at <= last_seen + ? ORDER BY resets_at DESC LIMIT 1",
+        (agent, name, plausible.reset_bound(name)),
     ).fetchone()
     if row is None:
         return None
     resets_at, max_pct, reported = row
     if max_pct > plausible.MAX_PERCENT:
         (max_pct,) = conn.execute(
-            "SELECT max(pct) FROM plan_levels WHERE window = ? AND resets_at = ? AND pct <= ?",
-            (name, resets_at, plausible.MAX_PERCENT),
+            "SELECT max(pct) FROM plan_levels WHERE agent = ? AND window = ? AND resets_at = ? "
+            "AND pct <= ?", (agent, name, resets_at, plausible.MAX_PERCENT),
         ).fetchone()
         if max_pct is None:
             return None
@@ -169,9 +201,9 @@ def _instances(
     """The (pct, first seen) levels of each instance of a window resetting after ``since``."""
     groups: dict[int, list[tuple[float, float]]] = {}
     rows = conn.execute(
-        "SELECT resets_at, pct, first_seen FROM plan_levels WHERE window = ? AND resets_at > ? "
-        "AND pct <= ?",
-        (name, since, plausible.MAX_PERCENT),
+        "SELECT resets_at, pct, first_seen FROM plan_levels WHERE agent = ? AND window = ? "
+        "AND resets_at > ? AND pct <= ?",
+        (CLAUDE, name, since, plausible.MAX_PERCENT),
     )
     for resets_at, pct, seen in rows:
         groups.setdefault(resets_at, []).append((pct, seen))
@@ -194,14 +226,14 @@ class PlanHistory:
 
 def plan_history(read: Read) -> PlanHistory:
     """Every sample of the ledger, for the backfill (empty without plan tables)."""
-    found = read("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-                 "name = 'plan_samples'", [])
+    found = read("SELECT count(*) FROM pragma_table_info('plan_samples') WHERE name = 'agent'",
+                 [])
     if not found[0][0]:
         return PlanHistory()
     times: list[float] = []
     windows: list[tuple[float, str, float, float]] = []
-    for seen, text in read("SELECT first_seen, windows FROM plan_samples "
-                           "ORDER BY first_seen, key", []):
+    for seen, text in read("SELECT first_seen, windows FROM plan_samples WHERE agent = ? "
+                           "ORDER BY first_seen, key", [CLAUDE]):
         times.append(float(seen))
         for name, (pct, resets) in sorted(json.loads(text).items()) if text else ():
             if resets is not None:
@@ -223,8 +255,8 @@ def window_history(
     out: list[tuple[float, str, float, float | None]] = []
     rows = conn.execute(
         "SELECT first_seen, windows FROM plan_samples WHERE first_seen >= ? AND first_seen < ? "
-        "AND windows IS NOT NULL ORDER BY first_seen",
-        (since, until),
+        "AND windows IS NOT NULL AND agent = ? ORDER BY first_seen",
+        (since, until, CLAUDE),
     )
     for seen, text in rows:
         for name, (pct, resets) in sorted(json.loads(text).items()):
@@ -284,19 +316,62 @@ def instances(conn: sqlite3.Connection, cost_between: CostBetween, now: float,
         return []
     levels: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for name, key, pct, seen in conn.execute(
-            "SELECT window, resets_at, pct, first_seen FROM plan_levels"):
+            "SELECT window, resets_at, pct, first_seen FROM plan_levels WHERE agent = ?",
+            (CLAUDE,)):
         levels.setdefault((name, key), []).append((pct, seen))
     out: list[Instance] = []
+    for key, peak in _spans(conn, CLAUDE, since, until):
+        end = min(peak.resets_at, now)
+        cost = cost_between(peak.start, end) if end > peak.start else 0.0
+        estimate = usd_per_percent([levels.get((peak.window, key), [])], cost_between)
+        out.append(Instance(peak.window, peak.start, peak.resets_at, peak.first_seen,
+                            peak.last_seen, peak.peak_percent, cost, estimate))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """One window instance as its samples saw it: its span and highest figure, no dollars."""
+
+    window: str
+    start: float  # its reset time minus its duration (or its first sample)
+    resets_at: float  # as reported
+    first_seen: float
+    last_seen: float
+    peak_percent: float
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether it reached 100 %."""
+        return self.peak_percent >= 100.0
+
+    def open(self, now: float) -> bool:
+        """Whether it has not reset yet at ``now``."""
+        return self.resets_at > now
+
+
+def peaks(conn: sqlite3.Connection, agent: str, since: float | None = None,
+          until: float | None = None) -> list[Peak]:
+    """Another agent's window instances overlapping [since, until), by window then start.
+
+    Without cost or estimate: those need the agent's own prices (not wired yet).
+    """
+    if not store.has_schema(conn):
+        return []
+    return [peak for _key, peak in _spans(conn, agent, since, until)]
+
+
+def _spans(conn: sqlite3.Connection, agent: str, since: float | None,
+           until: float | None) -> list[tuple[int, Peak]]:
+    """(instance key, span and peak) of an agent's window instances overlapping the range."""
+    out: list[tuple[int, Peak]] = []
     rows = conn.execute("SELECT window, resets_at, max_pct, first_seen, last_seen, "
-                        "reported_resets_at FROM plan_windows ORDER BY window, resets_at")
+                        "reported_resets_at FROM plan_windows WHERE agent = ? "
+                        "ORDER BY window, resets_at", (agent,))
     for name, key, peak, first, last, reported in rows.fetchall():
         length = duration(name)
         start = min(first, reported - length) if length is not None else first
         if (since is not None and reported <= since) or (until is not None and start >= until):
             continue
-        end = min(float(reported), now)
-        cost = cost_between(start, end) if end > start else 0.0
-        estimate = usd_per_percent([levels.get((name, key), [])], cost_between)
-        out.append(Instance(name, float(start), float(reported), first, last, peak, cost,
-                            estimate))
+        out.append((key, Peak(name, float(start), float(reported), first, last, peak)))
     return out
