@@ -8,9 +8,13 @@ real Codex home (tests/fixtures/codex_real); the truth of the Codex home is its 
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
+import subprocess
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,12 +34,14 @@ from exporter.projections.pricing import RateTable
 from exporter.projections.project_groups import folders_of
 from exporter.records import Appearance, Parsed, Request, Source
 from exporter.serve.daemon import Daemon
+from grafana.query import Prometheus, query_board
 from tests.support.backfill import parse
 from tests.support.clock import Clock
 from tests.support.exposition import families, total
 from tests.support.logs import Log
 from tests.support.paths import ROOT
 from tests.support.projection import PROJECTED, T0, options, projection, req
+from tests.support.prometheus import PromServer, require_binary
 from tests.support.scan import counting_ledger
 
 FIXTURE = ROOT / "tests" / "fixtures" / "codex_real"
@@ -46,6 +52,10 @@ CODEX = "claude_code_codex_"
 OWN = "claude_code_exporter_"
 # After the fixture's last line (2026-07-14T07:07Z): its newest sessions are within the hour.
 AFTER_CODEX = 1_784_013_000.0
+TARGET = {"job": "claude-code", "instance": "ws-1:9477", "user": "alice"}
+#: The dashboard's variables as a user leaves them (every target, model and project).
+VARIABLES = {"job": "claude-code", "instance": ".*", "user": ".*", "model": ".*",
+             "project": ".*"}
 _NAME = re.compile(r"^(?:# (?:HELP|TYPE) )?([a-zA-Z_:][a-zA-Z0-9_:]*)")
 
 
@@ -211,18 +221,19 @@ CODEX_HISTORY = [
              Source.MAIN, 700, 90, 0, 0, 0, reasoning=0)]
 
 
-def mixed_ledger(path: Path) -> Ledger:
+def mixed_ledger(path: Path, requests: list[Request] | None = None) -> Ledger:
     """HISTORY (Claude Code's, under its root) and CODEX_HISTORY (under a Codex home)."""
     opts = options()
     ledger = Ledger(path, rules=opts.counting(RateTable.load()), settle_seconds=0.0)
     parsed = Parsed()
-    for r in [*HISTORY, *CODEX_HISTORY]:
+    rows = requests if requests is not None else [*HISTORY, *CODEX_HISTORY]
+    for r in rows:
         parsed.add(r)
-    parsed.counts.usage_lines = len(HISTORY) + len(CODEX_HISTORY)
+    parsed.counts.usage_lines = len(rows)
     seen = [Appearance(f"/transcripts/projects/p/{r.session}.jsonl", "/transcripts/projects",
-                       r.session, (r.key,)) for r in HISTORY]
+                       r.session, (r.key,)) for r in rows if not r.key.startswith(KEY_PREFIX)]
     seen += [Appearance(f"{CODEX_ROOT}/2026/rollout-{r.session}.jsonl", CODEX_ROOT, r.session,
-                        (r.key,), "codex") for r in CODEX_HISTORY]
+                        (r.key,), "codex") for r in rows if r.key.startswith(KEY_PREFIX)]
     ledger.apply(parsed, [], 0, seen)
     ledger.settle(force=True)
     return ledger
@@ -293,3 +304,55 @@ def test_codex_models_have_their_own_cap(tmp_path: Path, policy: str) -> None:
     codex_models = set(re.findall(rf'^{CODEX}requests_total\{{model="([^"]+)"', text, re.M))
     assert claude_models == {f"claude-x-{i}" for i in range(MAX_MODELS)}
     assert len(codex_models) == MAX_CODEX_MODELS + 1 and "other" in codex_models
+
+
+# ------------------------------------------------------------- the usage dashboard
+def recent_history(now: float) -> list[Request]:
+    """HISTORY and CODEX_HISTORY moved to end three hours before ``now``."""
+    shift = now - 3 * 3600 - (T0 + 7_200)
+    return [r._replace(ts=r.ts + shift) for r in [*HISTORY, *CODEX_HISTORY]]
+
+
+def backfilled_prometheus(tmp: Path, now: int) -> PromServer:
+    """A real Prometheus over the backfilled history of a recent mixed ledger."""
+    promtool = require_binary("promtool")
+    ledger = mixed_ledger(tmp / "l.db", recent_history(now))
+    text = io.StringIO()
+    write_history(ledger.requests(), RateTable.load(PRICES), MetricsOptions(), text,
+                  BackfillOptions(until=now, labels=TARGET))
+    ledger.close()
+    history = tmp / "history.om"
+    history.write_text(text.getvalue())
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet",
+                    "--max-block-duration=744h", str(history), str(tmp / "blocks")],
+                   check=True, capture_output=True, timeout=300)
+    storage = tmp / "tsdb"
+    storage.mkdir()
+    for block in (tmp / "blocks").iterdir():
+        shutil.move(str(block), storage / block.name)
+    return PromServer("scrape_configs: []\n", tmp / "prometheus", storage=storage,
+                      extra_args=["--storage.tsdb.retention.time=100y"])
+
+
+def test_the_usage_dashboard_draws_codex_only_when_chosen(tmp_path: Path) -> None:
+    """Over a backfilled mixed history, the Codex row has Codex's figures with Codex chosen.
+
+    With Claude Code alone it is empty, and Claude Code's panels are the same either way.
+    """
+    now = int(time.time()) // 60 * 60
+    board = json.loads((ROOT / "grafana" / "dashboards" / "claude-code-usage.json").read_text())
+    drawn: dict[str, dict[str, list[float]]] = {}
+    with backfilled_prometheus(tmp_path, now) as prom:
+        for agent in ("3", "1"):
+            _, panels = query_board(board, Prometheus(prom.url), datetime.fromtimestamp(now, UTC),
+                                    {**VARIABLES, "agent": agent})
+            drawn[agent] = {p.title: p.values() for p in panels if p.kind not in ("row", "text")}
+    codex = {t for t in drawn["3"] if "Codex" in t}
+    assert len(codex) == 10
+    assert all(drawn["3"][t] for t in codex), [t for t in codex if not drawn["3"][t]]
+    assert not any(drawn["1"][t] for t in codex)
+    assert {t: v for t, v in drawn["3"].items() if t not in codex} == {
+        t: v for t, v in drawn["1"].items() if t not in codex}
+    assert sum(1 for t, v in drawn["1"].items() if v and t not in codex) >= 10  # Claude's drawn
+    assert drawn["3"]["Codex turns, selected range"] == [4.0]
+    assert drawn["3"]["Codex reasoning, selected range"] == [300.0]
