@@ -263,6 +263,20 @@ def test_golden_codex_exposition(tmp_path: Path) -> None:
                          text, re.M)
 
 
+def test_compatibility_families_hold_claude_code_rows_only(tmp_path: Path) -> None:
+    """With --compat native and genai, Claude Code's own names carry no Codex turn."""
+    texts = []
+    for name, rows in (("alone", HISTORY), ("mixed", [*HISTORY, *CODEX_HISTORY])):
+        proj, registry = projection(compat=("native", "genai"))
+        proj.load(mixed_ledger(tmp_path / f"{name}.db", rows))
+        texts.append(generate_latest(registry).decode())
+        proj.shutdown()
+    alone, mixed = texts
+    assert "claude_code_token_usage_tokens_total" in alone and "gen_ai_client" in alone
+    assert claude_part(mixed) == claude_part(alone)
+    assert total(families(mixed), f"{CODEX}requests") == len(CODEX_HISTORY)
+
+
 def test_a_claude_ledger_exposes_no_codex_family(tmp_path: Path) -> None:
     """Claude Code's rows alone: the exposition is the golden one (no Codex family, no label)."""
     proj, registry = projection()

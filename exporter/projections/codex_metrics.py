@@ -25,7 +25,7 @@ of each batch after).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from exporter.ingest.codex import KEY_PREFIX
@@ -34,6 +34,7 @@ from exporter.projections.counting import Exposure, Labels, SampleKey, Sums
 from exporter.projections.labels import MAX_CODEX_MODELS, LabelPolicy
 from exporter.projections.pricing import RateTable
 from exporter.projections.project_groups import ProjectGroups
+from exporter.projections.selection import Reader
 from exporter.records import ALL_ROOTS, CountClass, HistSeries, Request
 
 TOKEN_TYPES: Final = ("input", "output", "cache_read")  # reasoning comes from the rows
@@ -49,9 +50,6 @@ HISTOGRAMS: Final = {"request_context_tokens": "codex_request_context_tokens",
                      "request_output_tokens": "codex_request_output_tokens",
                      "request_gap_seconds": "codex_request_gap_seconds"}
 _KEY_END: Final = KEY_PREFIX[:-1] + chr(ord(KEY_PREFIX[-1]) + 1)  # just past every Codex key
-
-Reader = Callable[[str, Sequence[object]], list[tuple[object, ...]]]
-"""Runs one read-only query with its parameters (``Ledger.read``)."""
 
 
 def is_codex(req: Request) -> bool:
@@ -184,7 +182,7 @@ class Reasoning:
         rows = self._read(
             f"SELECT model, project, sum(reasoning) FROM {self._view} "
             "WHERE key >= ? AND key < ? AND reasoning > 0 GROUP BY 1, 2", [KEY_PREFIX, _KEY_END])
-        return {(str(m), str(p)): int(str(n)) for m, p, n in rows}
+        return {(str(m), str(p)): int(n) for m, p, n in rows}
 
     def _grow(self, target: Mapping[tuple[str, str], int],
               whole: bool) -> dict[SampleKey, float]:
