@@ -59,12 +59,17 @@ VARIABLES = {"job": "claude-code", "instance": ".*", "user": ".*", "model": ".*"
 _NAME = re.compile(r"^(?:# (?:HELP|TYPE) )?([a-zA-Z_:][a-zA-Z0-9_:]*)")
 
 
+#: Families of every agent: the exporter's own (lines of both agents' logs) and the projected
+#: spend (a budget is money: docs/metrics.md, "Codex").
+BOTH = (OWN, "claude_code_budget_projected_usd")
+
+
 def claude_part(text: str) -> str:
-    """The exposition without Codex's families and the exporter's own (lines of both agents)."""
+    """The exposition without Codex's families and those of every agent (:data:`BOTH`)."""
     out = []
     for line in text.splitlines():
         m = _NAME.match(line)
-        if m and not m.group(1).startswith((CODEX, OWN)):
+        if m and not m.group(1).startswith((CODEX, *BOTH)):
             out.append(line)
     return "\n".join(out)
 
