@@ -35,6 +35,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
+from grafana import codex
 from grafana.panels import (
     ARCH,
     BUDGET,
@@ -114,7 +115,8 @@ def row(title: str, panels: list[AnyPanel]) -> Row:
 
 
 def board(uid: str, title: str, description: str,
-          variable_list: Sequence[dash.DatasourceVariable | dash.QueryVariable],
+          variable_list: Sequence[dash.DatasourceVariable | dash.QueryVariable
+                                  | dash.CustomVariable],
           rows: Sequence[Row], *,
           annotations: Sequence[dash.AnnotationQuery] = ()) -> dm.Dashboard:
     """A dashboard: shared settings, links to its siblings, rows of panels, numbered ids.
@@ -322,7 +324,8 @@ def usage() -> dm.Dashboard:
         "Estimated list-price spend of Claude Code: today against the daily budget, the plan's "
         "5-hour and weekly limits, cost per day and per hour by model, token type and project, "
         "requests and tokens.",
-        variables("model", "project"), [budgets, _plan_row(), money, tokens],
+        [*variables("model", "project"), codex.agent_variable()],
+        [budgets, _plan_row(), money, tokens, row(codex.row_title(), codex.panels())],
         annotations=[_plan_resets()],
     )
 

@@ -220,6 +220,8 @@ def resolve_variables(board: Mapping[str, Any], prom: Prometheus, start: float, 
                       overrides: Mapping[str, str] | None = None) -> Variables:
     """List every query variable's values over the dashboard's range and choose one, in order.
 
+    A custom variable (a fixed list) keeps its current choice.
+
     "All" is the variable's ``allValue`` when it has one, else the values found
     (escaped and joined as ``(a|b)``, as Grafana sends a multi-value variable).
     ``overrides`` give a variable a literal value instead.
@@ -229,6 +231,13 @@ def resolve_variables(board: Mapping[str, Any], prom: Prometheus, start: float, 
         name = variable["name"]
         if variable["type"] == "datasource":
             found.values[name] = found.texts[name] = "prometheus"
+            continue
+        if variable["type"] == "custom":  # a fixed list: its current choice, as Grafana keeps it
+            chosen = overrides[name] if overrides and name in overrides else str(
+                variable["current"]["value"])
+            found.values[name] = chosen
+            found.texts[name] = next((str(o["text"]) for o in variable.get("options", [])
+                                      if str(o["value"]) == chosen), chosen)
             continue
         if variable["type"] != "query":
             continue

@@ -262,7 +262,7 @@ RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rule
 #: Grafana's variables as a dashboard with its default range (24 h) and "All" selected sends them.
 VARIABLES = {"__rate_interval": "1m", "__range": "1d", "__interval": "1h", "job": ".*",
              "instance": ".*", "user": ".*", "team": ".*", "project": ".*", "model": ".*",
-             "arch": ".*"}
+             "arch": ".*", "agent": "3"}  # agent: Claude Code and Codex (grafana/codex.py)
 LIVE_ONLY = '"ledger_tokens"'  # the identical-ledger detector (rule and panel); test_teams
 AT_END = "${__to:date:seconds}"  # Grafana's end of range: the evaluation time, set per query
 LONG_WINDOW = re.compile(r"\[(?:[2-9]|\d\d+)d\]|\[\d+w\]")  # ranges of 2 days and more

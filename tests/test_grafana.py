@@ -67,6 +67,8 @@ from tests.support.prometheus import sample_value
 GRAFANA = ROOT / "grafana"
 PROVISIONING = GRAFANA / "provisioning"
 GOLDEN = ROOT / "tests" / "golden" / "exposition.txt"
+#: The exposition with Codex's families (present once a Codex turn is counted).
+CODEX_GOLDEN = ROOT / "tests" / "golden" / "exposition_codex.txt"
 COST = "claude_code_cost_usd_total"
 DOCS = ROOT / "docs" / "grafana.md"
 
@@ -274,7 +276,8 @@ def test_every_metric_selector_carries_the_target_filters() -> None:
 
 def test_metric_names_exist_in_the_exposition_or_the_rules() -> None:
     """Every metric named by a panel or variable is exported, recorded, or Prometheus's own."""
-    known = exposition_names(GOLDEN.read_text()) | rule_names() | PROMETHEUS_SERIES | PLAN_SERIES
+    known = (exposition_names(GOLDEN.read_text()) | exposition_names(CODEX_GOLDEN.read_text())
+             | rule_names() | PROMETHEUS_SERIES | PLAN_SERIES)
     missing = {name: unknown_metrics(board, known) for name, board in dashboards().items()}
     assert not any(missing.values()), missing
 
@@ -335,7 +338,8 @@ def test_panels_that_ignore_model_or_project_say_so() -> None:
 def test_an_unknown_metric_name_is_reported() -> None:
     """The name check catches a typo in a panel query and in a variable query."""
     board = json.loads(json.dumps(dashboards()["claude-code-usage.json"]))
-    known = exposition_names(GOLDEN.read_text()) | rule_names() | PROMETHEUS_SERIES | PLAN_SERIES
+    known = (exposition_names(GOLDEN.read_text()) | exposition_names(CODEX_GOLDEN.read_text())
+             | rule_names() | PROMETHEUS_SERIES | PLAN_SERIES)
     assert unknown_metrics(board, known) == []
     panel = panels(board)[0]
     panel["targets"][0]["expr"] = (
@@ -477,6 +481,16 @@ def value(data: PanelData) -> float:
 #: Figures that are legitimately zero in the generated history: it has no
 #: request upgraded after it entered the histograms.
 ZERO_ALLOWED = {("claude-code-exporter.json", "Late updates, selected range")}
+#: The Codex row of the usage dashboard: the stack's generated history has no Codex
+#: session yet (exporter.synth writes Claude Code's), so its panels draw nothing here;
+#: tests/test_codex_metrics.py draws them over a Codex history.
+NO_CODEX = "claude-code-usage.json"
+
+
+def codex_panel(board: str, data: PanelData) -> bool:
+    """Whether a drawn panel is one of the Codex row's (queries gated by the agent variable)."""
+    return board == NO_CODEX and any("vector($agent)" in t["expr"]
+                                     for t in data.panel.get("targets", []))
 
 
 def test_every_panel_draws_data_no_zero_panel_no_fractional_count(drawn: Drawn) -> None:
@@ -487,6 +501,8 @@ def test_every_panel_draws_data_no_zero_panel_no_fractional_count(drawn: Drawn) 
             issues = problems(panel)
             if (board, panel.panel.get("title")) in ZERO_ALLOWED:
                 issues = [i for i in issues if i != "only zeros"]
+            if codex_panel(board, panel):
+                issues = [i for i in issues if i != "no data"]
             if issues:
                 found[(board, panel.title)] = issues
     assert not found, found
@@ -631,6 +647,8 @@ def test_metric_names_exist_in_the_live_exporter(drawn: Drawn) -> None:
     final = drawn.stack.daemon.scrape()
     known = {s.name for fam in final.values() for s in fam.samples}
     known |= rule_names() | PROMETHEUS_SERIES
+    # Codex's families: in the golden only, until the stack's history has Codex sessions.
+    known |= {n for n in exposition_names(CODEX_GOLDEN.read_text()) if "_codex_" in n}
     missing = {name: unknown_metrics(board, known) for name, board in dashboards().items()}
     assert not any(missing.values()), missing
 

@@ -21,7 +21,7 @@ CONDITIONAL = {"claude_code_web_search_requests_total",
 def golden_families() -> dict[str, str]:
     """Family name (counters with ``_total``) → type, over the default and plan goldens."""
     out = {}
-    for name in ("exposition.txt", "exposition_plan.txt"):
+    for name in ("exposition.txt", "exposition_plan.txt", "exposition_codex.txt"):
         for m in re.finditer(r"^# TYPE (\S+) (\S+)$", (GOLDEN / name).read_text(), re.M):
             family, kind = m.groups()
             out[family + ("_total" if kind == "counter" and not family.endswith("_total")
@@ -48,7 +48,7 @@ def test_catalogue_names_every_exposed_family_and_no_other() -> None:
 
 def test_catalogue_buckets_are_the_exposed_ones() -> None:
     """A histogram's row lists exactly the ``le`` bounds of the golden exposition."""
-    text = (GOLDEN / "exposition.txt").read_text()
+    text = (GOLDEN / "exposition.txt").read_text() + (GOLDEN / "exposition_codex.txt").read_text()
     rows = catalogue_rows()
     for family, kind in golden_families().items():
         if kind != "histogram":

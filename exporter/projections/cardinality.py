@@ -44,7 +44,7 @@ from exporter.projections import attributed
 from exporter.projections.compat import genai_histogram as genai
 from exporter.projections.compat import native
 from exporter.projections.counting import GAP_BUCKETS, PROMPT_TYPES, TOKEN_FIELDS
-from exporter.projections.labels import MAX_MODELS, MAX_PROJECTS
+from exporter.projections.labels import MAX_CODEX_MODELS, MAX_MODELS, MAX_PROJECTS
 from exporter.records import IterationKind, LineResult, RejectReason, Source
 
 LINE_RESULTS: Final = (LineResult.USAGE, LineResult.DUPLICATE, LineResult.OTHER,
@@ -98,7 +98,7 @@ REASON: Final = Dimension("reason", len(REJECT_REASONS))
 ATTRIBUTION_KIND: Final = Dimension("kind", len(attributed.KINDS))
 #: Names per kind (skills, plugins, MCP servers, agents, efforts): capped like projects.
 ATTRIBUTED_NAME: Final = Dimension("name", attributed.MAX_NAMES + 1)
-MENDED_KIND: Final = Dimension("kind", 1)  # lone_surrogate
+MENDED_KIND: Final = Dimension("kind", 2)  # lone_surrogate; model_assumed (Codex)
 # undocumented types are `unknown`
 ITERATION_KIND: Final = Dimension("kind", len(IterationKind.FIXED))
 QUERY_SOURCE: Final = Dimension("query_source", len(Source))  # one value per source at most
@@ -108,6 +108,9 @@ GENAI_TYPE: Final = Dimension("gen_ai.token.type", 2)  # input, output
 #: One value per series: constants, or (the response model) the request model again.
 GENAI_FIXED: Final = tuple(Dimension(label, 1) for label in (
     "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.response.model"))
+CODEX_MODEL: Final = Dimension("model", MAX_CODEX_MODELS + 1)  # Codex's own cap
+CODEX_TOKEN_TYPE: Final = Dimension("type", 4)  # input, output, cache_read, reasoning
+CODEX_COST_TYPE: Final = Dimension("type", 3)  # input, output, cache_read
 BUILD: Final = tuple(Dimension(label, 1) for label in (
     "version", "prices", "prices_version", "prices_data_date"))
 
@@ -149,6 +152,19 @@ class Caps:
             native.TOKEN_USAGE: (MODEL, QUERY_SOURCE, NATIVE_TYPE),
             native.COST_USAGE: (MODEL, QUERY_SOURCE),
             genai.NAME: (GENAI_MODEL, GENAI_TYPE, *GENAI_FIXED),
+            **self.codex_families(),
+        }
+
+    def codex_families(self) -> dict[str, tuple[Dimension, ...]]:
+        """Codex's families (exporter.projections.codex_metrics): no source label, own models."""
+        usage = (CODEX_MODEL, self.project)
+        return {
+            "codex_requests": usage, "codex_tokens": (*usage, CODEX_TOKEN_TYPE),
+            "codex_cost_usd": (*usage, CODEX_COST_TYPE), "codex_unpriced_tokens": (CODEX_MODEL,),
+            "codex_cache_savings_usd": usage, "codex_upload_bytes": (),
+            "codex_kv_recomputed_bytes": (self.arch,),
+            "codex_request_context_tokens": (CODEX_MODEL,),
+            "codex_request_output_tokens": (CODEX_MODEL,), "codex_request_gap_seconds": (),
         }
 
     def worst_cases(self) -> dict[str, int]:

@@ -14,6 +14,10 @@ adds those starting bucket counts and sum instead of one value. Views are the
 SDK's hook for choosing an aggregation, so every reader (Prometheus, OTLP)
 sees the starting state, and live records keep the SDK's own code path.
 
+Codex's families (``codex_*``, :mod:`exporter.projections.codex_metrics`) are
+created with the rest; an instrument nothing was recorded in is in no
+exposition, so they appear once a Codex turn is counted.
+
 Every instrument gets exactly one View, which also carries its cardinality
 limit from :mod:`exporter.projections.cardinality` (an instrument without a
 declared limit is an error here, never the SDK's default). A provider the
@@ -46,7 +50,6 @@ from prometheus_client import CollectorRegistry
 from exporter.projections import cardinality
 from exporter.projections.counting import HIST_BOUNDS
 
-BUCKETS: Final = HIST_BOUNDS
 _SEED_KEY: Final = create_key("claude_code_exporter.histogram_seed")
 
 COUNTERS: Final[dict[str, str]] = {
@@ -73,6 +76,18 @@ COUNTERS: Final[dict[str, str]] = {
     "exporter_mended_lines": "Transcript lines read once an oddity in them was mended, by kind.",
     "exporter_bytes_read": "Transcript bytes read.",
     "exporter_late_updates": "Request upgrades that arrived after the request was settled.",
+    # Codex's families (exporter.projections.codex_metrics): exposed once a Codex turn exists.
+    "codex_requests": "Codex turns (each billed model call of a Codex session, counted once).",
+    "codex_tokens": "Codex tokens by type (input: uncached input; cache_read; output, "
+                    "reasoning included; reasoning: the part of output spent reasoning).",
+    "codex_cost_usd": "Estimated list-price cost of Codex turns in USD, by token type.",
+    "codex_unpriced_tokens": "Codex tokens of models with no known price.",
+    "codex_cache_savings_usd": "Estimated list-price USD the prompt cache saved Codex on reads "
+                               "(cache read x (input rate - read rate)).",
+    "codex_upload_bytes": "Estimated bytes Codex sent to the API (prompt tokens x bytes per "
+                          "token).",
+    "codex_kv_recomputed_bytes": "Estimated KV cache the provider computed for Codex "
+                                 "(uncached input).",
 }
 
 HISTOGRAMS: Final[dict[str, str]] = {
@@ -81,7 +96,15 @@ HISTOGRAMS: Final[dict[str, str]] = {
     "request_gap_seconds": "Idle time before a main-chain request of the same session.",
     "request_kv_cache_bytes": "Estimated KV cache bytes of a request's context, per architecture.",
     "request_upload_bytes": "Estimated request body bytes.",
+    "codex_request_context_tokens": "Prompt size per Codex turn (input + cache read).",
+    "codex_request_output_tokens": "Output tokens per Codex turn (reasoning included).",
+    "codex_request_gap_seconds": "Idle time before a Codex turn of the same session.",
 }
+
+#: Each histogram's bounds: the catalogue's, and Codex's the same as their Claude Code twins.
+BUCKETS: Final[dict[str, tuple[float, ...]]] = {
+    **HIST_BOUNDS, **{n: HIST_BOUNDS[n.removeprefix("codex_")] for n in HISTOGRAMS
+                      if n.startswith("codex_")}}
 
 GAUGES: Final[dict[str, str]] = {
     "active_sessions": "Sessions whose last request is younger than the cache TTL.",

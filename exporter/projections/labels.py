@@ -29,6 +29,8 @@ MAX_MODELS: Final = 16
 """Named models; the next ones are ``other``. A year of Claude Code uses a handful."""
 MAX_PROJECTS: Final = 64
 """Named projects; the next ones are ``other`` (the report keeps every project apart)."""
+MAX_CODEX_MODELS: Final = 8
+"""Named Codex models (a cap of their own: Codex's names never take Claude Code's places)."""
 OTHER: Final = "other"
 HOME: Final = "~"
 _HOME_DIR = re.compile(r"^(?:/home/[^/]+|/Users/[^/]+|/root|/var/root)$")

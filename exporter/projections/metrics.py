@@ -9,7 +9,8 @@ enter the histograms when the ledger settles them, with their final values.
 
 What counts where is decided once, in :mod:`exporter.projections.counting`;
 this module only keeps per-class sums in memory and hands sample growth to
-the instruments.
+the instruments. Codex's rows go to Codex's families, never to Claude Code's
+(:mod:`exporter.projections.codex_metrics`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from prometheus_client import CollectorRegistry
 from exporter.ledger.store import Ledger
 from exporter.projections import cardinality, instruments
 from exporter.projections.attributed import Attributed, Names
+from exporter.projections.codex_metrics import Agents, CodexExposure, Reasoning, is_codex
 from exporter.projections.compat import families
 from exporter.projections.counting import (
-    HIST_BOUNDS,
     TTL_1H,
     Counting,
     Exposure,
+    Labels,
     SampleKey,
     Sums,
     add_sums,
@@ -54,6 +56,7 @@ from exporter.records import (
     HistSeries,
     IterationKind,
     MendKind,
+    Request,
     Source,
 )
 
@@ -155,6 +158,11 @@ class Projection:
                                       aggregations=families.aggregations(options.compat))
         self.compat = families.Families(options.compat, self.exposure, self.inst.provider)
         self.attributed = Attributed(pricing, Names(options.project_label), clock=clock)
+        self.agents = Agents()
+        self.codex = CodexExposure(pricing, options.project_label, self.exposure.labels.groups,
+                                   options.kv_bytes_per_token, options.upload_bytes_per_token)
+        self._codex_classes: dict[CountClass, Sums] = {}
+        self.reasoning = Reasoning(self.codex, clock=clock)
 
     # ----------------------------------------------------------------- loading
     def load(self, ledger: Ledger, view: str = "requests", scope: str | None = None) -> None:
@@ -164,6 +172,7 @@ class Projection:
         """
         rollups = ledger.rollups()
         self.scope.learn(rollups.roots)
+        self.agents.learn(ledger.root_agents(), rollups.roots)
         self.exposure.labels.groups.learn(folders_of(ledger.read))  # before any label
         self._start(rollups.counts, rollups.hists, lines=ledger.counters("lines"),
                     rejected=ledger.counters("rejected"),
@@ -171,20 +180,23 @@ class Projection:
                     late=ledger.counters("late_updates").get("", 0),
                     iterations=ledger.counters("iterations"), mended=ledger.counters("mended"))
         self._add(self.attributed.load(ledger.read, view, scope))
+        self._add(self.reasoning.load(ledger.read, view))
         now = self._clock()
         # The live window only (bounded on both sides: a clock running behind the
         # transcripts must not turn start-up into a replay of "future" history).
-        for req in ledger.requests(since=now - TTL_1H, until=now + TTL_1H, view=view):
-            self.live.note(req)
+        self._note_live(ledger.requests(since=now - TTL_1H, until=now + TTL_1H, view=view))
 
     def _start(self, counts: Iterable[CountRow], hists: Iterable[HistRow], *,
                lines: Mapping[str, int], rejected: Mapping[str, int], bytes_read: int,
                late: int, iterations: Mapping[str, int], mended: Mapping[str, int]) -> None:
         """Add every in-scope rollup row once (rows come earliest class first)."""
         totals: dict[SampleKey, float] = dict.fromkeys(self.exposure.zero_samples(), 0)
+        codex: list[tuple[CountClass, Sums]] = []
         with self._lock:
             for roots, cls, _first, last, sums in counts:
-                if roots in self.scope:
+                if roots in self.scope and self.agents.is_codex(roots):
+                    codex.append((cls, sums))
+                elif roots in self.scope:
                     self.live.saw(_SOURCES[cls.source], last)
                     for part in split(cls):
                         if part is not None:
@@ -196,6 +208,7 @@ class Projection:
                 if not cls.gap:
                     self._rows += sums[0]
         self._add(totals)
+        self._add(self._grow_codex(codex))
         self._record_histogram_rows(hists)
         self._count_exporter(lines, rejected, bytes_read, late, zeros=True,
                              iterations=iterations, mended=mended)
@@ -203,10 +216,14 @@ class Projection:
     def apply(self, applied: Applied) -> None:
         """Count one committed batch: its rollup increments, lines, and live state."""
         self.scope.learn(applied.roots)
+        self.agents.learn(applied.agents, applied.roots)
         self.exposure.labels.groups.learn(applied.folders)  # a new folder: before its labels
         grown: dict[CountClass, Sums] = {}
+        codex: list[tuple[CountClass, Sums]] = []
         for roots, cls, _first, _last, sums in applied.counts:
-            if roots in self.scope:
+            if roots in self.scope and self.agents.is_codex(roots):
+                codex.append((cls, sums))
+            elif roots in self.scope:
                 for part in split(cls):
                     if part is not None:
                         grown[part] = add_sums(grown.get(part, _ZERO), sums)
@@ -223,21 +240,44 @@ class Projection:
                 for key, value in self.exposure.samples(cls, now):
                     adds[key] += value - before.get(key, 0)
         self._add(adds)
+        self._add(self._grow_codex(codex))
         # A first pass's batch has no row lists: the attribution sums are read again.
-        self._add(self.attributed.apply(applied.new, applied.upgraded, raw=(
-            applied.new_count > len(applied.new)
-            or applied.upgraded_count > len(applied.upgraded))))
+        raw = (applied.new_count > len(applied.new)
+               or applied.upgraded_count > len(applied.upgraded))
+        self._add(self.attributed.apply(applied.new, applied.upgraded, raw=raw))
+        self._add(self.reasoning.apply(applied.new, applied.upgraded, raw))
         self._record_histogram_rows(applied.hists)
-        for req in applied.new:
-            self.live.note(req)
-        for _old, new in applied.upgraded:
-            self.live.note(new)
+        self._note_live([*applied.new, *(new for _old, new in applied.upgraded)])
         self._count_exporter(applied.lines, applied.rejected, applied.bytes_read, applied.late,
                              iterations=applied.iterations, mended=applied.mended)
 
     def shutdown(self) -> None:
         """Release the instruments."""
         self.inst.shutdown()
+
+    def _note_live(self, requests: Iterable[Request]) -> None:
+        """Claude Code's requests into the live gauges (Codex has no cache TTL nor KV warm)."""
+        for req in requests:
+            if not is_codex(req):
+                self.live.note(req)
+
+    def _grow_codex(self, rows: Iterable[tuple[CountClass, Sums]]) -> dict[SampleKey, float]:
+        """Codex rollup rows (or increments) into Codex's sums: the growth of their samples."""
+        grown: dict[CountClass, Sums] = {}
+        for cls, sums in rows:
+            price = split(cls)[0]  # the gap-bucket keys have no Codex family
+            grown[price] = add_sums(grown.get(price, _ZERO), sums)
+        adds: dict[SampleKey, float] = defaultdict(float)
+        with self._lock:
+            for cls, sums in grown.items():
+                was = self._codex_classes.get(cls, _ZERO)
+                now = add_sums(was, sums)
+                self._codex_classes[cls] = now
+                self._rows += sums[0]
+                before = dict(self.codex.samples(cls, was))
+                for key, value in self.codex.samples(cls, now):
+                    adds[key] += value - before.get(key, 0)
+        return adds
 
     # ------------------------------------------------------------------ sinks
     def _add(self, values: Mapping[SampleKey, float]) -> None:
@@ -248,13 +288,19 @@ class Projection:
 
     def _record_histogram_rows(self, rows: Iterable[HistRow]) -> None:
         """Add histogram rollup rows (or increments) in scope, one seed per series."""
+        claude: list[HistRow] = []
+        codex: list[HistRow] = []
+        for row in rows:
+            (codex if self.agents.is_codex(row[0]) else claude).append(row)
+        if codex:
+            self._record_codex_rows(codex)
         per: dict[HistSeries, tuple[list[int], list[float]]] = {}
-        for roots, series, bucket, value in self.compat.record_genai_rows(rows, self.scope):
+        for roots, series, bucket, value in self.compat.record_genai_rows(claude, self.scope):
             if roots not in self.scope:
                 continue
             acc = per.get(series)
             if acc is None:
-                acc = per[series] = ([0] * (len(HIST_BOUNDS[series.name]) + 1), [0])
+                acc = per[series] = ([0] * (len(instruments.BUCKETS[series.name]) + 1), [0])
             if bucket < 0:
                 acc[1][0] += value
             else:
@@ -264,6 +310,25 @@ class Projection:
             seed = instruments.Seed(tuple(counts), total[0])
             hists[series.name].record(0, dict(self.exposure.hist_labels(series)),
                                       context=instruments.seed_context(seed))
+
+    def _record_codex_rows(self, rows: Iterable[HistRow]) -> None:
+        """Seed Codex's histograms with its rows in scope (context, output, gap: those it has)."""
+        per: dict[tuple[str, Labels], tuple[list[int], list[float]]] = {}
+        for roots, series, bucket, value in rows:
+            routed = self.codex.hist(series) if roots in self.scope else None
+            if routed is None:
+                continue
+            acc = per.get(routed)
+            if acc is None:
+                acc = per[routed] = ([0] * (len(instruments.BUCKETS[routed[0]]) + 1), [0])
+            if bucket < 0:
+                acc[1][0] += value
+            else:
+                acc[0][bucket] += int(value)
+        hists = self.inst.histograms
+        for (name, labels), (counts, total) in per.items():
+            seed = instruments.Seed(tuple(counts), total[0])
+            hists[name].record(0, dict(labels), context=instruments.seed_context(seed))
 
     def _count_exporter(self, lines: Mapping[str, int], rejected: Mapping[str, int],
                         nbytes: int, late: int, *, zeros: bool = False,

@@ -14,7 +14,8 @@ at time ``ts`` is counted at boundary index ``floor(ts / step) + 1``, so the
 value at boundary ``i`` covers exactly the requests with ``ts < i * step``.
 
 The exporter's own counters (``exporter_*``: lines and bytes read) describe a
-process, not the history, and are not recorded.
+process, not the history, and are not recorded. Codex's turns count in Codex's
+families only, as in ``serve`` (:mod:`exporter.projections.codex_metrics`).
 
 The plan-limit families (docs/plan-limits.md) come from the ledger's
 status-line samples instead of its requests (:func:`plan_units`): the samples
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from exporter.ledger.plan_store import window_instance
+from exporter.projections.codex_metrics import CodexExposure, is_codex
 from exporter.projections.compat.history import History
 from exporter.projections.counting import (
     HIST_BOUNDS,
@@ -119,6 +121,9 @@ class Timeline:
                                   options.kv_bytes_per_token, options.upload_bytes_per_token)
         self._classes: dict[CountClass, Sums] = {}
         self._compat = History(options.compat, self._exposure)
+        self._codex = CodexExposure(pricing, options.project_label, self._exposure.labels.groups,
+                                    options.kv_bytes_per_token, options.upload_bytes_per_token)
+        self._codex_classes: dict[CountClass, Sums] = {}
 
     def index(self, ts: float) -> int:
         """The boundary index at which a request at ``ts`` is first counted."""
@@ -147,6 +152,9 @@ class Timeline:
 
     def _add(self, req: Request) -> None:
         """Count one request: its class's sample growth and its histogram observations."""
+        if is_codex(req):
+            self._add_codex(req)
+            return
         sums = self._counting.sums(req)
         for cls in split(self._counting.count_class(req)):
             if cls is None:
@@ -171,13 +179,35 @@ class Timeline:
                 labels = self._exposure.hist_labels(series)
                 unit = self.unit(f"{self._ns}_{series.name}", HISTOGRAM, labels,
                                  tuple(float(int(b)) for b in HIST_BOUNDS[series.name]))
-            values = unit.values
-            n = len(unit.bounds)
-            for j in range(bucket, n + 1):  # cumulative: every bucket from its own upwards
-                values[j] += 1
-            values[n + 1] += 1
-            values[n + 2] += value
-            self.touch(unit)
+            self._observe(unit, bucket, value)
+
+    def _add_codex(self, req: Request) -> None:
+        """Count one Codex turn in Codex's families (its price class; its reasoning; histograms)."""
+        cls = split(self._counting.count_class(req))[0]
+        old = self._codex_classes.get(cls, _ZERO)
+        new = self._codex_classes[cls] = add_sums(old, self._counting.sums(req))
+        before = dict(self._codex.samples(cls, old))
+        for (name, labels), value in self._codex.samples(cls, new):
+            self._count(name, labels, value - before.get((name, labels), 0))
+        if req.reasoning:
+            name, labels = self._codex.reasoning_key(req.model, req.project)
+            self._count(name, labels, req.reasoning)
+        for series, bucket, value in self._counting.observations(req):
+            routed = self._codex.hist(series)
+            if routed is not None:
+                bounds = HIST_BOUNDS[series.name]
+                self._observe(self.unit(f"{self._ns}_{routed[0]}", HISTOGRAM, routed[1],
+                                        tuple(float(int(b)) for b in bounds)), bucket, value)
+
+    def _observe(self, unit: Unit, bucket: int, value: float) -> None:
+        """One histogram observation in its explicit bucket (cumulative), count and sum."""
+        values = unit.values
+        n = len(unit.bounds)
+        for j in range(bucket, n + 1):  # cumulative: every bucket from its own upwards
+            values[j] += 1
+        values[n + 1] += 1
+        values[n + 2] += value
+        self.touch(unit)
 
     def _count(self, name: str, labels: Labels, amount: float) -> None:
         """Add to one counter series."""
