@@ -134,6 +134,19 @@ def test_a_surrogate_spool_line_is_rejected_in_process_and_the_rest_kept(tmp_pat
     assert (got.new, got.rejected) == (1, {"bad_text": 3})
 
 
+def test_a_number_too_large_for_a_float_is_a_rejection_not_a_stall(tmp_path: Path) -> None:
+    """A 400-digit time is a counted rejection; the spool moves on and later samples arrive."""
+    (tmp_path / spool.SPOOL_NAME).write_bytes(
+        b'{"v":1,"t":1' + b"0" * 400 + b'}\n'
+        + spool.encode({"v": 1, "t": NOW, "session": "fine", "model": "m", "version": "2.1"}))
+    ledger = Ledger(tmp_path / "ledger.db")
+    try:
+        got = ingest_samples(ledger._db, tmp_path)
+    finally:
+        ledger.close()
+    assert got.new == 1 and sum(got.rejected.values()) == 1
+
+
 @pytest.mark.parametrize(("exc", "code", "said"), [
     (ValueError("'utf-8' codec can't encode character '\\ud800'"), 70,
      "claude-code-exporter serve: internal error: ValueError: "),

@@ -100,6 +100,8 @@ def number(value: Any, low: float, high: float) -> float | None:
     """A finite number in [low, high] (bools are not numbers), else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if isinstance(value, int) and not low <= value <= high:
+        return None  # before float(): a 400-digit integer would raise, and stall the spool
     out = float(value)
     if not math.isfinite(out) or not low <= out <= high:
         return None
