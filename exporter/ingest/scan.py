@@ -33,6 +33,7 @@ from exporter.records import (
     Applied,
     Checkpoint,
     LineCounts,
+    MendKind,
     Parsed,
     RejectReason,
     Request,
@@ -455,7 +456,10 @@ class Scanner(Generic[DestinationT]):
         for path, reason in batch.rereads:
             self.log.info("transcript_reread", path=path, reason=reason)
         result.rereads += len(batch.rereads)
-        if mended := sum(batch.parsed.counts.mended.values()):  # kept by the ledger, too
+        # Kept by the ledger, too. A Codex turn without a model is counted, not said at each
+        # pass: an old Codex build writes every turn so (docs/codex.md).
+        if mended := sum(n for kind, n in batch.parsed.counts.mended.items()
+                         if kind != MendKind.MODEL_ASSUMED):
             self.log.info("transcript_lines_mended", lines=mended)
         for path, lines in batch.ahead:  # said at each pass until the clock catches up
             self.log.warning("transcript_lines_ahead_of_clock", path=path, lines=lines)
