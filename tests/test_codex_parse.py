@@ -185,3 +185,33 @@ def test_a_turn_ahead_of_our_clock_waits_for_it(tmp_path: Path) -> None:
     assert not early.parsed.counts.rejected
     later = parse(tmp_path, (path, early.checkpoints[0]))
     assert len(later.parsed.requests) == 2
+
+
+def settings(tier: str, t: float, model: str = "gpt-5.5") -> dict[str, Any]:
+    """A ``thread_settings_applied`` event (how Codex states a session's service tier)."""
+    return {"timestamp": _at(t), "type": "event_msg",
+            "payload": {"type": "thread_settings_applied",
+                        "thread_settings": {"model": model, "service_tier": tier}}}
+
+
+def test_a_priority_tier_stated_by_the_session_is_the_turns_tier(tmp_path: Path) -> None:
+    """Turns after ``service_tier: priority`` carry it (priced at the tier); "default" is none."""
+    path = write(rollout(tmp_path, SID), [
+        meta(SID), settings("default", 0.5), context("gpt-5.5", 1),
+        count(10, (100, 0, 10, 0), None), settings("priority", 20),
+        count(30, (300, 0, 20, 0), None)])
+    head = parse(tmp_path, (path, None))
+    turns = sorted(head.parsed.requests.values(), key=lambda r: r.ts)
+    assert [r.service_tier for r in turns] == ["", "priority"]
+
+
+def test_a_file_rewritten_in_place_is_read_again_from_a_fresh_state(tmp_path: Path) -> None:
+    """A rewrite of the same length is read again from byte 0, its state not carried over."""
+    path = write(rollout(tmp_path, SID), SESSION)
+    first = parse(tmp_path, (path, None))
+    other = [meta(SID), context("gpt-5.4", 1), count(10, (1000, 200, 50, 10), (1000, 200, 50, 10))]
+    body = b"".join(json.dumps(x).encode() + b"\n" for x in other)
+    size = path.stat().st_size
+    path.write_bytes(body + b" " * (size - len(body) - 1) + b"\n")  # same length, other turns
+    again = parse(tmp_path, (path, first.checkpoints[0]))
+    assert again.rereads and [r.model for r in again.parsed.requests.values()] == ["gpt-5.4"]

@@ -105,11 +105,18 @@ class _Info(msgspec.Struct):
     model_context_window: int | None = None
 
 
+class _Settings(msgspec.Struct):
+    """A ``thread_settings_applied`` event's ``thread_settings`` (the field read)."""
+
+    service_tier: str | None = None
+
+
 class _Event(msgspec.Struct):
     """An ``event_msg`` payload (the fields read)."""
 
     type: str = ""
     info: _Info | None = None
+    thread_settings: _Settings | None = None
     rate_limits: msgspec.Raw = msgspec.Raw(b"null")  # checked by exporter.ingest.codex_limits
 
 
@@ -131,6 +138,7 @@ class Carry(msgspec.Struct, array_like=True):
     own: str = ""  # the file's own session (its first session_meta)
     last_key: str = ""  # the key of the turn the totals last grew to
     threads: list[str] = msgspec.field(default_factory=list)  # session_meta ids, in file order
+    tier: str = ""  # the service tier the session last stated ("" for its default)
 
 
 _CARRY_DECODE: Final = msgspec.json.Decoder(Carry)
@@ -204,13 +212,15 @@ class _Reader:
             self.rejected[RejectReason.TOO_LONG] += 1
             return None
         if b'"token_count"' not in raw and b'"turn_context"' not in raw \
-                and b'"session_meta"' not in raw:
+                and b'"session_meta"' not in raw and b'"thread_settings_applied"' not in raw:
             self.into.counts.other += 1  # what no figure reads is not decoded (most bytes)
             return None
         try:
             line = _LINE.decode(raw)
             if line.type == "event_msg" and b'"token_count"' in raw:
                 return self.event(line, _EVENT.decode(line.payload))
+            if line.type == "event_msg":
+                self.settings(_EVENT.decode(line.payload))
             if line.type == "turn_context":
                 self.context(_CONTEXT.decode(line.payload))
             elif line.type == "session_meta":
@@ -235,6 +245,18 @@ class _Reader:
                 state.threads.append(meta.id)
         if meta.cwd and len(meta.cwd) <= _MAX_LABEL:
             state.cwd = meta.cwd
+
+    def settings(self, event: _Event) -> None:
+        """A ``thread_settings_applied`` event: the service tier of the turns that follow.
+
+        Codex states ``default`` for the standard tier (stored as "", as for a
+        session that never says); ``priority``, ``fast`` or ``flex`` price at that
+        tier's rates (exporter.projections.prices).
+        """
+        tier = event.thread_settings.service_tier if event.thread_settings else None
+        if event.type == "thread_settings_applied" and tier is not None \
+                and len(tier) <= _MAX_LABEL:
+            self.state.tier = "" if tier == "default" else tier
 
     def context(self, context: _Context) -> None:
         """A ``turn_context``: the model from now on; a fork's own turns begin at its first."""
@@ -276,7 +298,7 @@ class _Reader:
             self.into.counts.mended[MendKind.MODEL_ASSUMED] += 1
         self.into.add(Request(
             key, ts, state.model or FALLBACK_MODEL, state.session, state.cwd, Source.MAIN,
-            max(inp - cached, 0), out, cached, 0, 0, reasoning=reasoning,
+            max(inp - cached, 0), out, cached, 0, 0, service_tier=state.tier, reasoning=reasoning,
             context_window=_window(info.model_context_window)))
         self.limits(line, event, ts)
         return None
