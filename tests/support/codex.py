@@ -43,6 +43,7 @@ def figures(home: Path, state: Path, capsys: pytest.CaptureFixture[str],
         "by_day": {row["period"]: pick(row) for row in daily["rows"]},
         "sessions": summary["sessions"],
         "lines": summary["lines"],
+        "cost": cost_of(summary),
     }
 
 
@@ -54,7 +55,14 @@ def expected(truth: Mapping[str, Any]) -> dict[str, Any]:
         "by_day": {d: pick(t) for d, t in truth["by_day"].items()},
         "sessions": truth["sessions"],
         "lines": truth["lines"],
+        "cost": cost_of(truth),
     }
+
+
+def cost_of(t: Mapping[str, Any]) -> dict[str, float]:
+    """The cost in total and per model, to 1e-4 USD (the truth sums genai-prices' floats)."""
+    return {"": round(t["totals"]["cost_usd"], 4),
+            **{m: round(v["cost_usd"], 4) for m, v in t["by_model"].items()}}
 
 
 def pick(t: Mapping[str, Any]) -> dict[str, int]:
