@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from exporter.projections.context_share import ContextShare
 from exporter.projections.money import usd
 from exporter.projections.savings import reread_ratio
 from exporter.records import Source
+
+if TYPE_CHECKING:  # an annotation only: usage stays free of the ledger's modules
+    from exporter.projections.context_share import ContextShare
 
 NO_BUCKET: Final = -9  # a fact not split by gap bucket
 
