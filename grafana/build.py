@@ -179,17 +179,27 @@ def _layout(panels: Sequence[dm.Panel | dm.RowPanel]) -> None:
 
 
 
+def spent(window: str = "$__range") -> str:
+    """A budget's spend over ``window``: every agent's cost (codex.every_agent), to be summed."""
+    return codex.every_agent(lambda metric: in_range(metric, window=window), COST)
+
+
+def daily() -> str:
+    """A budget's spend per day bar: every agent's cost (codex.every_agent), to be summed."""
+    return codex.every_agent(lambda metric: per_bar(metric, window="1d"), COST)
+
+
 def usage() -> dm.Dashboard:
     """Usage & cost: today against the budgets, cost per day and hour, tokens and requests."""
     mp = (MODEL, PROJECT)
-    all_scope = ("All models and projects: a budget is for everything an exporter counts, "
-                 "whatever $model and $project say.")
+    all_scope = ("All models, projects and agents (Claude Code and Codex): a budget is for "
+                 "everything an exporter counts, whatever $model, $project and $agent say.")
     budgets = row(
         "Today and the budgets (all models and projects)",
         [
             single("Spent today", "Estimated list-price USD since midnight in the dashboard's "
                    "time zone (Dashboard settings → Time zone; the browser's by default). "
-                   + all_scope, "currencyUSD", Q(f"sum({in_range(COST)})", instant=True),
+                   + all_scope, "currencyUSD", Q(f"sum({spent()})", instant=True),
                    time=TODAY, decimals=2, w=4, h=5),
             single("Daily budget", "claude_code_budget_usd{period=\"day\"} from the exporters' "
                    "configuration (budget_day_usd), summed over the selected exporters.",
@@ -199,13 +209,13 @@ def usage() -> dm.Dashboard:
                  "exporter. The alert ClaudeCodeDailyBudgetExceeded compares a rolling 24 hours "
                  "instead (it has no time zone), so it can fire before this reaches 100 % in the "
                  "morning after a busy evening.", "percentunit",
-                 Q(f"{PER_EXPORTER} ({in_range(COST)}) / {PER_EXPORTER} "
+                 Q(f"{PER_EXPORTER} ({spent()}) / {PER_EXPORTER} "
                    f"(claude_code_budget_usd{sel(DAY)} > 0)", EXPORTER_LEGEND, instant=True),
                  time=TODAY, thresholds=BUDGET, maximum=1, no_value="no daily budget", w=4, h=5),
             single("Spent, last 30 days", "Estimated USD of the last 30 days (rolling), from the "
                    "exporters' cost counters: complete from the first scrape after a backfill. "
                    "Needs a Prometheus retention over 30 days. " + all_scope, "currencyUSD",
-                   Q(f"sum({in_range(COST, window='30d')})", instant=True), decimals=2, w=4, h=5),
+                   Q(f"sum({spent(window='30d')})", instant=True), decimals=2, w=4, h=5),
             single("Monthly budget", "claude_code_budget_usd{period=\"month\"} "
                    "(budget_month_usd), summed over the selected exporters.", "currencyUSD",
                    Q(f"sum(claude_code_budget_usd{sel(MONTH)} > 0)", instant=True),
@@ -213,14 +223,14 @@ def usage() -> dm.Dashboard:
             bars("30 days / monthly budget", "Rolling 30-day spend / monthly "
                  "budget per exporter, as ClaudeCodeMonthlyBudgetExceeded compares them.",
                  "percentunit",
-                 Q(f"{PER_EXPORTER} ({in_range(COST, window='30d')}) / {PER_EXPORTER} "
+                 Q(f"{PER_EXPORTER} ({spent(window='30d')}) / {PER_EXPORTER} "
                    f"(claude_code_budget_usd{sel(MONTH)} > 0)", EXPORTER_LEGEND, instant=True),
                  thresholds=BUDGET, maximum=1, no_value="no monthly budget", w=4, h=5),
             timeseries("Cost per day, last 30 days (dashed: daily budget)", "Estimated USD "
                        "per calendar day (midnight to midnight in the dashboard's time zone) by "
                        "model, today so far on the right; the dashed line is today's daily "
                        "budget. The legend's Total is the 30 days. " + all_scope, "currencyUSD",
-                       Q(f"sum by (model) ({per_bar(COST, window='1d')}) > 0", "{{model}}"),
+                       Q(f"sum by (model) ({daily()}) > 0", "{{model}}"),
                        Q(f"sum(claude_code_budget_usd{sel(DAY)} @ {NOW_S} > 0)", "daily budget"),
                        stacked=True, drawn_as_bars=True, totals=True, time=LAST_30_DAYS,
                        decimals=2, overrides=[dashed_line("daily budget", "red")], w=24, h=9),

@@ -13,6 +13,8 @@ The model and project variables list Claude Code's names (they read
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, text
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import timeseries as ts
@@ -41,6 +43,19 @@ AGENTS = (("Claude Code and Codex", "3"), ("Claude Code", "1"), ("Codex", "2"))
 SHOWN = " and on() (vector($agent) >= 2)"  # the panel's series only when Codex is chosen
 SCOPE = ("All models and projects: $model and $project list Claude Code's names and do "
          "not apply. Empty unless the Agent variable includes Codex.")
+
+
+def every_agent(series: Callable[[str], str], claude: str) -> str:
+    """``series`` of Claude Code's family ``claude`` and of Codex's cost, side by side.
+
+    For a budget's spend, which is every agent's (the recording rules
+    ``claude_code:cost_usd:increase1d`` and ``:increase30d`` sum the same way):
+    Codex's series are marked ``agent="codex"`` so that none shares a label
+    set with a Claude Code series (``or`` would drop it); a ``sum`` (by
+    anything but ``agent``) adds them up. Without Codex series it is
+    ``series(claude)``'s figure exactly.
+    """
+    return f'({series(claude)} or label_replace({series(COST)}, "agent", "codex", "", ""))'
 
 
 def agent_variable() -> dash.CustomVariable:

@@ -26,6 +26,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from grafana import build as b
+from grafana import codex
 
 TEAM = 'team=~"$team"'
 RANGE = "[$__range]"
@@ -54,9 +55,13 @@ def tsel(*extra: str) -> str:
 
 
 def spend(by: str, window: str) -> str:
-    """USD spent in ``window`` (a range such as ``[1d]``), summed ``by`` labels."""
-    return f"sum by ({by}) (increase({COST}{tsel()}{window}))" if by else (
-        f"sum(increase({COST}{tsel()}{window}))")
+    """USD spent in ``window`` (a range such as ``[1d]``), summed ``by`` labels.
+
+    Every agent's (Claude Code's and Codex's, codex.every_agent), as the team
+    rules count it against the budgets.
+    """
+    both = codex.every_agent(lambda metric: f"increase({metric}{tsel()}{window})", COST)
+    return f"sum by ({by}) ({both})" if by else f"sum({both})"
 
 
 def budget(by: str) -> str:

@@ -138,13 +138,21 @@ def announce(url: str, log: Any, out: TextIO | None = None, *, metrics: bool = T
 
 
 def _demo_settings(settings: Settings, root: Path, log: Any) -> Settings:
-    """Generate a month of sample sessions ending now, and point the settings at them."""
+    """Generate sample sessions ending now (a month of Claude Code's, two days of Codex's).
+
+    The settings then follow both: the tree as a Claude Code root, its Codex home
+    as a Codex home, so the page and /metrics show each agent's figures.
+    """
     from exporter.synth.demo import history
+    from exporter.synth.demo_codex import codex_history
 
     now = time.time()
     requests = history(root, now, seed=int(now) % 1000)
-    log.info("demo", root=str(root), requests=requests)
-    return settings.model_copy(update={"data_dirs": [root], "state_dir": root / "state"})
+    home, truth = codex_history(root, now, seed=int(now) % 1000)
+    log.info("demo", root=str(root), requests=requests, codex_home=str(home),
+             codex_turns=truth["totals"]["requests"], codex_cost_usd=truth["totals"]["cost_usd"])
+    return settings.model_copy(update={"data_dirs": [root], "codex_homes": [home],
+                                       "state_dir": root / "state"})
 
 
 def _start_live_demo(root: Path, stop: threading.Event) -> None:

@@ -8,8 +8,9 @@ gets a per-agent line in the summary (:func:`by_agent`), an ``agent`` on the
 views' rows (:func:`split_view`), and a panel on the page.
 
 What an agent does not record is said, never shown as a measured zero: Codex
-writes no cache (``cache_writes_measured: false``) and reports reasoning
-tokens on their own (part of its output, summed apart here).
+writes no cache (``cache_writes_measured: false``), reports reasoning
+tokens on their own (part of its output, summed apart here) and states its
+model's context window (the prompt's share of it: :mod:`context_share`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from exporter.ingest.formats import AGENT_NAMES, AGENTS, CLAUDE, CODEX
+from exporter.projections import context_share
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.selection import Selection
@@ -30,6 +32,7 @@ from exporter.records import ALL_ROOTS
 
 MEASURES_CACHE_WRITES: Final = frozenset({CLAUDE})  # agents whose logs say what they wrote
 REPORTS_REASONING: Final = frozenset({CODEX})  # agents whose logs give reasoning tokens apart
+STATES_CONTEXT_WINDOW: Final = frozenset({CODEX})  # agents whose logs state the model's window
 
 
 class Scoping(Protocol):
@@ -113,10 +116,12 @@ def usage_of(selection: Selection, prices: ClassPrices, agent: str) -> AgentUsag
     total = ZERO
     for fact in Facts(selection, prices, by_class=True).collect():
         total = total + fact.usage
-    reasoning = None
+    reasoning = share = None
     if agent in REPORTS_REASONING:
         reasoning = int(selection.rows("coalesce(sum(reasoning), 0)")[0][0])
-    return AgentUsage(agent, total, reasoning, measures_cache_writes(agent))
+    if agent in STATES_CONTEXT_WINDOW:
+        share = context_share.of_selection(selection)
+    return AgentUsage(agent, total, reasoning, measures_cache_writes(agent), share)
 
 
 def measures_cache_writes(agent: str) -> bool:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from exporter.projections.money import usd
 from exporter.projections.savings import reread_ratio
 from exporter.records import Source
+
+if TYPE_CHECKING:  # an annotation only: usage stays free of the ledger's modules
+    from exporter.projections.context_share import ContextShare
 
 NO_BUCKET: Final = -9  # a fact not split by gap bucket
 
@@ -104,18 +107,23 @@ class AgentUsage:
     ``reasoning``: reasoning tokens, a part of ``usage.output`` (None where the
     agent does not report them apart); ``cache_writes_measured``: whether its
     logs say what was written to the prompt cache (Codex's do not: its zero
-    cache writes are "not measured", not a measured zero).
+    cache writes are "not measured", not a measured zero);
+    ``context_window_share``: the prompt's share of the stated context window
+    (None where the agent's logs state no window).
     """
 
     agent: str
     usage: Usage
     reasoning: int | None = None
     cache_writes_measured: bool = True
+    context_window_share: ContextShare | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """A ``by_model`` entry (``T``) plus ``reasoning_tokens`` and ``cache_writes_measured``."""
+        """A ``by_model`` entry (``T``) plus reasoning, cache writes measured, window share."""
+        share = self.context_window_share
         return {**self.usage.totals(), "reasoning_tokens": self.reasoning,
-                "cache_writes_measured": self.cache_writes_measured}
+                "cache_writes_measured": self.cache_writes_measured,
+                "context_window_share": None if share is None else share.to_json()}
 
 
 class Attrs(NamedTuple):

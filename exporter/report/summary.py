@@ -252,6 +252,16 @@ def agents_table(by_agent: Mapping[str, AgentUsage], title: str = "") -> Table:
     return table
 
 
+def window_lines(by_agent: Mapping[str, AgentUsage]) -> list[str]:
+    """Per agent whose logs state the context window: how full the prompt made it."""
+    out = []
+    for a in by_agent.values():
+        if (share := a.context_window_share) is not None:
+            out.append(f"{agent_name(a.agent)} prompt / context window: p50 {share.p50:.0%} · "
+                       f"p90 {share.p90:.0%} · max {share.max:.0%} ({share.turns:,} turns)")
+    return out
+
+
 NEGATIVE_SAVING: Final = "written, not yet read back enough"
 NEGATIVE_NOTE: Final = ("cache saved: negative where the cache was written and not yet read "
                         "back enough")
@@ -365,6 +375,8 @@ def render_text(figures: Summary, console: Console) -> None:
     say(console, _cost_table("By source", "source", figures.by_source, wide, writes))
     if figures.by_agent:  # only where the roots hold two agents' logs
         say(console, agents_table(figures.by_agent, "By agent"))
+        if lines := window_lines(figures.by_agent):
+            say(console, "\n".join(lines) + "\n")
     groups = (*figures.by_model.values(), *figures.by_source.values())
     if wide and any(u.saved_pico < 0 and u.cost_pico for u in groups):
         say(console, NEGATIVE_NOTE)
