@@ -23,14 +23,20 @@ import pytest
 
 from exporter.projections.plan.pace import Pace
 from exporter.serve import page_figures, page_html
+from grafana import codex_plan
+from grafana.query import Prometheus, query_board
 from tests.support.codex_plan import codex_home, expected_usd_per_percent
 from tests.support.page_dom import parse, sample_page
 from tests.support.paths import ROOT
 from tests.support.process import Serve
+from tests.support.prometheus import PromServer, prometheus_config, static_job
 from tests.support.wait import poll
 
 REAL = ROOT / "tests" / "fixtures" / "codex_real"
 GOLDEN = ROOT / "tests" / "golden"
+#: The dashboard's variables as a user leaves them (every target, model and project).
+VARIABLES = {"job": "claude-code", "instance": ".*", "user": ".*", "model": ".*",
+             "project": ".*"}
 
 
 def _env(base: Path, home: Path) -> dict[str, str]:
@@ -159,3 +165,32 @@ def test_a_claude_only_page_and_json_are_as_before() -> None:
     assert html == (GOLDEN / "page_claude_plan.html").read_text()
     assert doc == (GOLDEN / "page_claude_plan.json").read_text()
     assert "codex" not in html and "codex_plan_windows" not in data.to_json()["page"]
+
+
+def test_the_usage_dashboard_draws_codex_windows_when_chosen(
+        moving: tuple[Serve, list[Any], float], tmp_path: Path) -> None:
+    """A real Prometheus scraping the serve: the Codex plan panels draw its windows, gated.
+
+    With the Agent variable on Claude Code alone they are empty.
+    """
+    daemon, _turns, _reset = moving
+    board = json.loads((ROOT / "grafana" / "dashboards" / "claude-code-usage.json").read_text())
+    board["time"] = {"from": "now-15m", "to": "now"}  # as a user picks it: seconds of history
+    target = daemon.url.split("://", 1)[1]
+    config = prometheus_config([static_job("claude-code", [target])], interval="1s")
+    prom = PromServer(config, tmp_path / "prom").start()
+    used, resets = codex_plan.USED_TITLE, codex_plan.RESETS_TITLE
+
+    def draw(agent: str) -> dict[str, list[float]]:
+        _, panels = query_board(board, Prometheus(prom.url), datetime.now(UTC),
+                                {**VARIABLES, "agent": agent})
+        return {p.title: p.values() for p in panels}
+
+    try:  # the range query's steps reach the samples once a few scrapes are in
+        poll(lambda: draw("3")[used], 60, "the Codex plan panel drawn")
+        drawn = {agent: draw(agent) for agent in ("3", "1")}
+    finally:
+        prom.stop()
+    assert {0.4, 0.08} <= set(drawn["3"][used])
+    assert len(drawn["3"][resets]) == 2 and all(v > 0 for v in drawn["3"][resets])
+    assert drawn["1"][used] == [] and drawn["1"][resets] == []
