@@ -27,13 +27,17 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.ingest import scan
+from exporter.ingest.codex import KEY_PREFIX
 from exporter.ingest.formats import CODEX
 from exporter.ledger import connections, plan_store, schema
 from exporter.ledger.store import Ledger
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.plan.windows import plan_figures
 from exporter.projections.pricing import RateTable
-from exporter.records import LimitSample, Parsed
+from exporter.records import LimitSample, Parsed, Request, Source
+from exporter.report import tables
 from exporter.serve.plan_link import PlanLink
 from exporter.sqlite import sqlite3
 from tests.support import codex_plan
@@ -481,3 +485,29 @@ def test_a_reading_replayed_after_its_reset_moves_no_estimate(tmp_path: Path) ->
     codex = report_limits(home, tmp_path / "state")["agents"]["codex"]
     five = next(i for i in codex["instances"] if i["window"] == "five_hour")
     assert five["peak_percent"] == 40.0 and five["usd_per_percent"] is None
+
+
+def test_codex_turns_never_count_in_claude_s_windows(tmp_path: Path) -> None:
+    """In a mixed ledger the status line's $ per 1 %, pace and instance costs are Claude's alone."""
+    pricing = RateTable.load()
+    claude = [request(f"r{i}", T0 + 600 * i, input=1_000_000) for i in range(10)]
+    codex = [Request(f"{KEY_PREFIX}s\x1f0\x1f{i}", T0 + 600 * i + 300, "gpt-5.5", "s", "/w",
+                     Source.MAIN, 2_000_000, 100_000, 0, 0, 0) for i in range(10)]
+    seen = {}
+    for name, requests in (("alone", claude), ("mixed", claude + codex)):
+        state = tmp_path / name
+        state.mkdir()
+        ledger = Ledger(state / "ledger.sqlite3", clock=lambda: NOW)
+        store_requests(ledger, requests)
+        ledger.close()
+        record(state, refreshes(claude, pricing, usd_5h=0.5, usd_7d=5.0))
+        plan_store.ingest_spool(state / "ledger.sqlite3", state)
+        conn = connections.reader(state / "ledger.sqlite3")
+        try:
+            view = tables.limits_view(conn, ClassPrices.of(pricing),
+                                      Range(None, None, UTC_ZONE), NOW)
+        finally:
+            conn.close()
+        seen[name] = (view.figures.windows, [(i.cost_usd, i.estimate) for i in view.instances])
+    assert seen["alone"][0]["five_hour"].estimate.usd_per_percent  # an estimate to compare
+    assert seen["mixed"] == seen["alone"]

@@ -32,7 +32,7 @@ from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import Range, Zone, iso
-from exporter.projections.plan.cost import codex_cost, ledger_cost
+from exporter.projections.plan.cost import claude_cost, codex_cost
 from exporter.projections.plan.windows import (
     Instance,
     PlanFigures,
@@ -245,9 +245,7 @@ class Limits:
 
 def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: float) -> Limits:
     """The view from a read connection to the ledger (its plan tables and requests)."""
-    def cost(a: float, b: float) -> float:
-        return ledger_cost(conn, prices, a, b)
-
+    cost = claude_cost(conn, prices)  # the status line's windows: Claude Code's requests
     own = {CODEX: codex_cost(conn, prices)}  # each other agent's windows: its own turns' cost
     found = tuple(instances(conn, cost, now, rng.since, rng.until))
     figures = plan_figures(conn, now, cost, agent_cost=own)

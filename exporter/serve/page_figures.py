@@ -10,7 +10,6 @@ session table is left empty); projects under the ``project_label`` policy.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -279,11 +278,11 @@ class LedgerSource:
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'plan_windows'", []))
         if not self._plan:
             return (), {}
-        from exporter.projections.plan.cost import codex_cost, ledger_cost  # noqa: PLC0415 - as above
+        from exporter.projections.plan.cost import claude_cost, codex_cost  # noqa: PLC0415 - as above
         from exporter.projections.plan.windows import plan_figures  # noqa: PLC0415 - only with plan tables
 
         conn = cast(sqlite3.Connection, _ReadConnection(self._ledger))
-        cost = functools.partial(ledger_cost, conn, self._prices)  # the estimate and the pace
+        cost = claude_cost(conn, self._prices)  # the estimate and the pace: Claude Code's requests
         found = plan_figures(conn, now, cost, agent_cost={CODEX: codex_cost(conn, self._prices)})
         others = {agent: tuple(
             Window(name, w.used_ratio, w.resets_at, w.pace, w.exhausted,

@@ -152,5 +152,4 @@ class PlanLink:
         with self._read_lock:
             db = self._read
             prices = self._prices_scrape
-            return plan_figures(db, self._clock(),
-                                lambda a, b: cost.ledger_cost(db, prices, a, b))
+            return plan_figures(db, self._clock(), cost.claude_cost(db, prices))

@@ -31,9 +31,11 @@ from exporter.sqlite import sqlite3
 #: Codex's turns: their keys start with ``codex\x1f`` (no Claude Code key does), a range of
 #: the key index. Spelled with char() so no control character sits in the SQL text.
 _CODEX_CODE: Final = ord(CODEX_KEY[-1])
-CODEX_REQUESTS: Final = (
-    f"(SELECT * FROM requests WHERE key >= '{CODEX_KEY[:-1]}' || char({_CODEX_CODE}) "
-    f"AND key < '{CODEX_KEY[:-1]}' || char({_CODEX_CODE + 1}))")
+_CODEX_KEYS: Final = (f"key >= '{CODEX_KEY[:-1]}' || char({_CODEX_CODE}) "
+                      f"AND key < '{CODEX_KEY[:-1]}' || char({_CODEX_CODE + 1})")
+CODEX_REQUESTS: Final = f"(SELECT * FROM requests WHERE {_CODEX_KEYS})"
+#: Claude Code's requests: every request but Codex's turns.
+CLAUDE_REQUESTS: Final = f"(SELECT * FROM requests WHERE NOT ({_CODEX_KEYS}))"
 
 
 def reader(conn: sqlite3.Connection) -> Reader:
@@ -49,8 +51,10 @@ def ledger_cost(conn: sqlite3.Connection, prices: ClassPrices, since: float,
                 until: float | None) -> float:
     """USD at list price of the requests with ``since <= ts < until`` (unpriced models: 0).
 
-    Every request of the ledger counts, whatever transcript root it came from:
-    a plan window is the account's, not a directory's. ``until=None``: no end.
+    Every request of the ledger counts, whatever transcript root or agent it
+    came from (a plan window's cost takes :func:`claude_cost` or
+    :func:`codex_cost`: a window is the account's, not a directory's, and each
+    agent's plan its own). ``until=None``: no end.
     """
     return _cost(conn, prices, "requests", since, until)
 
@@ -61,6 +65,18 @@ def _cost(conn: sqlite3.Connection, prices: ClassPrices, relation: str, since: f
     selection = Selection(reader(conn), relation, Range(since, until, UTC_ZONE))
     facts = Facts(selection, prices, by_class=True).collect()
     return usd(sum(f.usage.cost_pico for f in facts))
+
+
+def claude_cost(conn: sqlite3.Connection, prices: ClassPrices) -> CostBetween:
+    """The cost function of the status line's windows: Claude Code's requests alone.
+
+    Codex's turns (their own plan, their own windows) never move Claude's
+    figures: in a mixed ledger they would inflate its dollars per 1 %.
+    """
+    def between(since: float, until: float) -> float:
+        return _cost(conn, prices, CLAUDE_REQUESTS, since, until)
+
+    return between
 
 
 def codex_cost(conn: sqlite3.Connection, prices: ClassPrices) -> CostBetween:
