@@ -509,5 +509,6 @@ def test_codex_turns_never_count_in_claude_s_windows(tmp_path: Path) -> None:
         finally:
             conn.close()
         seen[name] = (view.figures.windows, [(i.cost_usd, i.estimate) for i in view.instances])
-    assert seen["alone"][0]["five_hour"].estimate.usd_per_percent  # an estimate to compare
+    estimate = seen["alone"][0]["five_hour"].estimate
+    assert estimate is not None and estimate.usd_per_percent  # an estimate to compare
     assert seen["mixed"] == seen["alone"]

@@ -117,8 +117,10 @@ def _real_exhausted() -> dict[str, int]:
         for raw in path.read_text(encoding="utf-8").splitlines():
             payload = json.loads(raw).get("payload") or {}
             rate = payload.get("rate_limits") if payload.get("type") == "token_count" else None
-            for w in (rate.get("primary"), rate.get("secondary")) if rate else ():
-                if w and rate.get("limit_id") == "codex":
+            if not rate or rate.get("limit_id") != "codex":
+                continue
+            for w in (rate.get("primary"), rate.get("secondary")):
+                if w:
                     key = (w["window_minutes"], round(w["resets_at"] / 60))
                     peaks[key] = max(peaks.get(key, 0.0), float(w["used_percent"]))
     return {name: sum(1 for (m, _r), p in peaks.items() if m == minutes and p >= 100)
