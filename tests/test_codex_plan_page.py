@@ -196,3 +196,16 @@ def test_the_usage_dashboard_draws_codex_windows_when_chosen(
     assert {0.4, 0.08} <= set(drawn["3"][used])
     assert len(drawn["3"][resets]) == 2 and all(v > 0 for v in drawn["3"][resets])
     assert drawn["1"][used] == [] and drawn["1"][resets] == []
+
+
+def test_serve_exposes_codex_s_projection_for_its_alerts(
+        moving: tuple[Serve, list[Any], float]) -> None:
+    """/metrics: Codex's projected figure at reset, the page's, in its own family."""
+    daemon, _turns, _reset = moving
+    fams = daemon.scrape()
+    projected = {s.labels["window"]: s.value
+                 for s in fams["claude_code_codex_plan_window_projected_ratio"].samples}
+    page = {w["window"]: w for w in _doc(daemon)["page"]["codex_plan_windows"]}
+    assert projected["five_hour"] > 0.4
+    assert projected["five_hour"] == pytest.approx(page["five_hour"]["projected_ratio"], abs=0.01)
+    assert "claude_code_plan_window_projected_ratio" not in fams  # no status line
