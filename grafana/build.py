@@ -35,7 +35,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from grafana import codex
+from grafana import codex, codex_plan
 from grafana.panels import (
     ARCH,
     BUDGET,
@@ -335,7 +335,8 @@ def usage() -> dm.Dashboard:
         "5-hour and weekly limits, cost per day and per hour by model, token type and project, "
         "requests and tokens.",
         [*variables("model", "project"), codex.agent_variable()],
-        [budgets, _plan_row(), money, tokens, row(codex.row_title(), codex.panels())],
+        [budgets, _plan_row(), money, tokens,
+         row(codex.row_title(), [*codex.panels(), *codex_plan.panels()])],
         annotations=[_plan_resets()],
     )
 

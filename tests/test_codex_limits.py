@@ -9,6 +9,8 @@ Codex's windows in their own families and leaves the status line's as they were.
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import os
@@ -25,15 +27,20 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.ingest import scan
+from exporter.ingest.codex import KEY_PREFIX
 from exporter.ingest.formats import CODEX
 from exporter.ledger import connections, plan_store, schema
 from exporter.ledger.store import Ledger
+from exporter.projections.class_prices import ClassPrices
 from exporter.projections.metrics import MetricsOptions, Projection
+from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.plan.windows import plan_figures
 from exporter.projections.pricing import RateTable
-from exporter.records import LimitSample, Parsed
+from exporter.records import LimitSample, Parsed, Request, Source
+from exporter.report import tables
 from exporter.serve.plan_link import PlanLink
 from exporter.sqlite import sqlite3
+from tests.support import codex_plan
 from tests.support.exposition import families
 from tests.support.paths import ROOT
 from tests.support.plan import T0, record, refreshes, store_requests
@@ -427,3 +434,81 @@ def test_a_hostile_reading_is_one_counted_rejection(tmp_path: Path, rate: str) -
     batch = scan.read_files([(str(path), None)], T0 + 86_400, agents=((str(home), CODEX),))
     assert batch.parsed.limit_rejected == {("codex", "bad_record"): 1}
     assert batch.parsed.limits == {} and len(batch.parsed.requests) == 1
+
+
+# ------------------------------------------------- Codex's dollars (item 4, the page's part too)
+def test_codex_usd_per_percent_is_its_turns_cost_over_the_points_moved(tmp_path: Path) -> None:
+    """`report limits --json`: a Codex instance's cost and $ per 1 % from Codex's turns alone.
+
+    Computed here from genai-prices and the written readings; a Claude Code
+    request inside the same hours (costlier than every Codex turn) counts in neither.
+    """
+    state = tmp_path / "state"
+    start = time.time() - 2760.0
+    turns, five_reset, _week = codex_plan.codex_home(tmp_path / "codex", tmp_path / "claude",
+                                                     start)
+    doc = report_limits(tmp_path / "codex", state)
+    codex = doc["agents"]["codex"]
+    five = next(i for i in codex["instances"] if i["window"] == "five_hour")
+    want = codex_plan.expected_usd_per_percent(turns)
+    assert five["usd_per_percent"] == pytest.approx(want, abs=1e-6)
+    assert five["cost_usd"] == pytest.approx(codex_plan.window_cost(turns), abs=1e-6)
+    assert five["pairs"] == 4 and five["peak_percent"] == 40.0 and five["open"] is True
+    now = next(w for w in codex["windows"] if w["window"] == "five_hour")  # the look-back's
+    assert now["usd_per_percent"] == pytest.approx(want, abs=1e-6)
+    assert now["window_usd"] == pytest.approx(100 * want, abs=1e-4)
+    assert now["pace"] in ("on_track", "limit_ahead")
+    assert five["resets_at"] == datetime.fromtimestamp(five_reset, UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    shown = report_text(tmp_path / "codex", state)
+    assert "    1 % ≈ $" in shown and "Cost: Codex's turns at list price" in shown
+
+
+def test_report_limits_csv_lists_codex_instances_under_an_agent_column(tmp_path: Path) -> None:
+    """`report limits --csv` with Codex readings: an agent column first, Codex's instances too."""
+    start = time.time() - 2760.0
+    codex_plan.codex_home(tmp_path / "codex", tmp_path / "claude", start)
+    rows = list(csv.DictReader(io.StringIO(
+        report_text(tmp_path / "codex", tmp_path / "state", "--csv"))))
+    assert [(r["agent"], r["window"], r["peak_percent"]) for r in rows] == [
+        ("codex", "five_hour", "40.0"), ("codex", "seven_day", "8.0")]
+    assert float(rows[0]["usd_per_percent"]) > 0 and rows[0]["open"] == "true"
+
+
+def test_a_reading_replayed_after_its_reset_moves_no_estimate(tmp_path: Path) -> None:
+    """Readings of a window first seen after it reset (a copied history) give no $ per 1 %."""
+    home = tmp_path / "codex"
+    reset = T0 + 3600
+    replay = [token_count(T0 + 7200 + k, 1000 * (k + 1), limits(10.0 * (k + 1), reset))
+              for k in range(4)]  # all after the reset, the figure rising
+    rollout(home, replay)
+    codex = report_limits(home, tmp_path / "state")["agents"]["codex"]
+    five = next(i for i in codex["instances"] if i["window"] == "five_hour")
+    assert five["peak_percent"] == 40.0 and five["usd_per_percent"] is None
+
+
+def test_codex_turns_never_count_in_claude_s_windows(tmp_path: Path) -> None:
+    """In a mixed ledger the status line's $ per 1 %, pace and instance costs are Claude's alone."""
+    pricing = RateTable.load()
+    claude = [request(f"r{i}", T0 + 600 * i, input=1_000_000) for i in range(10)]
+    codex = [Request(f"{KEY_PREFIX}s\x1f0\x1f{i}", T0 + 600 * i + 300, "gpt-5.5", "s", "/w",
+                     Source.MAIN, 2_000_000, 100_000, 0, 0, 0) for i in range(10)]
+    seen = {}
+    for name, requests in (("alone", claude), ("mixed", claude + codex)):
+        state = tmp_path / name
+        state.mkdir()
+        ledger = Ledger(state / "ledger.sqlite3", clock=lambda: NOW)
+        store_requests(ledger, requests)
+        ledger.close()
+        record(state, refreshes(claude, pricing, usd_5h=0.5, usd_7d=5.0))
+        plan_store.ingest_spool(state / "ledger.sqlite3", state)
+        conn = connections.reader(state / "ledger.sqlite3")
+        try:
+            view = tables.limits_view(conn, ClassPrices.of(pricing),
+                                      Range(None, None, UTC_ZONE), NOW)
+        finally:
+            conn.close()
+        seen[name] = (view.figures.windows, [(i.cost_usd, i.estimate) for i in view.instances])
+    estimate = seen["alone"][0]["five_hour"].estimate
+    assert estimate is not None and estimate.usd_per_percent  # an estimate to compare
+    assert seen["mixed"] == seen["alone"]

@@ -15,7 +15,8 @@ CONDITIONAL = {"claude_code_web_search_requests_total",
                # only once Codex logged its plan windows (tests/test_codex_limits.py scrapes them)
                *(f"claude_code_codex_plan_{n}" for n in (
                    "window_used_ratio", "window_resets_at_seconds", "window_samples_total",
-                   "windows_exhausted_total", "sample_age_seconds", "rejected_readings_total"))}
+                   "windows_exhausted_total", "sample_age_seconds", "rejected_readings_total",
+                   "window_projected_ratio", "window_limit_at_seconds"))}
 
 
 def golden_families() -> dict[str, str]:

@@ -20,7 +20,8 @@ RULES = PROM_DIR / "rules" / "claude-code-plan.yml"
 TESTS = PROM_DIR / "tests" / "claude-code-plan-test.yml"
 GOLDEN = ROOT / "tests" / "golden" / "exposition.txt"
 ALERTS = {"ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitAhead", "ClaudeCodeWeeklyLimitHigh",
-          "ClaudeCodePlanSamplesStale", "CodexWeeklyLimitHigh"}
+          "ClaudeCodePlanSamplesStale", "CodexFiveHourLimitAhead", "CodexWeeklyLimitAhead",
+          "CodexWeeklyLimitHigh"}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def rules() -> list[dict[str, Any]]:
 def test_promtool_checks_and_unit_tests_pass(promtool: str) -> None:
     """Promtool accepts the rules and their unit tests pass."""
     check = run([promtool, "check", "rules", str(RULES)], ROOT)
-    assert check.returncode == 0 and "SUCCESS: 5 rules found" in check.stdout, check.stdout
+    assert check.returncode == 0 and "SUCCESS: 7 rules found" in check.stdout, check.stdout
     test = run([promtool, "test", "rules", TESTS.name], TESTS.parent)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
 
@@ -79,18 +80,27 @@ def test_rules_read_only_metrics_the_exporter_serves() -> None:
 
 
 def test_limit_alerts_use_the_pace_gauges_not_a_slope() -> None:
-    """Both limit-ahead alerts read the exporter's projection; no rule fits a slope itself."""
+    """The limit-ahead alerts read the exporter's projection; no rule fits a slope itself."""
     by_name = {r["alert"]: r["expr"] for r in rules()}
     for alert in ("ClaudeCodeFiveHourLimitAhead", "ClaudeCodeWeeklyLimitAhead"):
         assert "claude_code_plan_window_projected_ratio" in by_name[alert], alert
+    for alert in ("CodexFiveHourLimitAhead", "CodexWeeklyLimitAhead"):
+        assert "claude_code_codex_plan_window_projected_ratio" in by_name[alert], alert
     assert "deriv(" not in RULES.read_text()
 
 
 @pytest.mark.parametrize(
     ("alert", "old", "new"),
     [
-        ("ClaudeCodeFiveHourLimitAhead", '{window="five_hour"} >= 1', '{window="five_hour"} >= 2'),
-        ("ClaudeCodeWeeklyLimitAhead", '{window="seven_day"} >= 1', '{window="seven_day"} >= 2'),
+        ("ClaudeCodeFiveHourLimitAhead",
+         'code_plan_window_projected_ratio{window="five_hour"} >= 1',
+         'code_plan_window_projected_ratio{window="five_hour"} >= 2'),
+        ("ClaudeCodeWeeklyLimitAhead", 'code_plan_window_projected_ratio{window="seven_day"} >= 1',
+         'code_plan_window_projected_ratio{window="seven_day"} >= 2'),
+        ("CodexFiveHourLimitAhead", '_codex_plan_window_projected_ratio{window="five_hour"} >= 1',
+         '_codex_plan_window_projected_ratio{window="five_hour"} >= 2'),
+        ("CodexWeeklyLimitAhead", '_codex_plan_window_projected_ratio{window="seven_day"} >= 1',
+         '_codex_plan_window_projected_ratio{window="seven_day"} >= 2'),
         ("ClaudeCodeWeeklyLimitHigh", 'code_plan_window_used_ratio{window="seven_day"} > 0.8',
          'code_plan_window_used_ratio{window="seven_day"} > 0.9'),
         ("CodexWeeklyLimitHigh", '_codex_plan_window_used_ratio{window="seven_day"} > 0.8',

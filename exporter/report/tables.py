@@ -11,6 +11,7 @@ is rendered here too, from the ledger's plan tables.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import sys
@@ -24,21 +25,18 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from exporter.ingest.formats import CLAUDE, CODEX
 from exporter.ledger import connections
 from exporter.projections import agents
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.figures import Covered
 from exporter.projections.json_text import to_json
 from exporter.projections.periods import Range, Zone, iso
-from exporter.projections.plan.cost import ledger_cost
-from exporter.projections.plan.pace import LIMIT_AHEAD, LIMIT_REACHED, NOT_ENOUGH, Pace
+from exporter.projections.plan.cost import claude_cost, codex_cost
 from exporter.projections.plan.windows import (
     Instance,
-    Peak,
     PlanFigures,
     instances,
-    limits_rows,
-    peaks,
     plan_figures,
 )
 from exporter.projections.usage import Usage
@@ -51,7 +49,14 @@ from exporter.report.columns import (
     negative_saving,
     unmeasured_writes,
 )
-from exporter.report.limits_agents import agents_json, render_agents
+from exporter.report.limits_agents import (
+    agents_json,
+    instance_json,
+    pace_line,
+    render_agents,
+    windows_json,
+    worth_line,
+)
 from exporter.report.summary import NEGATIVE_NOTE, duration, header, say, tokens, usd, when
 from exporter.shown import csv_cell, text
 from exporter.sqlite import sqlite3
@@ -235,19 +240,19 @@ class Limits:
     figures: PlanFigures
     instances: tuple[Instance, ...]
     #: Other agents' window instances in the range (Codex's), by agent: only those present.
-    peaks: Mapping[str, tuple[Peak, ...]] = field(default_factory=dict)
+    peaks: Mapping[str, tuple[Instance, ...]] = field(default_factory=dict)
 
 
 def limits_view(conn: sqlite3.Connection, prices: ClassPrices, rng: Range, now: float) -> Limits:
     """The view from a read connection to the ledger (its plan tables and requests)."""
-    def cost(a: float, b: float) -> float:
-        return ledger_cost(conn, prices, a, b)
-
+    cost = claude_cost(conn, prices)  # the status line's windows: Claude Code's requests
+    own = {CODEX: codex_cost(conn, prices)}  # each other agent's windows: its own turns' cost
     found = tuple(instances(conn, cost, now, rng.since, rng.until))
-    figures = plan_figures(conn, now, cost)
+    figures = plan_figures(conn, now, cost, agent_cost=own)
     first = min((i.first_seen for i in found), default=None)
     last = max((i.last_seen for i in found), default=None)
-    others = {agent: tuple(peaks(conn, agent, rng.since, rng.until)) for agent in figures.agents}
+    others = {agent: tuple(instances(conn, own[agent], now, rng.since, rng.until, agent=agent))
+              for agent in figures.agents if agent in own}
     return Limits(Covered(rng, first, last), now, figures, found, others)
 
 
@@ -279,38 +284,33 @@ def render_limits(view: Limits, console: Console) -> None:
     say(console, header(LIMITS_TITLE, view.covered).replace("no requests", "no samples"))
     if not view.figures.windows:
         say(console, NO_SAMPLES)
-        render_agents(view.figures, view.peaks, view.now, zone, console)
+        _render_agents(view, console)
         return
     for name, win in view.figures.windows.items():
-        est = win.estimate
-        value = None if est is None else est.usd_per_percent
         left = win.resets_at - view.now
         resets = (f"resets in {duration(left)} ({when(win.resets_at, zone)})" if left > 0
                   else f"reset at {when(win.resets_at, zone)}")
-        idle = est is not None and est.windows > 0 and est.usd <= 0
-        worth = ("no estimate: no requests here while the figure moved" if value is None and idle
-                 else "no estimate yet" if value is None or est is None else
-                 f"1 % ≈ {usd(value)}, the window ≈ {usd(100 * value)} at list price "
-                 f"({est.pairs:,} sample pairs, {est.windows} "
-                 f"window{'' if est.windows == 1 else 's'})")
+        worth = worth_line(win.estimate, "no requests here while the figure moved")
         say(console, text(f"{name}: {100 * win.used_ratio:.0f} % used, {resets}"))
         say(console, text(f"  {worth}"))
         say(console, text(f"  {pace_line(win.pace, view.now, zone)}"))
     if not view.instances:
         say(console, "No window in this range.")
-        render_agents(view.figures, view.peaks, view.now, zone, console)
+        _render_agents(view, console)
         return
-    for level in LEVELS:  # the widest layout that fits: no figure is ever cut
-        out = limits_table(view, level)
-        natural = Measurement.get(console, console.options.update_width(10_000), out)
-        if natural.maximum <= console.width:
-            break
-    say(console, out)
+    say(console, _fitted(view, console))
     # A sentence per line: at 80 columns a wrapped note breaks mid-sentence.
     say(console, "Cost: this machine's requests at list price.")
     say(console, "Other machines and claude.ai share the windows,")
     say(console, "so $ per 1 % is a lower bound (docs/plan-limits.md).")
-    render_agents(view.figures, view.peaks, view.now, zone, console)
+    _render_agents(view, console)
+
+
+def _render_agents(view: Limits, console: Console) -> None:
+    """The other agents' sections, their instances drawn as the status line's are."""
+    render_agents(view.figures, view.peaks, view.now, view.covered.range.zone, console,
+                  table=lambda found: _fitted(dataclasses.replace(view, instances=tuple(found)),
+                                        console))
 
 
 #: The instance table's columns: title, cell, priority (1: always shown).
@@ -325,6 +325,16 @@ LIMIT_COLUMNS: Final[tuple[tuple[str, Callable[[Instance, Limits], str], int], .
     ("status", lambda i, v: ("open" if i.open(v.now) else "ended")
      + (", limit" if i.exhausted else ""), 2),
 )
+
+
+def _fitted(view: Limits, console: Console) -> Table:
+    """The instance table in the widest layout that fits: no figure is ever cut."""
+    for level in LEVELS:
+        out = limits_table(view, level)
+        natural = Measurement.get(console, console.options.update_width(10_000), out)
+        if natural.maximum <= console.width:
+            break
+    return out
 
 
 def limits_table(view: Limits, level: int) -> Table:
@@ -347,61 +357,13 @@ INSTANCE_FIELDS: Final = ("window", "start", "resets_at", "first_sample", "last_
 
 def _instance_json(inst: Instance, view: Limits) -> dict[str, Any]:
     """One window instance as JSON (and a CSV line)."""
-    zone = view.covered.range.zone
-    est = inst.estimate
-    per = None if est.usd_per_percent is None else round(est.usd_per_percent, 6)
-    return {
-        "window": inst.window, "start": iso(inst.start, zone),
-        "resets_at": iso(inst.resets_at, zone),
-        "first_sample": iso(inst.first_seen, zone), "last_sample": iso(inst.last_seen, zone),
-        "peak_percent": inst.peak_percent, "limit_reached": inst.exhausted,
-        "open": inst.open(view.now), "cost_usd": round(inst.cost_usd, 6),
-        "usd_per_percent": per, "pairs": est.pairs,
-    }
-
-
-def pace_line(pace: Pace | None, now: float, zone: Zone) -> str:
-    """A window's pace in words: projected at reset, and when it runs out at this pace."""
-    if pace is None or pace.state == NOT_ENOUGH or pace.projected_percent is None:
-        return "pace: not enough data yet"
-    rate = f"pace {pace.percent_per_hour or 0:.1f} % an hour"
-    if pace.state == LIMIT_REACHED and pace.limit_at is not None:
-        return f"{rate}; limit reached {when(pace.limit_at, zone)}"
-    projected = f"projected at reset: {pace.projected_percent:.0f} %"
-    if pace.state == LIMIT_AHEAD and pace.limit_at is not None:
-        return (f"{rate}, {projected}; runs out in {duration(pace.limit_at - now)} "
-                f"({when(pace.limit_at, zone)})")
-    return f"{rate}, {projected}: on track"
-
-
-def _pace_json(pace: Pace | None, now: float, zone: Zone) -> dict[str, Any]:
-    """A window's pace as JSON fields (None where there is no figure)."""
-    if pace is None:
-        return {"pace": NOT_ENOUGH, "pace_percent_per_hour": None, "projected_percent": None,
-                "limit_at": None, "limit_in_seconds": None}
-    at = pace.limit_at
-    return {
-        "pace": pace.state,
-        "pace_percent_per_hour": None if pace.percent_per_hour is None
-        else round(pace.percent_per_hour, 3),
-        "projected_percent": None if pace.projected_percent is None
-        else round(pace.projected_percent, 1),
-        "limit_at": None if at is None else iso(at, zone),
-        "limit_in_seconds": None if at is None else max(0.0, at - now),
-    }
+    return instance_json(inst, view.now, view.covered.range.zone)
 
 
 def limits_json(view: Limits) -> dict[str, Any]:
     """The view as JSON: each window now (with the look-back estimate), then the instances."""
     zone = view.covered.range.zone
-    windows = []
-    for row in limits_rows(view.figures, view.now):
-        win = view.figures.windows[str(row["window"])]
-        per = None if win.estimate is None else win.estimate.usd_per_percent
-        windows.append({**row, "resets_at": iso(win.resets_at, zone),
-                        "usd_per_percent": None if per is None else round(per, 6),
-                        "window_usd": None if per is None else round(100 * per, 4),
-                        **_pace_json(win.pace, view.now, zone)})
+    windows = windows_json(view.figures, view.now, zone)
     out = {
         "view": LIMITS,
         "range": view.covered.to_json(),
@@ -415,5 +377,13 @@ def limits_json(view: Limits) -> dict[str, Any]:
 
 
 def limits_csv(view: Limits) -> str:
-    """The instances as CSV, one line each."""
-    return _csv([_instance_json(i, view) for i in view.instances], list(INSTANCE_FIELDS))
+    """The instances as CSV, one line each; an ``agent`` column first when another agent has any.
+
+    Without another agent's instance the CSV is the status line's alone, as before.
+    """
+    others = [(agent, i) for agent, found in view.peaks.items() for i in found]
+    if not others:
+        return _csv([_instance_json(i, view) for i in view.instances], list(INSTANCE_FIELDS))
+    rows = [{"agent": agent, **_instance_json(i, view)}
+            for agent, i in [*((CLAUDE, i) for i in view.instances), *others]]
+    return _csv(rows, ["agent", *INSTANCE_FIELDS])

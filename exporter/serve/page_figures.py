@@ -10,14 +10,13 @@ session table is left empty); projects under the ``project_label`` policy.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
-from exporter.ingest.formats import CLAUDE
+from exporter.ingest.formats import CLAUDE, CODEX
 from exporter.ledger import slots
 from exporter.ledger.store import Ledger
 from exporter.projections import agents, budget_pace, caps, figures
@@ -60,6 +59,8 @@ class Window:
     used_ratio: float
     resets_at: float
     pace: Pace | None = None  # projected at reset and when it runs out (docs/plan-limits.md)
+    exhausted: int = 0  # instances that reached 100 % (shown for other agents' windows)
+    usd_per_percent: float | None = None  # the look-back estimate (shown for other agents')
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,9 @@ class PageData:
     # Each agent's usage in the range, where the roots hold another agent than Claude Code
     # (whatever ``query.agent`` filters: the panel offers every agent).
     agents: Mapping[str, AgentUsage] = field(default_factory=dict)
+    # Other agents' plan windows from their own logs (Codex's rate limits), by agent: only
+    # those that logged one (whatever ``query.agent`` filters: a window is the account's).
+    agent_plan: Mapping[str, tuple[Window, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """``report --json``'s object for the page's range and its own figures, capped (caps.py)."""
@@ -99,6 +103,8 @@ class PageData:
                                     for p, c in projects],
             "active_sessions": dict(self.active),
             "plan_windows": [_window_json(w, self.zone) for w in self.plan],
+            **{f"{agent}_plan_windows": [_agent_window_json(w, self.zone) for w in windows]
+               for agent, windows in self.agent_plan.items()},  # only where present
             "requests_any_time": None if self.span is None else {
                 "first": iso(self.span[0], self.zone), "last": iso(self.span[1], self.zone)},
         }
@@ -187,15 +193,17 @@ class LedgerSource:
             cache_writes_measured=agents.measures_cache_writes(query.agent) if query.agent
             else agents.all_measure_cache_writes(found))
         days, by_project = self._by_day(chosen, zone.midnight(first), now)
+        plan, agent_plan = self._windows(now)
         daily = tuple((day_date(n).isoformat(), usd(days[n].cost_pico if n in days else 0))
                       for n in range(first, last + 1))
         return PageData(
             summary=summary, now=now, zone=zone,
             periods=self._periods(base, rng, days, today, now), budgets=self._budgets,
             daily=daily, by_project=by_project, active=self._active(base, now),
-            plan=self._windows(now), prices=self._prices.pricing.describe(), query=query,
+            plan=plan, prices=self._prices.pricing.describe(), query=query,
             span=span, roots=self._roots,
-            pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets), agents=each)
+            pace=budget_pace.of_selection(chosen, self._prices, now, self._budgets), agents=each,
+            agent_plan=agent_plan)
 
     def _agents(self, whole: Selection, found: Mapping[str, agents.Scope]
                 ) -> dict[str, AgentUsage]:
@@ -260,21 +268,29 @@ class LedgerSource:
             out[label] = int(rows[0][0])
         return out
 
-    def _windows(self, now: float) -> tuple[Window, ...]:
-        """The plan-limit windows, where the status line has fed any."""
+    def _windows(self, now: float) -> tuple[tuple[Window, ...], dict[str, tuple[Window, ...]]]:
+        """The status line's plan-limit windows, and other agents' (Codex's), where logged.
+
+        Each agent's dollars per 1 % and pace from its own requests' cost.
+        """
         if not self._plan:  # looked for again: the first sample may have come since
             self._plan = bool(self._ledger.read(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'plan_windows'", []))
         if not self._plan:
-            return ()
-        from exporter.projections.plan.cost import ledger_cost  # noqa: PLC0415 - as above
+            return (), {}
+        from exporter.projections.plan.cost import claude_cost, codex_cost  # noqa: PLC0415 - as above
         from exporter.projections.plan.windows import plan_figures  # noqa: PLC0415 - only with plan tables
 
         conn = cast(sqlite3.Connection, _ReadConnection(self._ledger))
-        cost = functools.partial(ledger_cost, conn, self._prices)  # the estimate and the pace
-        found = plan_figures(conn, now, cost).windows
+        cost = claude_cost(conn, self._prices)  # the estimate and the pace: Claude Code's requests
+        found = plan_figures(conn, now, cost, agent_cost={CODEX: codex_cost(conn, self._prices)})
+        others = {agent: tuple(
+            Window(name, w.used_ratio, w.resets_at, w.pace, w.exhausted,
+                   None if w.estimate is None else w.estimate.usd_per_percent)
+            for name, w in sorted(own.windows.items()))
+            for agent, own in found.agents.items() if own.windows}
         return tuple(Window(name, w.used_ratio, w.resets_at, w.pace)
-                     for name, w in sorted(found.items()))
+                     for name, w in sorted(found.windows.items())), others
 
 
 def _window_json(w: Window, zone: Zone) -> dict[str, object]:
@@ -291,6 +307,16 @@ def _window_json(w: Window, zone: Zone) -> dict[str, object]:
     return {"window": w.name, "used_ratio": w.used_ratio, "resets_at": iso(w.resets_at, zone),
             "pace": NOT_ENOUGH if pace is None else pace.state,
             "projected_ratio": projected, "limit_at": limit_at}
+
+
+def _agent_window_json(w: Window, zone: Zone) -> dict[str, object]:
+    """Another agent's plan window in /api/summary.json: the status line's keys, and more.
+
+    ``windows_exhausted``: its instances that reached 100 %; ``usd_per_percent``:
+    the look-back estimate from that agent's own requests (null: none yet).
+    """
+    per = None if w.usd_per_percent is None else round(w.usd_per_percent, 6)
+    return {**_window_json(w, zone), "windows_exhausted": w.exhausted, "usd_per_percent": per}
 
 
 def _days(rng: Range, span: tuple[float, float] | None, now: float) -> tuple[int, int]:

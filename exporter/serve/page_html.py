@@ -12,10 +12,10 @@ from typing import Final
 from exporter.projections import caps, figures
 from exporter.projections.budget_pace import Pace
 from exporter.projections.model_names import short_model
-from exporter.projections.periods import Zone, iso
-from exporter.projections.plan import pace
-from exporter.serve import page_agents, page_nav, svg
-from exporter.serve.page_figures import MAX_BARS, PageData, Window
+from exporter.projections.periods import iso
+from exporter.serve import page_agents, page_nav, page_plan, svg
+from exporter.serve.page_figures import MAX_BARS, PageData
+from exporter.serve.page_plan import WINDOW_NAMES, pace_text
 from exporter.shown import visible
 
 TOP_ROWS: Final = 8  # projects and models shown; the rest add up to "other"
@@ -102,37 +102,22 @@ def _cumulative(daily: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
     return out
 
 
-def _pace_text(w: Window, now: float, zone: Zone) -> str:
-    """A window's pace as HTML: projected at reset, and when it runs out (or on track)."""
-    p = w.pace
-    if p is None or p.state == pace.NOT_ENOUGH or p.projected_percent is None:
-        return "Pace: not enough data yet (the window's first 5 %)"
-    if p.state == pace.LIMIT_REACHED and p.limit_at is not None:
-        return (f"Limit reached {escape(page_nav.when(p.limit_at, now, zone))}"
-                f" ({escape(page_nav.relative(p.limit_at, now))})")
-    projected = f"Projected at reset: {p.projected_percent / 100:.0%}"
-    if p.limit_at is None:
-        return f"{projected}, on track"
-    return (f"{projected}, runs out {escape(page_nav.when(p.limit_at, now, zone))}"
-            f" ({escape(page_nav.relative(p.limit_at, now))}) at this pace")
-
-
 def render(data: PageData, version: str) -> str:
     """The whole HTML page."""
     zone = data.zone
     sections = [*_cost_sections(data), *_shape_sections(data)]
     if data.agents:  # the roots hold another agent's logs: each side by side, and a filter
         sections.insert(1, page_agents.panel(data, money))
-    if data.plan:
+    if data.plan or data.agent_plan:  # other agents' windows below (none: as it was)
         sections.append(_section("Plan limits", "".join(
-            f'<p>{escape(_WINDOW_NAMES.get(w.name, w.name))}: <b>{w.used_ratio:.0%}</b> used, '
+            f'<p>{escape(WINDOW_NAMES.get(w.name, w.name))}: <b>{w.used_ratio:.0%}</b> used, '
             f'resets <span data-figure="resets-{escape(w.name)}">'
             f'{escape(page_nav.when(w.resets_at, data.now, zone))}'
             f' ({escape(page_nav.relative(w.resets_at, data.now))})</span></p>'
-            f'<p><span data-figure="pace-{escape(w.name)}">{_pace_text(w, data.now, zone)}'
+            f'<p><span data-figure="pace-{escape(w.name)}">{pace_text(w, data.now, zone)}'
             "</span></p>"
             + svg.meter(f"plan-{w.name}", f"{w.name} window used", w.used_ratio)
-            for w in data.plan), name="plan"))
+            for w in data.plan) + page_plan.agents(data, money), name="plan"))
     return (
         _HEAD + f"<header><h1>{escape(page_agents.title(data))}</h1><p>"
         f'<span data-figure="range"{_range_marks(data)}>'
@@ -260,9 +245,6 @@ def _shape_sections(data: PageData) -> list[str]:
                  _table(("last request within", "sessions"),
                         [(k, str(v)) for k, v in data.active.items()], "active")),
     ]
-
-
-_WINDOW_NAMES: Final = {"five_hour": "5-hour window", "seven_day": "Weekly window"}
 
 
 def _section(title: str, body: str, *, wide: bool = False, name: str = "") -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter.ingest import spool
+from exporter.ingest.formats import CODEX
 from exporter.ledger import connections
 from exporter.ledger import plan_store as store
 from exporter.projections.class_prices import ClassPrices
@@ -152,5 +153,5 @@ class PlanLink:
         with self._read_lock:
             db = self._read
             prices = self._prices_scrape
-            return plan_figures(db, self._clock(),
-                                lambda a, b: cost.ledger_cost(db, prices, a, b))
+            return plan_figures(db, self._clock(), cost.claude_cost(db, prices),
+                                agent_cost={CODEX: cost.codex_cost(db, prices)})

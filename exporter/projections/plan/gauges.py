@@ -157,6 +157,12 @@ _SHARED: Final = {
     "plan_window_samples": "Distinct {name} rate-limit readings recorded.",
     "plan_windows_exhausted": "{name} plan-window instances that reached 100 %.",
     "plan_sample_age_seconds": "Seconds since the newest {name} rate-limit reading.",
+    "plan_window_projected_ratio": "{name} plan-window utilisation 0-1 projected at its reset "
+                                   "at the current pace of {name}'s own spend (absent: not "
+                                   "enough data yet).",
+    "plan_window_limit_at_seconds": "When the {name} plan window reaches 100 % at the current "
+                                    "pace (or reached it), Unix seconds; absent when on track "
+                                    "or without enough data.",
 }
 
 

@@ -34,6 +34,17 @@ AGENT_REASONS: Final[Mapping[str, tuple[str, ...]]] = {
     codex_limits.AGENT: (*codex_limits.REASONS, "window_cap")}
 
 
+def live(agent: str) -> str:
+    """An SQL condition on ``plan_levels``: the levels that can move an agent's estimate.
+
+    An other agent's log may repeat an old reading long after its window reset
+    (Codex's copies of a session's history carry new times): a level first seen
+    after its instance's reset says nothing about when the figure moved, and is
+    left out. The status line's readings are live (its condition is always true).
+    """
+    return "1" if agent == CLAUDE else f"first_seen <= resets_at + {store.RESETS_QUANTUM}"
+
+
 def duration(window: str) -> float | None:
     """The length of a window of this name, or None when it is not known."""
     return next((d for prefix, d in DURATIONS if window.startswith(prefix)), None)
@@ -71,8 +82,14 @@ def plan_figures(
     cost_between: CostBetween | None = None,
     *,
     lookback: Mapping[str, float] = LOOKBACK,
+    agent_cost: Mapping[str, CostBetween] | None = None,
 ) -> PlanFigures:
-    """The plan figures at ``now``; the $/% estimate only when ``cost_between`` is given."""
+    """The plan figures at ``now``; the $/% estimate only when ``cost_between`` is given.
+
+    ``agent_cost``: each other agent's own cost function (its requests alone,
+    e.g. :func:`~exporter.projections.plan.cost.codex_cost`), for its windows'
+    estimate and pace; an agent without one has neither.
+    """
     if not store.has_schema(conn):
         return PlanFigures(failures=dict.fromkeys(spool.FAILURE_REASONS, 0),
                            rejected=dict.fromkeys(store.REJECT_REASONS, 0))
@@ -90,16 +107,17 @@ def plan_figures(
         context_used_ratio=None if context is None else context[1] / 100.0,
         failures={r: counters.get(("statusline_failures", r), 0) for r in spool.FAILURE_REASONS},
         rejected={r: counters.get(("spool_rejected", r), 0) for r in store.REJECT_REASONS},
-        agents=_agents(conn, now, counters, meta),
+        agents=_agents(conn, now, counters, meta, agent_cost or {}),
     )
 
 
 def _agents(conn: sqlite3.Connection, now: float, counters: Mapping[tuple[str, str], int],
-            meta: Mapping[str, tuple[float, float]]) -> dict[str, PlanFigures]:
+            meta: Mapping[str, tuple[float, float]], agent_cost: Mapping[str, CostBetween],
+            ) -> dict[str, PlanFigures]:
     """Each other agent's figures, where it recorded a reading or refused one.
 
-    No estimate and no pace: those divide the agent's own list-price cost by
-    its percentages, and the cost function given is over every request.
+    Its estimate and pace divide the agent's own list-price cost (``agent_cost``)
+    by its own percentages: none without a cost function of its own.
     """
     out: dict[str, PlanFigures] = {}
     for agent, reasons in AGENT_REASONS.items():
@@ -110,7 +128,8 @@ def _agents(conn: sqlite3.Connection, now: float, counters: Mapping[tuple[str, s
             continue
         latest = meta.get(f"latest_sample:{agent}")
         out[agent] = PlanFigures(
-            windows=_windows(conn, now, None, LOOKBACK, agent), samples=samples,
+            windows=_windows(conn, now, agent_cost.get(agent), LOOKBACK, agent),
+            samples=samples,
             sample_age_seconds=None if latest is None else max(0.0, now - latest[0]),
             rejected=rejected)
     return out
@@ -141,23 +160,24 @@ def _windows(
         estimate = pace = None
         if cost_between is not None:
             since = now - lookback.get(name, DEFAULT_LOOKBACK)
-            estimate = usd_per_percent(_instances(conn, name, since), cost_between)
-            pace = _pace(conn, name, (key, reported, max_pct), now=now, cost=cost_between,
-                         estimate=estimate)
+            estimate = usd_per_percent(_instances(conn, agent, name, since), cost_between)
+            pace = _pace(conn, (agent, name), (key, reported, max_pct), now=now,
+                         cost=cost_between, estimate=estimate)
         out[name] = WindowFigures(used, float(reported), exhausted.get(name, 0), estimate, pace)
     return out
 
 
-def _pace(conn: sqlite3.Connection, name: str, instance: tuple[int, int, float], *,
-          now: float, cost: CostBetween, estimate: Estimate) -> Pace:
-    """The pace of a window's newest instance (not enough data once it has reset)."""
+def _pace(conn: sqlite3.Connection, window: tuple[str, str], instance: tuple[int, int, float],
+          *, now: float, cost: CostBetween, estimate: Estimate) -> Pace:
+    """The pace of an (agent, window)'s newest instance (not enough data once it has reset)."""
+    agent, name = window
     key, reported, used = instance
     if reported <= now:
         return Pace(NOT_ENOUGH)
     points = tuple(conn.execute(
         "SELECT pct, min(first_seen) FROM plan_levels WHERE agent = ? AND window = ? "
-        "AND resets_at = ? AND pct <= ? GROUP BY pct ORDER BY pct",
-        (CLAUDE, name, key, plausible.MAX_PERCENT),
+        f"AND resets_at = ? AND pct <= ? AND {live(agent)} GROUP BY pct ORDER BY pct",
+        (agent, name, key, plausible.MAX_PERCENT),
     ).fetchall())
     if not points:
         return Pace(NOT_ENOUGH)
@@ -196,14 +216,14 @@ def _newest(conn: sqlite3.Connection, agent: str, name: str) -> tuple[float, int
 
 
 def _instances(
-    conn: sqlite3.Connection, name: str, since: float
+    conn: sqlite3.Connection, agent: str, name: str, since: float
 ) -> list[list[tuple[float, float]]]:
     """The (pct, first seen) levels of each instance of a window resetting after ``since``."""
     groups: dict[int, list[tuple[float, float]]] = {}
     rows = conn.execute(
         "SELECT resets_at, pct, first_seen FROM plan_levels WHERE agent = ? AND window = ? "
-        "AND resets_at > ? AND pct <= ?",
-        (CLAUDE, name, since, plausible.MAX_PERCENT),
+        f"AND resets_at > ? AND pct <= ? AND {live(agent)}",
+        (agent, name, since, plausible.MAX_PERCENT),
     )
     for resets_at, pct, seen in rows:
         groups.setdefault(resets_at, []).append((pct, seen))
@@ -306,21 +326,23 @@ class Instance:
 
 
 def instances(conn: sqlite3.Connection, cost_between: CostBetween, now: float,
-              since: float | None = None, until: float | None = None) -> list[Instance]:
-    """The window instances overlapping [since, until), by window then start.
+              since: float | None = None, until: float | None = None, *,
+              agent: str = CLAUDE) -> list[Instance]:
+    """An agent's window instances overlapping [since, until), by window then start.
 
     Each with its peak, the list-price cost inside it (up to ``now`` for the
-    open one) and its own estimate (change points of that instance only).
+    open one) and its own estimate (change points of that instance only);
+    ``cost_between`` prices that agent's requests.
     """
     if not store.has_schema(conn):
         return []
     levels: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for name, key, pct, seen in conn.execute(
-            "SELECT window, resets_at, pct, first_seen FROM plan_levels WHERE agent = ?",
-            (CLAUDE,)):
+            f"SELECT window, resets_at, pct, first_seen FROM plan_levels WHERE agent = ? "
+            f"AND {live(agent)}", (agent,)):
         levels.setdefault((name, key), []).append((pct, seen))
     out: list[Instance] = []
-    for key, peak in _spans(conn, CLAUDE, since, until):
+    for key, peak in _spans(conn, agent, since, until):
         end = min(peak.resets_at, now)
         cost = cost_between(peak.start, end) if end > peak.start else 0.0
         estimate = usd_per_percent([levels.get((peak.window, key), [])], cost_between)
