@@ -31,6 +31,10 @@ class Source(IntEnum):
         return self.name.lower()
 
 
+CODEX_KEY_PREFIX: Final = "codex\x1f"
+"""How a Codex turn's key starts (exporter.ingest.codex); no Claude Code key (a message id) does."""
+
+
 class LineResult:
     """Values of the ``result`` label of ``claude_code_exporter_lines_total``."""
 

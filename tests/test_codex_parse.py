@@ -215,3 +215,12 @@ def test_a_file_rewritten_in_place_is_read_again_from_a_fresh_state(tmp_path: Pa
     path.write_bytes(body + b" " * (size - len(body) - 1) + b"\n")  # same length, other turns
     again = parse(tmp_path, (path, first.checkpoints[0]))
     assert again.rereads and [r.model for r in again.parsed.requests.values()] == ["gpt-5.4"]
+
+
+def test_the_agent_name_is_one_name() -> None:
+    """The seam names Codex as its parser does (the seam imports the parser only when used)."""
+    from exporter.ingest import formats
+    from exporter.records import CODEX_KEY_PREFIX
+
+    assert formats.CODEX == codex.AGENT and codex.KEY_PREFIX == CODEX_KEY_PREFIX
+    assert formats.FORMATS[formats.CODEX].agent == codex.AGENT

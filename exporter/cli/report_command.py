@@ -44,6 +44,7 @@ from exporter.projections.selection import (
     FilterError,
     Selection,
     known_values,
+    ledger_models,
     of_ledger,
     resolve_models,
     resolve_projects,
@@ -103,7 +104,9 @@ def run(args: argparse.Namespace, settings: Settings, log: Any, environ: Environ
             if req.output == "text":
                 return 0
         roots = list(dirs) if scoped is None else list(scoped.roots)
-        return show(req, sel, ClassPrices.of(pricing), settings=settings,
+        # After the pass: every model a request read here can have is in the classes.
+        prices = ClassPrices.of(pricing, ledger_models(sel))
+        return show(req, sel, prices, settings=settings,
                     counters=lambda name: ledger.counters(name, roots), args=args, now=now,
                     found=({scoped.agent: scoped} if scoped is not None
                            else agents.scopes(ledger, dirs, sel)))

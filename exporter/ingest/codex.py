@@ -48,12 +48,21 @@ from exporter.ingest import codex_limits
 from exporter.ingest.ahead import AHEAD_LIMIT_SECONDS
 from exporter.ingest.parse import FUTURE_SLACK_SECONDS, MAX_LINE_BYTES
 from exporter.ingest.tail import cut_chunk
-from exporter.records import Checkpoint, Chunk, MendKind, Parsed, RejectReason, Request, Source
+from exporter.records import (
+    CODEX_KEY_PREFIX,
+    Checkpoint,
+    Chunk,
+    MendKind,
+    Parsed,
+    RejectReason,
+    Request,
+    Source,
+)
 
 AGENT: Final = "codex"
 FALLBACK_MODEL: Final = "gpt-5 (assumed)"
 """The model of a turn no ``turn_context`` names (old builds): priced as gpt-5, shown as assumed."""
-KEY_PREFIX: Final = "codex\x1f"  # no Claude Code key (a message id) starts so
+KEY_PREFIX: Final = CODEX_KEY_PREFIX
 _SESSION_IN_NAME: Final = re.compile(
     r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

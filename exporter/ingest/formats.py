@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
-from exporter.ingest import ahead, codex
+from exporter.ingest import ahead
 from exporter.ingest.discover import is_compaction_file, projects_dirs
 from exporter.records import Checkpoint, Chunk, Parsed
 
 CLAUDE: Final = "claude"
-CODEX: Final = codex.AGENT
+# exporter.ingest.codex.AGENT: the parser is imported when a Codex file is read, not before
+# (a Claude Code-only run never pays for it).
+CODEX: Final = "codex"
 AGENTS: Final = (CLAUDE, CODEX)
 """Every agent, in the order views list them."""
 AGENT_NAMES: Final = {CLAUDE: "Claude Code", CODEX: "Codex"}
@@ -86,6 +88,8 @@ class _Codex:
         max_line_bytes: int,
     ) -> tuple[Chunk, int]:
         """Codex's parser (exporter.ingest.codex)."""
+        from exporter.ingest import codex  # noqa: PLC0415 - see CODEX
+
         return codex.parse_chunk(chunk, before, into, now=now, max_line_bytes=max_line_bytes)
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exporter.ingest.codex import KEY_PREFIX as CODEX_KEY
 from exporter.ledger import rows as stored_rows
 from exporter.ledger.batch import Batch
 from exporter.ledger.schema import LEGACY_FILE
+from exporter.records import CODEX_KEY_PREFIX as CODEX_KEY
 from exporter.records import Source, gap_seconds
 from exporter.sqlite import sqlite3
 

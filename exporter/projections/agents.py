@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from exporter.ingest.formats import AGENT_NAMES, AGENTS, CLAUDE, CODEX
-from exporter.projections import context_share
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.selection import Selection
@@ -120,6 +119,8 @@ def usage_of(selection: Selection, prices: ClassPrices, agent: str) -> AgentUsag
     if agent in REPORTS_REASONING:
         reasoning = int(selection.rows("coalesce(sum(reasoning), 0)")[0][0])
     if agent in STATES_CONTEXT_WINDOW:
+        from exporter.projections import context_share  # noqa: PLC0415 - Codex only
+
         share = context_share.of_selection(selection)
     return AgentUsage(agent, total, reasoning, measures_cache_writes(agent), share)
 

@@ -11,7 +11,7 @@ requests by the thresholds and price dates collected here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -47,10 +47,20 @@ class ClassPrices:
     _dated: bool = False
 
     @classmethod
-    def of(cls, pricing: RateTable) -> ClassPrices:
-        """Collect the thresholds and price dates the SQL must split requests by."""
+    def of(cls, pricing: RateTable, models: Iterable[str] | None = None) -> ClassPrices:
+        """Collect the thresholds and price dates the SQL must split requests by.
+
+        ``models``: every model the requests priced can have (None: any). Only
+        their families' price dates then split the sums: another family's date
+        (an OpenAI price change in a Claude Code-only ledger) would make a
+        16-day block be read by days for nothing.
+        """
         families = getattr(pricing, "families", None)  # price periods, when the table has them
-        starts = sorted({s for fam in families.values() for s in fam.starts}) if families else []
+        chosen = list(families.values()) if families else []
+        if families and models is not None:
+            keys = {key for model in models if (key := pricing.family(model)) is not None}
+            chosen = [families[key] for key in sorted(keys)]
+        starts = sorted({s for fam in chosen for s in fam.starts})
         # A table with price periods takes each class's date (``at``); the older one has none.
         return cls(pricing, long_thresholds(pricing), tuple(starts), {}, bool(families))
 

@@ -206,3 +206,13 @@ def known_values(selection: Selection, column: str) -> list[str]:
             f"WHERE {selection.slot_scope})", [])]
     return [r[0] for r in selection.read(
         f"SELECT DISTINCT {column} FROM {selection.relation}", [])]
+
+
+def ledger_models(selection: Selection) -> list[str]:
+    """Every model of the ledger's requests (a superset of the scope's), from the counter rollups.
+
+    The rollups hold a row per raw class (model first) of every request, kept
+    in the same transaction as the rows: a few hundred rows to read, not the
+    requests.
+    """
+    return [r[0] for r in selection.read("SELECT DISTINCT model FROM rollup_counts", [])]
