@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.codex_count import distinct_turns
 from tests.support.codex_mix import CODEX, report
 
 
@@ -26,25 +27,8 @@ def _percentile(values: list[float], p: int) -> float:
 
 def independent_shares(home: Path = CODEX) -> list[float]:
     """Each distinct turn's prompt / stated window, read from the rollouts alone, sorted."""
-    seen: set[str] = set()
-    shares = []
-    for path in sorted(home.rglob("*.jsonl")):
-        last_total = 0
-        for line in path.read_text(encoding="utf-8").splitlines():
-            event = json.loads(line) if line.strip() else {}
-            payload = event.get("payload") or {}
-            info = payload.get("info") if payload.get("type") == "token_count" else None
-            if not info:
-                continue
-            total = info["total_token_usage"]["total_tokens"]
-            grew, last_total = total > last_total, max(total, last_total)
-            key = json.dumps(info, sort_keys=True)
-            if grew and key not in seen:
-                seen.add(key)
-                if info.get("model_context_window"):
-                    shares.append(info["last_token_usage"]["input_tokens"]
-                                  / info["model_context_window"])
-    return sorted(shares)
+    return sorted(info["last_token_usage"]["input_tokens"] / info["model_context_window"]
+                  for info in distinct_turns(home) if info.get("model_context_window"))
 
 
 @pytest.fixture(scope="module")

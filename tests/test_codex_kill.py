@@ -12,11 +12,11 @@ from exporter.synth.codex import CodexOptions, generate_home
 from tests.support.codex import (
     expected,
     figures,
-    ledger_rows,
     ledger_sums,
     raw_pending,
     truth_sums,
 )
+from tests.support.ledgers import ledger_rows
 from tests.support.process import Serve
 from tests.support.wait import poll
 

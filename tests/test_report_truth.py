@@ -18,6 +18,7 @@ from exporter.cli.commands import main
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.support.figures import assert_matches
+from tests.support.ledgers import ledger_rows
 from tests.support.wait import poll
 
 
@@ -76,7 +77,7 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
         # (all of them: during a first pass's deriving), not a moment: a wall-clock aim
         # missed on a loaded machine, where one run faster than the timing run completed
         # the ledger and left every later kill nothing to interrupt.
-        have = _rows(state)
+        have = ledger_rows(state)
         target = rng.randint(have + 1, total) if have < total else total
         proc = subprocess.Popen(
             [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
@@ -84,13 +85,13 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
         def reached(n: int = target, run: subprocess.Popen[bytes] = proc) -> bool:
-            return run.poll() is not None or _rows(state) >= n
+            return run.poll() is not None or ledger_rows(state) >= n
 
         poll(reached, 120, "the run's rows", interval=0.005, retry=(OSError, sqlite3.Error))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        rows = _rows(state)
+        rows = ledger_rows(state)
         # Mid-ingest: part of the rows committed, or all of a first pass's rows with its
         # gaps, owners and rollups not yet derived (a raw pass, see Ledger.bulk).
         mid_ingest += 0 < rows < total or (rows > 0 and _raw_pending(state))
@@ -107,18 +108,5 @@ def _raw_pending(state: Path) -> bool:
         return con.execute("SELECT 1 FROM meta WHERE name = ?", (RAW_PASS,)).fetchone() is not None
     except sqlite3.OperationalError:  # killed before the schema was committed
         return False
-    finally:
-        con.close()
-
-
-def _rows(state: Path) -> int:
-    """Rows committed to the ledger so far (0 if it does not exist yet)."""
-    if not (state / "ledger.sqlite3").exists():
-        return 0
-    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
-    try:
-        return int(con.execute("SELECT count(*) FROM requests").fetchone()[0])
-    except sqlite3.OperationalError:  # killed before the schema was committed
-        return 0
     finally:
         con.close()

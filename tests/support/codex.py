@@ -114,20 +114,6 @@ def pieces(data: bytes, cuts: Sequence[int]) -> Iterator[bytes]:
         at = cut
 
 
-def ledger_rows(state: Path) -> int:
-    """Rows committed to a state dir's ledger so far (0 before it has its schema)."""
-    path = state / "ledger.sqlite3"
-    if not path.exists():
-        return 0
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return int(con.execute("SELECT count(*) FROM requests").fetchone()[0])
-    except sqlite3.OperationalError:  # killed before the schema was committed
-        return 0
-    finally:
-        con.close()
-
-
 def raw_pending(state: Path) -> bool:
     """Whether the ledger holds a first pass whose derived state is not computed yet."""
     from exporter.ledger.staging import RAW_PASS

@@ -9,18 +9,17 @@ grew its file's cumulative total is one turn, as the fixture README's
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+from tests.support.codex_count import FIELDS, count_turns
 from tests.support.paths import REAL, ROOT
 
 CLAUDE = REAL  # real Claude Code transcripts (../shared/fixtures/real)
 CODEX = ROOT / "tests" / "fixtures" / "codex_real"  # real Codex rollouts (its README)
-FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 
 
 def env(home: Path) -> dict[str, str]:
@@ -44,25 +43,8 @@ def report(state: Path, *flags: str, codex: bool = True, claude: bool = True) ->
 
 def codex_count(home: Path = CODEX) -> dict[str, int]:
     """Turns and token sums of a Codex home, each distinct turn once (the README's dedup)."""
-    seen: set[str] = set()
-    sums = dict.fromkeys(("turns", *FIELDS), 0)
-    for path in sorted(home.rglob("*.jsonl")):
-        last_total = 0
-        for line in path.read_text(encoding="utf-8").splitlines():
-            event = json.loads(line) if line.strip() else {}
-            payload = event.get("payload") or {}
-            info = payload.get("info") if payload.get("type") == "token_count" else None
-            if not info:
-                continue
-            total = info["total_token_usage"]["total_tokens"]
-            grew, last_total = total > last_total, max(total, last_total)
-            key = json.dumps(info, sort_keys=True)
-            if grew and key not in seen:
-                seen.add(key)
-                sums["turns"] += 1
-                for field in FIELDS:
-                    sums[field] += int(info["last_token_usage"].get(field, 0))
-    return sums
+    counted = count_turns(home)
+    return {"turns": counted["turns"], **{field: counted[field] for field in FIELDS}}
 
 
 class _AgentLinks(HTMLParser):

@@ -11,6 +11,7 @@ from exporter.ledger.store import Ledger
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import RateTable
 from exporter.records import Appearance, Parsed, Request
+from exporter.sqlite import sqlite3
 
 ROOT = "/transcripts/projects"
 Files = Mapping[str, tuple[str, str, list[str]]]  # path -> (root, session, keys)
@@ -76,3 +77,17 @@ def replica(source: Ledger, path: Path, keep: Callable[[Request], bool] = lambda
     files = {p: (root, s, [k for k in keys if k in names])
              for p, (root, s, keys) in provenance(source).items()}
     return ledger_of(path, kept, files={p: f for p, f in files.items() if f[2]}, options=options)
+
+
+def ledger_rows(state: Path) -> int:
+    """Rows committed to a state dir's ledger so far (0 before it has its schema)."""
+    path = state / "ledger.sqlite3"
+    if not path.exists():
+        return 0
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM requests").fetchone()[0])
+    except sqlite3.OperationalError:  # killed before the schema was committed
+        return 0
+    finally:
+        con.close()
