@@ -41,7 +41,7 @@ from tests.support.clock import Clock
 from tests.support.exposition import families, total
 from tests.support.logs import Log
 from tests.support.paths import ROOT
-from tests.support.projection import PROJECTED, T0, options, projection, req
+from tests.support.projection import GOLDEN_HISTORY, PROJECTED, T0, options, projection, req
 from tests.support.prometheus import PromServer, require_binary
 from tests.support.scan import counting_ledger
 
@@ -206,15 +206,7 @@ def test_backfill_writes_claude_families_unchanged_and_codex_families_exact(
 
 # ------------------------------------------------------------- a fixed mixed ledger
 # Claude Code's: the history of tests/golden/exposition.txt (tests/test_metrics.py).
-HISTORY = [
-    req("a", T0), req("b", T0 + 10, output=300)._replace(skill="conventional-commit",
-                                                         effort="high"),
-    req("c", T0 + 400, w5=9_000, read=1_000),
-    req("d", T0 + 5_000, w1h=20_000, read=0),
-    req("x", T0 + 20, source=Source.SUBAGENT, model="claude-haiku-4-5-20251001")._replace(
-        agent="Explore", mcp_server="github", effort="high"),
-    req("u", T0 + 30, session="s2", model="claude-nova-9"),
-]
+HISTORY = GOLDEN_HISTORY
 # gpt-5.4 priced by a [pricing] entry (rates per million tokens); gpt-9-nova by nothing.
 PRICES = {"models": {"gpt-5-4": {"input": 2.5, "cache_write_5m": 2.5, "cache_write_1h": 2.5,
                                  "cache_read": 0.25, "output": 15.0}}}

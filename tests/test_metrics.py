@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.projections.labels import MAX_MODELS
-from exporter.records import Request, Source
+from exporter.records import Request
 from tests.support.clock import Clock
 from tests.support.ledgers import appearances, ledger_of
-from tests.support.projection import T0, batch, loaded, options, projection, req
+from tests.support.projection import GOLDEN_HISTORY, T0, batch, loaded, options, projection, req
 
 GOLDEN = Path(__file__).parent / "golden" / "exposition.txt"
 
@@ -30,21 +30,11 @@ def sample(text: str, name: str, **labels: str) -> float:
     raise AssertionError(f"{name}{labels} not exposed")
 
 
-HISTORY = [
-    # Two requests attributed (docs/figures.md, "Attribution"): the attributed_* families.
-    req("a", T0), req("b", T0 + 10, output=300)._replace(skill="conventional-commit",
-                                                         effort="high"),
-    req("c", T0 + 400, w5=9_000, read=1_000),
-    req("d", T0 + 5_000, w1h=20_000, read=0),
-    req("x", T0 + 20, source=Source.SUBAGENT, model="claude-haiku-4-5-20251001")._replace(
-        agent="Explore", mcp_server="github", effort="high"),
-    req("u", T0 + 30, session="s2", model="claude-nova-9"),
-]
 
 
 def test_golden_exposition(tmp_path: Path) -> None:
     """The exposition of a fixed ledger equals the golden file (UPDATE_GOLDEN=1 rewrites it)."""
-    ledger = ledger_of(tmp_path / "l.db", HISTORY, options=options(),
+    ledger = ledger_of(tmp_path / "l.db", GOLDEN_HISTORY, options=options(),
                        lines={"usage": 6, "duplicate": 4, "other": 20},
                        rejected={"invalid_json": 1}, bytes_read=12_345)
     proj, registry = projection()
@@ -57,7 +47,7 @@ def test_golden_exposition(tmp_path: Path) -> None:
 
 def test_counters_match_the_requests(tmp_path: Path) -> None:
     """Requests, tokens, cost, gap buckets and lines add up to the loaded ledger."""
-    _proj, registry, _ = loaded(tmp_path, HISTORY)
+    _proj, registry, _ = loaded(tmp_path, GOLDEN_HISTORY)
     text = generate_latest(registry).decode()
     base = {"model": "claude-opus-4-6", "project": "app", "source": "main"}
     assert sample(text, "claude_code_requests_total", **base) == 4
@@ -79,7 +69,7 @@ def test_counters_match_the_requests(tmp_path: Path) -> None:
 def test_live_batch_counts_at_once_and_settles_histograms_later(tmp_path: Path) -> None:
     """A new request moves counters immediately and the histograms after the quiet time."""
     clock = Clock(T0 + 100)
-    proj, registry, ledger = loaded(tmp_path, HISTORY, clock, settle_seconds=5.0)
+    proj, registry, ledger = loaded(tmp_path, GOLDEN_HISTORY, clock, settle_seconds=5.0)
     first = req("n", T0 + 60, output=2)
     apps = appearances([first])
     proj.apply(ledger.apply(batch(ledger, first), [], 10, apps))
@@ -106,7 +96,7 @@ def test_live_batch_counts_at_once_and_settles_histograms_later(tmp_path: Path) 
 def test_live_gauges_follow_the_clock(tmp_path: Path) -> None:
     """Active sessions and warm KV count sessions younger than the TTLs."""
     clock = Clock(T0 + 5_100)
-    _proj, registry, _ = loaded(tmp_path, HISTORY, clock)
+    _proj, registry, _ = loaded(tmp_path, GOLDEN_HISTORY, clock)
     text = generate_latest(registry).decode()
     assert sample(text, "claude_code_active_sessions", ttl="5m") == 1
     assert sample(text, "claude_code_warm_kv_cache_bytes", arch="mla") == 20_505 * 70_272
@@ -171,8 +161,8 @@ def test_a_restart_exposes_what_the_live_daemon_had(tmp_path: Path) -> None:
     ledger = ledger_of(tmp_path / "l.db", [], options=options())
     proj, registry = projection()
     proj.load(ledger)
-    for i in range(0, len(HISTORY), 2):
-        part = HISTORY[i:i + 2]
+    for i in range(0, len(GOLDEN_HISTORY), 2):
+        part = GOLDEN_HISTORY[i:i + 2]
         proj.apply(ledger.apply(batch(ledger, *part), [], 7, appearances(part)))
     proj.apply(ledger.settle(force=True))
 

@@ -57,3 +57,17 @@ def batch(ledger: Ledger, *reqs: Request) -> Parsed:
     for r in reqs:
         parsed.add(r)
     return parsed
+
+
+# The history of tests/golden/exposition.txt (tests/test_metrics.py; tests/test_codex_metrics.py
+# mixes Codex turns into it).
+GOLDEN_HISTORY = [
+    # Two requests attributed (docs/figures.md, "Attribution"): the attributed_* families.
+    req("a", T0), req("b", T0 + 10, output=300)._replace(skill="conventional-commit",
+                                                         effort="high"),
+    req("c", T0 + 400, w5=9_000, read=1_000),
+    req("d", T0 + 5_000, w1h=20_000, read=0),
+    req("x", T0 + 20, source=Source.SUBAGENT, model="claude-haiku-4-5-20251001")._replace(
+        agent="Explore", mcp_server="github", effort="high"),
+    req("u", T0 + 30, session="s2", model="claude-nova-9"),
+]
