@@ -41,7 +41,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -379,8 +379,22 @@ def write_sample(conn: sqlite3.Connection, rec: dict[str, Any], t: float,
     for name, (pct, resets) in windows.items():
         if resets is not None:  # else it cannot be placed in a window instance
             _window_rows(conn, agent, name, (pct, resets), t)
-    latest(conn, "latest_sample" if agent == CLAUDE else f"latest_sample:{agent}", t, 0.0)
+    latest(conn, latest_name(agent), t, 0.0)
     return new
+
+
+_LEVEL_UPSERT: Final = (
+    "INSERT INTO plan_levels (agent, window, resets_at, pct, first_seen) VALUES (?,?,?,?,?) "
+    "ON CONFLICT (agent, window, resets_at, pct) "
+    "DO UPDATE SET first_seen = min(first_seen, excluded.first_seen)")
+_INSTANCE_UPSERT: Final = (
+    "INSERT INTO plan_windows (agent, window, resets_at, max_pct, first_seen, last_seen, "
+    "reported_resets_at) VALUES (?,?,?,?,?,?,?) "
+    "ON CONFLICT (agent, window, resets_at) "
+    "DO UPDATE SET max_pct = max(max_pct, excluded.max_pct), "
+    "first_seen = min(first_seen, excluded.first_seen), "
+    "last_seen = max(last_seen, excluded.last_seen), "
+    "reported_resets_at = max(reported_resets_at, excluded.reported_resets_at)")
 
 
 def _window_rows(conn: sqlite3.Connection, agent: str, name: str,
@@ -388,22 +402,25 @@ def _window_rows(conn: sqlite3.Connection, agent: str, name: str,
     """A window figure seen at ``t``: its level's first sighting, its instance's extremes."""
     pct, resets = figure
     instance = window_instance(resets)
-    conn.execute(
-        "INSERT INTO plan_levels (window, resets_at, pct, first_seen, agent) VALUES (?,?,?,?,?) "
-        "ON CONFLICT (agent, window, resets_at, pct) "
-        "DO UPDATE SET first_seen = min(first_seen, excluded.first_seen)",
-        (name, instance, pct, t, agent),
-    )
-    conn.execute(
-        "INSERT INTO plan_windows (window, resets_at, max_pct, first_seen, last_seen, "
-        "reported_resets_at, agent) VALUES (?,?,?,?,?,?,?) "
-        "ON CONFLICT (agent, window, resets_at) "
-        "DO UPDATE SET max_pct = max(max_pct, excluded.max_pct), "
-        "first_seen = min(first_seen, excluded.first_seen), "
-        "last_seen = max(last_seen, excluded.last_seen), "
-        "reported_resets_at = max(reported_resets_at, excluded.reported_resets_at)",
-        (name, instance, pct, t, t, resets, agent),
-    )
+    write_levels(conn, [(agent, name, instance, pct, t)])
+    write_instances(conn, [(agent, name, instance, pct, t, t, resets)])
+
+
+def write_levels(conn: sqlite3.Connection,
+                 rows: Sequence[tuple[str, str, int, float, float]]) -> None:
+    """Levels (agent, window, instance, %, first seen): each level's first sighting kept."""
+    conn.executemany(_LEVEL_UPSERT, rows)
+
+
+def write_instances(conn: sqlite3.Connection,
+                    rows: Sequence[tuple[str, str, int, float, float, float, float]]) -> None:
+    """Instances (agent, window, instance, max %, first, last, reported reset): extremes kept."""
+    conn.executemany(_INSTANCE_UPSERT, rows)
+
+
+def latest_name(agent: str) -> str:
+    """The ``plan_meta`` name of an agent's latest sample time."""
+    return "latest_sample" if agent == CLAUDE else f"latest_sample:{agent}"
 
 
 def latest(conn: sqlite3.Connection, name: str, t: float, value: float) -> None:

@@ -155,5 +155,6 @@ def window(ms: int, minutes: int, floor: float, span: float) -> Payload:
     """One plan window at ``ms``: ``floor`` % used at its start, ``floor + span`` % at its end."""
     now, length = ms // 1000, minutes * 60
     start = now - now % length
-    used = round(floor + span * (now - start) / length, 1)
+    # Whole percents, as Codex reports them (every one of the real fixture's 685 readings).
+    used = float(round(floor + span * (now - start) / length))
     return {"used_percent": used, "window_minutes": minutes, "resets_at": start + length}
