@@ -236,9 +236,7 @@ class Projection:
                 self.compat.grow(cls, was, now)
                 if not cls.gap:
                     self._rows += sums[0]
-                before = dict(self.exposure.samples(cls, was))
-                for key, value in self.exposure.samples(cls, now):
-                    adds[key] += value - before.get(key, 0)
+                _growth(self.exposure, cls, was, now, adds)
         self._add(adds)
         self._add(self._grow_codex(codex))
         # A first pass's batch has no row lists: the attribution sums are read again.
@@ -274,9 +272,7 @@ class Projection:
                 now = add_sums(was, sums)
                 self._codex_classes[cls] = now
                 self._rows += sums[0]
-                before = dict(self.codex.samples(cls, was))
-                for key, value in self.codex.samples(cls, now):
-                    adds[key] += value - before.get(key, 0)
+                _growth(self.codex, cls, was, now, adds)
         return adds
 
     # ------------------------------------------------------------------ sinks
@@ -375,3 +371,10 @@ class Projection:
             "exporter_build_info": lambda: [(1.0, self._build_labels)],
         }
 
+
+def _growth(exposure: Exposure | CodexExposure, cls: CountClass, was: Sums, now: Sums,
+            adds: dict[SampleKey, float]) -> None:
+    """Add to ``adds`` how much each sample of a class grew from sums ``was`` to ``now``."""
+    before = dict(exposure.samples(cls, was))
+    for key, value in exposure.samples(cls, now):
+        adds[key] = adds.get(key, 0.0) + value - before.get(key, 0)
