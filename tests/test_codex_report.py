@@ -80,12 +80,14 @@ def test_codex_figures_are_exact(homes: dict[str, Path]) -> None:
     for state in (homes["both"], homes["codex"]):
         doc = _json(state, "--agent", "codex")
         assert {k: doc["totals"][k] for k in CODEX_TOTALS} == CODEX_TOTALS
-        assert "by_agent" not in doc  # one agent: nothing to split
+        # Codex alone keeps its line: reasoning and the context share are its own figures.
+        (line,) = doc["by_agent"].values()
+        assert line["reasoning_tokens"] == REASONING and line["context_window_share"]
         assert set(doc["by_model"]) == {"gpt-5.5", "gpt-5.6-luna", "gpt-5.6-sol",
                                         "gpt-5.6-terra"}
         assert doc["lines"]["usage"] == CODEX_TOTALS["requests"]
     only = _json(homes["codex"], claude=False)
-    assert "by_agent" not in only  # a Codex-only ledger holds one agent too
+    assert list(only["by_agent"]) == ["codex"]  # a Codex-only ledger: Codex's line alone
 
 
 def test_json_splits_by_agent_where_both_are_held(homes: dict[str, Path]) -> None:

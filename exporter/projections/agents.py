@@ -137,8 +137,13 @@ def all_measure_cache_writes(found: Mapping[str, Scope]) -> bool:
 
 def by_agent(base: Selection, found: Mapping[str, Scope],
              prices: ClassPrices) -> dict[str, AgentUsage]:
-    """Each agent's usage over ``base``'s range and filters, when there are two or more."""
-    if len(found) < 2:
+    """Each agent's usage over ``base``'s range and filters: two or more, or Codex alone.
+
+    Codex alone gets its line too: its reasoning and context-window share are
+    figures no other part of the summary has. Claude Code alone gets none (its
+    report is as it was before there were agents).
+    """
+    if len(found) < 2 and not set(found) & (REPORTS_REASONING | STATES_CONTEXT_WINDOW):
         return {}
     return {agent: usage_of(s.of(base), prices, agent) for agent, s in found.items()}
 
