@@ -512,3 +512,33 @@ def test_codex_turns_never_count_in_claude_s_windows(tmp_path: Path) -> None:
     estimate = seen["alone"][0]["five_hour"].estimate
     assert estimate is not None and estimate.usd_per_percent  # an estimate to compare
     assert seen["mixed"] == seen["alone"]
+
+
+def test_backfill_replays_the_codex_plan_windows(tmp_path: Path) -> None:
+    """`backfill` writes Codex's plan series: every reading counted once, each window drawn."""
+    from tests.support.backfill import parse
+
+    readings = real_readings()
+    out = tmp_path / "hist.om"
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "backfill", "--data-dir", str(REAL), "--state-dir",
+         str(tmp_path / "state"), "-o", str(out), "--step", "5m"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**{k: v for k, v in os.environ.items()
+                if not k.startswith(("CLAUDE_CODE_EXPORTER", "CODEX_HOME"))},
+             "PYTHONPATH": str(ROOT), "TZ": "UTC", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    types, points = parse(out.read_text())
+    assert types["claude_code_codex_plan_window_samples"] == "counter"
+    (counted,) = [p for (name, _l), p in points.items()
+                  if name == "claude_code_codex_plan_window_samples_total"]
+    assert counted[-1][1] == len({w for _t, w in readings})  # copies counted once
+    for window in ("five_hour", "seven_day"):
+        used = next(p for (name, labels), p in points.items()
+                    if name == "claude_code_codex_plan_window_used_ratio" and window in labels)
+        values = [v for _t, v in used]
+        # The newest instance's figure at each step, 0 once reset (as serve's gauge): some
+        # figures of the window show, none above the readings' highest.
+        highest = max(pct for _t, w in readings for n, pct, _r in w if n == window) / 100
+        assert 0 < max(values) <= highest and min(values) >= 0
+    assert not any(name.startswith("claude_code_plan_") for name, _l in points)  # no status line

@@ -56,7 +56,7 @@ from exporter.ledger.store import Ledger
 from exporter.projections import instruments
 from exporter.projections.compat import history as compat_history
 from exporter.projections.metrics import MetricsOptions, Projection
-from exporter.projections.plan.gauges import PLAN_FAMILIES
+from exporter.projections.plan.gauges import ALL_FAMILIES
 from exporter.projections.plan.windows import PlanHistory
 from exporter.projections.pricing import RateTable
 from exporter.projections.timeline import GAUGE, SampleKey, Timeline, Unit, plan_units
@@ -127,6 +127,9 @@ def _replay(requests: Sequence[Request], pricing: RateTable, metrics: MetricsOpt
     if plan is not None:  # after the check: serve's projection does not hold them
         for unit in plan_units(plan, step, metrics.namespace, end):
             timeline.units[(unit.family, unit.labels)] = unit
+        for agent, history in plan.others:  # claude_code_codex_plan_*: as serve names them
+            for unit in plan_units(history, step, f"{metrics.namespace}_{agent}", end):
+                timeline.units[(unit.family, unit.labels)] = unit
     return _Replay(timeline, len(kept), start, end)
 
 
@@ -437,7 +440,7 @@ def _unique(indexes: Iterable[int]) -> Iterable[int]:
 def _help(family: str, namespace: str) -> str:
     """The family's description from the catalogue."""
     name = family.removeprefix(f"{namespace}_")
-    plan = next((f.help for f in PLAN_FAMILIES if f.name == name), "")
+    plan = next((f.help for f in ALL_FAMILIES if f.name == name), "")
     return (instruments.COUNTERS.get(name) or instruments.HISTOGRAMS.get(name)
             or compat_history.HELP.get(family, "") or plan)
 

@@ -242,25 +242,35 @@ class PlanHistory:
     #: (first seen, window, used %, reported reset) of every window figure with a reset
     #: time, in time order: what the used-ratio, reset and exhausted series follow.
     windows: tuple[tuple[float, str, float, float], ...] = ()
+    #: Other agents' readings (Codex's ``rate_limits``), each for its own families
+    #: (``<namespace>_<agent>_plan_*``).
+    others: tuple[tuple[str, PlanHistory], ...] = ()
 
 
-def plan_history(read: Read) -> PlanHistory:
-    """Every sample of the ledger, for the backfill (empty without plan tables)."""
+def plan_history(read: Read, agent: str = CLAUDE) -> PlanHistory:
+    """Every sample of the ledger, for the backfill (empty without plan tables).
+
+    The status line's, with every other agent's readings in ``others``.
+    """
     found = read("SELECT count(*) FROM pragma_table_info('plan_samples') WHERE name = 'agent'",
                  [])
     if not found[0][0]:
         return PlanHistory()
+    others: tuple[tuple[str, PlanHistory], ...] = ()
+    if agent == CLAUDE:
+        others = tuple((other, plan_history(read, other)) for (other,) in read(
+            "SELECT DISTINCT agent FROM plan_samples WHERE agent != ? ORDER BY 1", [CLAUDE]))
     times: list[float] = []
     windows: list[tuple[float, str, float, float]] = []
     for seen, text in read("SELECT first_seen, windows FROM plan_samples WHERE agent = ? "
-                           "ORDER BY first_seen, key", [CLAUDE]):
+                           "ORDER BY first_seen, key", [agent]):
         times.append(float(seen))
         for name, (pct, resets) in sorted(json.loads(text).items()) if text else ():
             if resets is not None:
                 windows.append((float(seen), name, float(pct), float(resets)))
     # The window names capped as ingest caps them, first seen first.
     shown = set(plausible.capped(list(dict.fromkeys(w[1] for w in windows))))
-    return PlanHistory(tuple(times), tuple(w for w in windows if w[1] in shown))
+    return PlanHistory(tuple(times), tuple(w for w in windows if w[1] in shown), others)
 
 
 def window_history(
