@@ -119,7 +119,7 @@ class _State:
 
 
 class ThreadSim:
-    """Simulates threads from one RNG (the same seed: the same threads, byte for byte)."""
+    """Simulates threads from one RNG (one seed number: the same threads, byte for byte)."""
 
     def __init__(self, rng: random.Random, noise: Noise) -> None:
         """Draw every choice from ``rng``; filler from ``noise``."""

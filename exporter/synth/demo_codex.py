@@ -29,7 +29,7 @@ START_HOURS: Final = 30
 def codex_history(root: Path, now: float, seed: int = 0) -> tuple[Path, dict[str, Any]]:
     """Write a small Codex home at ``root/codex`` ending before ``now``; (its path, its truth).
 
-    Should a seed's threads run past ``now``, the home is written again that much
+    Should the threads of that seed number run past ``now``, the home is written again that much
     earlier (its shape does not depend on the start), so no turn is from the future.
     """
     home = root / HOME_NAME
