@@ -31,6 +31,9 @@ class Source(IntEnum):
         return self.name.lower()
 
 
+CLAUDE_AGENT: Final = "claude"
+CODEX_AGENT: Final = "codex"
+"""Whose logs a root holds (``roots.agent``, the plan tables' ``agent``, ``--agent``)."""
 CODEX_KEY_PREFIX: Final = "codex\x1f"
 """How a Codex turn's key starts (exporter.ingest.codex); no Claude Code key (a message id) does."""
 

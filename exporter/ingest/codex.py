@@ -49,6 +49,7 @@ from exporter.ingest.ahead import AHEAD_LIMIT_SECONDS
 from exporter.ingest.parse import FUTURE_SLACK_SECONDS, MAX_LINE_BYTES
 from exporter.ingest.tail import cut_chunk
 from exporter.records import (
+    CODEX_AGENT,
     CODEX_KEY_PREFIX,
     Checkpoint,
     Chunk,
@@ -59,7 +60,7 @@ from exporter.records import (
     Source,
 )
 
-AGENT: Final = "codex"
+AGENT: Final = CODEX_AGENT
 FALLBACK_MODEL: Final = "gpt-5 (assumed)"
 """The model of a turn no ``turn_context`` names (old builds): priced as gpt-5, shown as assumed."""
 KEY_PREFIX: Final = CODEX_KEY_PREFIX

@@ -26,9 +26,9 @@ from typing import Annotated, Final
 import msgspec
 
 from exporter.ingest import plausible, spool
-from exporter.records import LimitSample
+from exporter.records import CODEX_AGENT, LimitSample
 
-AGENT: Final = "codex"
+AGENT: Final = CODEX_AGENT
 #: Window names by length in minutes (the status line's names for the same windows).
 NAMES: Final = {300: "five_hour", 10_080: "seven_day"}
 #: The limit whose windows keep their plain names (the others are prefixed by their id).
@@ -56,11 +56,6 @@ class _Limits(msgspec.Struct):
 
 
 _DECODE: Final = msgspec.json.Decoder(_Limits | None)
-
-
-def reading(raw: bytes, t: float) -> tuple[LimitSample | None, str | None]:
-    """(the reading of a ``rate_limits`` value at time ``t``, or None; why it was rejected)."""
-    return Readings().reading(raw, t)
 
 
 class Readings:

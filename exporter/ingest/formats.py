@@ -22,12 +22,12 @@ from typing import Final, NamedTuple, Protocol
 
 from exporter.ingest import ahead
 from exporter.ingest.discover import is_compaction_file, projects_dirs
-from exporter.records import Checkpoint, Chunk, Parsed
+from exporter.records import CLAUDE_AGENT, CODEX_AGENT, Checkpoint, Chunk, Parsed
 
-CLAUDE: Final = "claude"
-# exporter.ingest.codex.AGENT: the parser is imported when a Codex file is read, not before
-# (a Claude Code-only run never pays for it).
-CODEX: Final = "codex"
+CLAUDE: Final = CLAUDE_AGENT
+# Not exporter.ingest.codex.AGENT: the parser is imported when a Codex file is read, not
+# before (a Claude Code-only run never pays for it).
+CODEX: Final = CODEX_AGENT
 AGENTS: Final = (CLAUDE, CODEX)
 """Every agent, in the order views list them."""
 AGENT_NAMES: Final = {CLAUDE: "Claude Code", CODEX: "Codex"}

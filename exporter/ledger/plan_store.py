@@ -48,6 +48,7 @@ from typing import Any, Final
 from exporter.ingest import plausible, spool
 from exporter.ledger import connections
 from exporter.ledger.schema import PLAN_TABLES, migrate_plan
+from exporter.records import CLAUDE_AGENT
 from exporter.sqlite import sqlite3
 
 ROTATE_BYTES: Final = 1 << 20
@@ -56,7 +57,7 @@ READ_CHUNK: Final = 1 << 20
 MAX_READ: Final = 64 << 20  # per call; ``Ingested.more`` says there is more
 FP_LEN: Final = 64  # first bytes identifying a spool file (its first record has a µs time)
 RESETS_QUANTUM: Final = 60  # window instances: resets_at to the minute, absorbing jitter
-CLAUDE: Final = "claude"  # the agent of the status line's samples (plan tables' ``agent``)
+CLAUDE: Final = CLAUDE_AGENT  # the agent of the status line's samples (plan tables' ``agent``)
 
 #: Why a spool line was rejected (``window_cap``: cut, see exporter.ingest.plausible).
 REJECT_REASONS: Final = ("too_long", "not_json", "bad_record", *plausible.REASONS)
