@@ -1,9 +1,10 @@
 """Which b-trees a live commit writes: WAL frames mapped to tables and indexes.
 
-Usage: python3 -m bench.live_pages [--lines 40] [--every 1.0]
+Usage: python3 -m bench.live_pages [--lines 40] [--every 1.0] [--history 20]
 
-An in-process daemon over one transcript (tests.support.daemon.Driven, an
-injected clock) is stepped as lines arrive ``--every`` seconds apart; after
+An in-process daemon over a generated history (``--history`` sessions) and one
+live transcript (tests.support.daemon.Driven, an injected clock) is stepped as
+real-shaped lines (tests.support.live) arrive ``--every`` seconds apart; after
 each step the new WAL frames' page numbers are read from the WAL file and
 named through SQLite's ``dbstat`` on a copy of the ledger (Python's own sqlite3
 module, whose SQLite has it; ours is used for nothing here). Prints, per
@@ -22,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.support.daemon import Driven
+from tests.support.live import LiveSession
 
 
 def frames(wal: Path, start: int) -> tuple[list[int], int]:
@@ -58,18 +60,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=40)
     ap.add_argument("--every", type=float, default=1.0)
+    ap.add_argument("--history", type=int, default=20, help="generated sessions before")
     args = ap.parse_args()
-    d = Driven(Path(tempfile.mkdtemp(prefix="live-pages-")))
+    d = Driven(Path(tempfile.mkdtemp(prefix="live-pages-")), history=args.history)
+    live = LiveSession()
     try:
         wal = Path(f"{d.daemon.parts.ledger_path}-wal")
         d.step()
         _, pos = frames(wal, 0)
         touched: Counter[str] = Counter()
         for i in range(args.lines):
-            d.append(f"live{i}")
+            d.append_live(live)
             d.daemon.follower.wake([str(d.session)])
             d.step()
             d.mono.advance(args.every)
+            d.clock.advance(args.every)
             new, end = frames(wal, pos)
             if end < pos:  # folded in: the WAL started again
                 new, end = frames(wal, 0)

@@ -13,7 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from exporter.ledger import attr_days, chains, rollups, root_counts, slot_bins, slot_sums, slots
+from exporter.ledger import (
+    attr_days,
+    chains,
+    rollups,
+    root_counts,
+    slot_bins,
+    slot_sums,
+    slots,
+    unindexed,
+)
 from exporter.ledger import rows as stored_rows
 from exporter.ledger.agent_limits import store as store_limits
 from exporter.ledger.batch import Batch
@@ -67,6 +76,7 @@ def apply(db: sqlite3.Connection, parsed: Parsed, checkpoints: Sequence[Checkpoi
     attr_days.update(db, batch.new_ids, [(r.session, r.ts) for rid, known in
                      batch.changed.items() for r in (known, batch.rows[rid])])
     store_limits(db, parsed)  # plan windows from the logs (Codex's rate_limits)
+    unindexed.fold(db)  # (once enough rows wait)
     finish(db, batch, parsed, checkpoints, bytes_read=bytes_read, new_keys=[  # not parts
         batch.rows[rid].key for rid in batch.new_ids
         if batch.rows[rid].source is not Source.ADVISOR], appearances=appearances,
@@ -196,9 +206,10 @@ def _write_rows(db: sqlite3.Connection, batch: Batch) -> None:
             updates.append((*row[1:], row.context, mask, rid))
             batch.slot_times.update((known.ts, row.ts))
             batch.changed[rid] = known
+    # New rows wait outside the value indexes (exporter.ledger.unindexed).
     db.executemany(
-        f"INSERT INTO requests (id, {COLUMNS}, context, roots) "
-        f"VALUES ({','.join('?' * (len(FIELDS) + 3))})", inserts)
+        f"INSERT INTO requests (id, {COLUMNS}, context, roots, indexed) "
+        f"VALUES ({','.join('?' * (len(FIELDS) + 3))}, 0)", inserts)
     db.executemany(
         f"UPDATE requests SET {', '.join(f'{c} = ?' for c in FIELDS[1:])}, context = ?, "
         "roots = ? WHERE id = ?", updates)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import threading
 import time
@@ -37,9 +38,9 @@ from exporter.records import Rules
 from exporter.sqlite import sqlite3
 
 APPLICATION_ID: Final = 0x43434558  # "CCEX": marks the file as ours
-SCHEMA_VERSION: Final = 5  # 3: the attribution columns (schema.create); 4: root_counters;
+SCHEMA_VERSION: Final = 6  # 3: the attribution columns (schema.create); 4: root_counters;
 # 5: a second agent's logs (requests.reasoning and context_window,
-# checkpoints.carry, roots.agent)
+# checkpoints.carry, roots.agent); 6: requests.indexed (exporter.ledger.unindexed)
 
 
 def open_file(path: Path, file_health: Health, lock: threading.RLock, *, readonly: bool,
@@ -89,6 +90,8 @@ def _prepare_writer(db: sqlite3.Connection, path: Path, file_health: Health,
     version = _check(db, path, file_health, check_above, trusted=False)
     if version == 0:  # no page written yet: the file's page size is still open
         db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # (and set for good by the WAL switch)
+    else:
+        _repage(db, path)
     _wal(db)
     # NORMAL in WAL mode survives a process crash; a power cut may lose the
     # newest batches, but their checkpoints go with them, so they are re-read.
@@ -117,6 +120,40 @@ def _prepare_writer(db: sqlite3.Connection, path: Path, file_health: Health,
     if slot_sums.needs_ensure(db, wanted) or attr_days.needs_ensure(db):
         with transaction():
             attr_days.ensure(db, slot_sums.ensure(db, wanted))
+
+
+# A meta row naming why a rewrite into PAGE_SIZE pages failed: it is not tried again.
+REPAGE_FAILED: Final = "repage_failed"
+
+
+def _repage(db: sqlite3.Connection, path: Path) -> None:
+    """Rewrite a ledger made with other pages (16 KiB, before v6) into PAGE_SIZE ones, once.
+
+    A live commit costs its page size per b-tree it touches (schema.PAGE_SIZE):
+    an older ledger would keep paying 16 KiB. ``VACUUM`` copies the file (0.15 s
+    for a month's 30 MB here); it needs the WAL folded in and no other
+    connection, so a reader open now puts it off to the next open, as does
+    less free space than twice the file's size. A failed rewrite leaves the
+    file as it was, noted in meta so that later opens do not pay for it again.
+    """
+    if db.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE:
+        return
+    try:
+        if stored_rows.meta(db, REPAGE_FAILED) is not None:
+            return
+        if shutil.disk_usage(path.parent).free < 2 * path.stat().st_size:
+            return  # no room for the copy now: a later open, with room, does it
+        if db.execute("PRAGMA journal_mode=DELETE").fetchone()[0] != "delete":
+            return  # another connection holds the WAL: the next open tries again
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+        db.execute("VACUUM")
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return  # a reader was in the file: the next open tries again
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (REPAGE_FAILED, str(exc)))
+    except (sqlite3.DatabaseError, OSError):
+        return  # a damaged file is the health check's to report; an unreadable stat, no rewrite
 
 
 def _wal(db: sqlite3.Connection, deadline_s: float = 10.0) -> None:

@@ -19,10 +19,12 @@ from typing import Final
 from exporter.records import ALL_ROOTS, ATTRIBUTION, COUNT_SUMS, CountClass, gap_seconds
 from exporter.sqlite import sqlite3
 
-# The pages of a new ledger (SQLite's default is 4096; a file keeps the size it was made
-# with). A first pass writes a quarter as many pages, WAL frames and checkpoint copies,
-# and walks shallower B-trees; a small batch writes 16 KiB per page it touches.
-PAGE_SIZE: Final = 16384
+# The pages of a new ledger (a file keeps the size it was made with). A commit writes
+# every page it changed whole, so a live commit's cost is its page size times the b-trees
+# it touches (two dozen, one page each: rows, provenance, sums): at 16 KiB a line a second
+# cost ~220 KiB of disk writes a line, at 4 KiB under 64 KiB (docs/benchmarks.md, "Live
+# writes and the WAL"). A first pass pays ~3 % for the smaller pages (more to fill).
+PAGE_SIZE: Final = 4096
 # How much the WAL takes before a commit folds it into the file: SQLite's default (1000
 # pages) at its default page size, whatever the file's pages (a first pass is as fast with
 # 256 pages of 16 KiB as with 1000).
@@ -110,7 +112,8 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
     recorded_cost_usd REAL NOT NULL, web_search INTEGER NOT NULL DEFAULT 0, gap REAL,
     context INTEGER NOT NULL DEFAULT 0, roots INTEGER NOT NULL DEFAULT 0,
     {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in ATTRIBUTION)},
-    reasoning INTEGER NOT NULL DEFAULT 0, context_window INTEGER NOT NULL DEFAULT 0)"""
+    reasoning INTEGER NOT NULL DEFAULT 0, context_window INTEGER NOT NULL DEFAULT 0,
+    indexed INTEGER NOT NULL DEFAULT 1)"""
 # The keys' uniqueness, as an index of its own rather than the column's UNIQUE (as ledgers
 # made before it have, equivalently: every statement works with either): a first pass
 # into an empty ledger drops it and builds it once (exporter.ledger.raw_pass),
@@ -118,16 +121,30 @@ REQUESTS: Final = f"""CREATE TABLE IF NOT EXISTS requests (
 KEY_INDEX_NAME: Final = "requests_key"
 KEY_INDEX: Final = f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_INDEX_NAME} ON requests (key)"
 KEY_AUTOINDEX: Final = "sqlite_autoindex_requests_1"  # the column's UNIQUE, in older ledgers
+# The value indexes: of the rows folded in only (``indexed``; see SCHEMA).
+VALUE_INDEXES: Final = (
+    "CREATE INDEX IF NOT EXISTS requests_context ON requests (context, ts) WHERE indexed = 1",
+    "CREATE INDEX IF NOT EXISTS requests_output ON requests (output, ts) WHERE indexed = 1",
+    # (Not "AND gap IS NOT NULL" too: with three terms SQLite no longer reads the index
+    # alone; a walk's "gap IS NOT NULL" seeks past the few NULLs.)
+    "CREATE INDEX IF NOT EXISTS requests_gap ON requests (gap, ts) "
+    "WHERE source = 0 AND indexed = 1",
+)
+# The rows waiting outside them. On the flag itself: "indexed = 0" is then a lookup of
+# this index by its column, which SQLite prefers for a query of the waiting rows over
+# a scan of any other index whose condition the query meets (it keeps no statistics).
+UNINDEXED_INDEX: Final = ("CREATE INDEX IF NOT EXISTS requests_unindexed ON requests (indexed) "
+                          "WHERE indexed = 0")
 SCHEMA: Final = (
     REQUESTS,
     KEY_INDEX,
     "CREATE INDEX IF NOT EXISTS requests_ts ON requests (ts)",
     "CREATE INDEX IF NOT EXISTS requests_session_ts ON requests (session, ts)",
-    # Covering indexes for exact percentiles by an index walk (docs/figures.md).
-    "CREATE INDEX IF NOT EXISTS requests_context ON requests (context, ts)",
-    "CREATE INDEX IF NOT EXISTS requests_output ON requests (output, ts)",
-    "CREATE INDEX IF NOT EXISTS requests_gap ON requests (gap, ts) "
-    "WHERE source = 0 AND gap IS NOT NULL",
+    # Covering indexes for exact percentiles by an index walk (docs/figures.md), of the rows
+    # folded in (exporter.ledger.unindexed: a live row lands anywhere in them, so rows wait
+    # and go in by the thousand); the rest are found by the small index after.
+    *VALUE_INDEXES,
+    UNINDEXED_INDEX,
     "CREATE INDEX IF NOT EXISTS requests_session_gap ON requests (session, gap) "
     "WHERE gap IS NOT NULL",
     """CREATE TABLE IF NOT EXISTS checkpoints (
@@ -253,13 +270,15 @@ def migrate_v1(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE requests_v1")
 
 
-# v5's columns: Codex turns' reasoning tokens and context window, a file's parser state
-# carried between reads (exporter.ingest.codex), and whose logs a root holds.
-_V5_COLUMNS: Final = (
+# Columns added in place (no row rewritten). v5: Codex turns' reasoning tokens and context
+# window, a file's parser state carried between reads (exporter.ingest.codex), and whose
+# logs a root holds. v6: whether a row is in the value indexes (every older row is).
+_ADDED_COLUMNS: Final = (
     ("requests", "reasoning", "INTEGER NOT NULL DEFAULT 0"),
     ("requests", "context_window", "INTEGER NOT NULL DEFAULT 0"),
     ("checkpoints", "carry", "TEXT NOT NULL DEFAULT ''"),
     ("roots", "agent", "TEXT NOT NULL DEFAULT 'claude'"),
+    ("requests", "indexed", "INTEGER NOT NULL DEFAULT 1"),
 )
 
 
@@ -297,19 +316,36 @@ def create(db: sqlite3.Connection) -> None:
     ledger gets them by ``ALTER TABLE … ADD COLUMN`` (no row is rewritten) and
     its rows read as "" ("none" in the views: they were stored before the
     fields were read; forgetting the ledger reads them again from transcripts).
+    v6's value indexes hold folded rows only: older ones (of every row) are
+    built again, once.
     """
+    have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
+    if have:  # an older ledger: its columns first, which the new indexes name
+        _add_columns(db)
+        for statement in VALUE_INDEXES:
+            name = index_name(statement)
+            sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?",
+                             (name,)).fetchone()
+            if sql is not None and "indexed" not in sql[0]:
+                db.execute(f"DROP INDEX {name}")
     for statement in SCHEMA:
         db.execute(statement)
+    _add_columns(db)
+    migrate_plan(db)
+    if have and not set(ATTRIBUTION) <= have:  # any attribution sums were of other columns
+        db.execute("DELETE FROM slot_meta WHERE name = ?", (ATTR_DAYS_META,))
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    """Add the attribution columns and :data:`_ADDED_COLUMNS` to the tables there are."""
     have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
     for column in ATTRIBUTION:
         if column not in have:
             db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
-    for table, column, kind in _V5_COLUMNS:  # v5: a second agent's logs (no row rewritten)
-        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+    for table, column, kind in _ADDED_COLUMNS:
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if columns and column not in columns:  # (a table not made yet gets it when made)
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-    migrate_plan(db)
-    if not set(ATTRIBUTION) <= have:  # any attribution sums kept were of other columns
-        db.execute("DELETE FROM slot_meta WHERE name = ?", (ATTR_DAYS_META,))
 
 
 def attribute_counters(db: sqlite3.Connection) -> None:

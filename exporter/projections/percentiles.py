@@ -4,16 +4,20 @@
 bins, then one bin's walk of the value's index); :func:`kth` walks the whole
 selection's index (``ORDER BY … LIMIT 1 OFFSET k``) where the histograms
 cannot answer. :func:`percentile` is the same nearest-rank rule over a sorted list.
+Both walk the rows folded into the value indexes and merge in the few still
+waiting outside them (exporter.ledger.unindexed).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from exporter.ledger import slots
+from exporter.ledger.unindexed import FOLDED, WAITING
 from exporter.projections.periods import Range
 from exporter.projections.selection import Selection
 from exporter.records import Source
@@ -36,9 +40,10 @@ def kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
     """The nearest-rank ``p``-th percentile of ``expr`` over ``n`` selected rows (0 if none).
 
     ``ORDER BY … LIMIT 1 OFFSET k`` walks the ledger's index on ``expr``, from
-    the nearer end (p90 is the 10 % from the top); exact, and no row reaches
-    Python. A time range holding a small part of the history (under 1/32, the
-    crossover measured on a year: a covering walk passes index entries far
+    the nearer end (p90 is the 10 % from the top); exact, and only rows still
+    waiting outside the index reach Python (:func:`walk`). A time range
+    holding a small part of the history (under 1/32, the crossover measured
+    on a year: a covering walk passes index entries far
     faster than a sort looks rows up) is sorted instead (``+expr`` keeps SQLite
     off the index): a walk would pass every request outside the range.
     """
@@ -51,9 +56,41 @@ def kth(selection: Selection, expr: str, *extra: str, p: int, n: int) -> Any:
         every = selection.read("SELECT max(rowid) FROM requests", [])[0][0] or 0
         if n * 32 < every:
             key = f"+{expr}"
-    rows = selection.rows(expr, f"{expr} IS NOT NULL", *extra,
-                          tail=f"ORDER BY {key}{order} LIMIT 1 OFFSET {offset}")
-    return rows[0][0] if rows else 0
+    if key != "1":  # a sort of the range's rows: every row, folded or not
+        rows = selection.rows(expr, f"{expr} IS NOT NULL", *extra,
+                              tail=f"ORDER BY {key}{order} LIMIT 1 OFFSET {offset}")
+        return rows[0][0] if rows else 0
+
+    def run(more: str, tail: str) -> list[Any]:
+        return [r[0] for r in selection.rows(expr, f"{expr} IS NOT NULL", *extra, more,
+                                             tail=tail)]
+
+    return walk(run, offset, descending=bool(order), merge=selection.unindexed)
+
+
+Run = Callable[[str, str], list[Any]]
+"""``run(condition, tail)``: the value of each selected row also meeting ``condition``,
+with ``tail`` (ORDER BY … LIMIT …) after the WHERE."""
+
+
+def walk(run: Run, offset: int, *, descending: bool, merge: bool) -> Any:
+    """The ``offset``-th selected value in order (from the top if ``descending``); 0 if none.
+
+    The folded rows are walked in the value's index (``ORDER BY 1`` is the
+    value). With ``merge``, the rows waiting outside the index (at most
+    ``FOLD_ROWS``) are merged in: the answer is among them and the
+    ``len(waiting) + 1`` folded values up to the same place, since at most
+    that many waiting values come before it.
+    """
+    order = " DESC" if descending else ""
+    if not merge:  # a ledger without waiting rows (made before they were kept apart)
+        rows = run("1", f"ORDER BY 1{order} LIMIT 1 OFFSET {offset}")
+        return rows[0] if rows else 0
+    waiting = sorted(run(WAITING, ""), reverse=descending)
+    skip = max(0, offset - len(waiting))
+    walked = run(FOLDED, f"ORDER BY 1{order} LIMIT {offset - skip + 1} OFFSET {skip}")
+    merged = list(heapq.merge(walked, waiting, reverse=descending))
+    return merged[offset - skip] if offset - skip < len(merged) else 0
 
 
 _DAY: Final = 86_400
@@ -180,15 +217,18 @@ class Histograms:
         else:
             bounds, params = (f"{value} >= ?", f"{value} < ?"), [lo, hi]
         rest = count - 1 - offset  # from the nearer end of the bin
-        order, skip = ("", offset) if offset <= rest else (" DESC", rest)
         # One value: the range is the index's second column, a seek. Else ``+ts``: the range
         # filters the walk of the value's index (and never makes SQLite pick the ts index).
         cond, range_params = self.sel.range.sql("ts" if len(bounds) == 1 else "+ts")
-        sql = (f"SELECT {value} FROM {self.sel.relation} AS r WHERE "
-               f"{' AND '.join((*bounds, *extra, cond))} ORDER BY {value}{order} "
-               f"LIMIT 1 OFFSET {skip}")
-        rows = self.sel.read(sql, [*params, *range_params])
-        return rows[0][0] if rows else 0
+
+        def run(more: str, tail: str) -> list[Any]:
+            sql = (f"SELECT {value} FROM {self.sel.relation} AS r WHERE "
+                   f"{' AND '.join((*bounds, *extra, cond, more))} {tail}")
+            return [r[0] for r in self.sel.read(sql, [*params, *range_params])]
+
+        found: int | float = walk(run, min(offset, rest), descending=rest < offset,
+                                  merge=self.sel.unindexed)
+        return found
 
 
 def _units(span: int, lo: int | None, hi: int | None) -> str:

@@ -58,6 +58,7 @@ class Selection:
     slot_scope: str | None = None  # SQL condition on ``slots`` for the scope; None: all
     context: str = CONTEXT_SQL  # the prompt size: the ledger's indexed column when it has one
     groups: ProjectGroups | None = None  # which project a cwd belongs to (None: its own)
+    unindexed: bool = False  # rows may wait outside the value indexes (exporter.ledger.unindexed)
 
     def project_of(self, cwd: str) -> str:
         """The project a request's working directory belongs to (see ``groups``)."""
@@ -130,7 +131,7 @@ def of_ledger(read: Reader, relation: str, rng: Range, slot_scope: str | None, *
                      else slots.DEFAULT_THRESHOLDS,
                      slot_scope=slot_scope,
                      context="context" if "context" in columns else CONTEXT_SQL,
-                     groups=groups)
+                     groups=groups, unindexed="indexed" in columns)
 
 
 def _basename(path: str) -> str:

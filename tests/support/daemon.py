@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -10,8 +11,10 @@ from exporter.cli.assemble import daemon_parts
 from exporter.cli.config import load_settings
 from exporter.ingest.discover import projects_dirs
 from exporter.serve.daemon import Daemon
+from exporter.synth import GenOptions, generate
 from tests.support.clock import Clock
 from tests.support.exposition import total
+from tests.support.live import LiveSession
 from tests.support.logs import Log
 from tests.support.records import assistant, jsonl
 
@@ -21,9 +24,12 @@ RESCAN = 30.0  # seconds between two rescans of the driven daemon
 class Driven:
     """A started daemon over one transcript, with its clocks and its log."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, history: int = 0) -> None:
+        """Start over one transcript; ``history``: generated sessions beside it (seed 5)."""
+        if history:
+            generate(tmp / "claude", GenOptions(seed=5, sessions=history))
         self.session = tmp / "claude" / "projects" / "-home-u-proj" / "s1.jsonl"
-        self.session.parent.mkdir(parents=True)
+        self.session.parent.mkdir(parents=True, exist_ok=True)
         self.session.write_bytes(jsonl(assistant("msg_1", "req_1")))
         settings = load_settings(
             {"data_dirs": [tmp / "claude"], "state_dir": tmp / "state", "poll": True,
@@ -40,6 +46,12 @@ class Driven:
         """Claude Code appends one more request to the session."""
         with self.session.open("ab") as fh:
             fh.write(jsonl(assistant(msg, "req_" + msg)))
+
+    def append_live(self, live: LiveSession) -> None:
+        """Claude Code appends the live session's next request, timed by the daemon's clock."""
+        ts = datetime.fromtimestamp(self.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+        with self.session.open("ab") as fh:
+            fh.write(live.line(ts + "Z"))
 
     def step(self) -> None:
         """One turn of the follower's loop."""
