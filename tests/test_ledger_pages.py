@@ -6,6 +6,7 @@ from pathlib import Path
 
 from exporter.ingest.discover import projects_dirs
 from exporter.ingest.scan import Scanner
+from exporter.ledger.opening import REPAGE_FAILED
 from exporter.ledger.schema import PAGE_SIZE
 from exporter.sqlite import sqlite3
 from tests.support.scan import REAL_TOTALS, counting_ledger, totals
@@ -70,16 +71,14 @@ def test_a_reader_in_the_file_puts_the_rewrite_off(real_tree: Path, tmp_path: Pa
     assert _page_size(path) == PAGE_SIZE
 
 
-def test_a_file_made_with_other_pages_keeps_them_and_counts_exactly(real_tree: Path,
-                                                                    tmp_path: Path) -> None:
-    """A ledger made with SQLite's default pages (as the first builds did) keeps them, exact."""
+def test_a_rewrite_that_failed_once_is_not_tried_again(real_tree: Path, tmp_path: Path) -> None:
+    """A 16 KiB ledger whose rewrite failed (noted in meta) keeps its pages, exact."""
     path = tmp_path / "l.db"
+    _made_with_16k_pages(real_tree, path)
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA page_size=4096")
-    db.execute("PRAGMA journal_mode=WAL")  # writes the header: the size is set for good
+    db.execute("INSERT INTO meta VALUES (?, 'disk full')", (REPAGE_FAILED,))
     db.close()
     ledger = counting_ledger(path)
-    Scanner(ledger, projects_dirs([real_tree]), workers=1).scan()
+    assert totals(ledger.requests()) == REAL_TOTALS
     ledger.close()
-    assert _page_size(path) == 4096
-    assert totals(counting_ledger(path).requests()) == REAL_TOTALS
+    assert _page_size(path) == 16384
