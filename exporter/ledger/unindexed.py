@@ -2,10 +2,10 @@
 
 The value indexes (``schema.VALUE_INDEXES``: context, output and gap, which
 exact percentiles walk) are ordered by value, so each live row lands on a page
-of its own in each of them: at a line a second that was three pages a line, a
-commit each, most of what a live append cost the disk. A row an incremental
+of its own in each of them: three random pages a line whatever the batching,
+most of what a live append cost the disk. A row an incremental
 batch writes is therefore stored with ``indexed = 0``, outside them (the small
-``requests_unindexed`` index, ordered by id, finds it), and once
+partial index ``requests_unindexed``, on the flag itself, finds it), and once
 :data:`FOLD_ROWS` wait, one statement puts them all in: thousands of entries
 then share the pages they land on. A raw pass's rows go straight in (it builds
 the indexes once at its end).
