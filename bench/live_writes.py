@@ -30,9 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import OUT
-from exporter.ledger.wal import committed_frames
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
+from tests.support.ledgers import WalFrames, page_size
 from tests.support.live import LiveSession
 from tests.support.process import Serve
 from tests.support.wait import poll
@@ -53,26 +53,6 @@ def _append_one(live: Path, session: LiveSession) -> None:
         fh.write(session.line())
 
 
-class _Frames:
-    """WAL frames committed over a span, across the WAL's restarts (each fold-in's)."""
-
-    def __init__(self, ledger: Path) -> None:
-        self.ledger, self.total, self._last = ledger, 0, committed_frames(ledger)
-
-    def look(self) -> None:
-        """Count the frames committed since the last look."""
-        now = committed_frames(self.ledger)
-        self.total += now - self._last if now >= self._last else now
-        self._last = now
-
-
-def _page_size(ledger: Path) -> int:
-    """The ledger file's page size, from its header (1 stands for 65536)."""
-    with ledger.open("rb") as fh:
-        size = int.from_bytes(fh.read(18)[16:18], "big")
-    return 65536 if size == 1 else size
-
-
 def _shows(serve: Serve, want: float) -> Callable[[], bool]:
     """A check: ``serve`` counts ``want`` requests."""
     return lambda: serve.requests() == want
@@ -86,7 +66,7 @@ def _measure(serve: Serve, ledger: Path, live: Path,
     base = serve.requests()
     time.sleep(5)  # a quiet spell first: the start-up's own WAL is folded in before the span
     reader = sqlite3.connect(ledger, isolation_level=None)
-    before, start, peak_wal, frames = _io(serve.proc.pid), time.monotonic(), 0, _Frames(ledger)
+    before, start, peak_wal, frames = _io(serve.proc.pid), time.monotonic(), 0, WalFrames(ledger)
     for i in range(args.lines):
         if args.hold_reader and i == args.lines // 100:
             # A snapshot taken while the WAL holds frames pins them (one taken on a WAL
@@ -111,7 +91,7 @@ def _measure(serve: Serve, ledger: Path, live: Path,
            for k in ("write_bytes", "wchar")}
     return {"lines": args.lines, "rate": args.rate, "history": base,
             "write_kib_per_line": per["write_bytes"], "wchar_kib_per_line": per["wchar"],
-            "wal_frame_kib_per_line": round(frames.total * (_page_size(ledger) + 24)
+            "wal_frame_kib_per_line": round(frames.total * (page_size(ledger) + 24)
                                             / args.lines / 1024, 1),
             "peak_wal_mib": round(peak_wal / 2**20, 2),
             "wal_10s_after_mib": round(wal_after / 2**20, 2)}

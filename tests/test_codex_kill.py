@@ -9,14 +9,8 @@ import pytest
 
 from exporter.sqlite import sqlite3
 from exporter.synth.codex import CodexOptions, generate_home
-from tests.support.codex import (
-    expected,
-    figures,
-    ledger_sums,
-    raw_pending,
-    truth_sums,
-)
-from tests.support.ledgers import ledger_rows
+from tests.support.codex import expected, figures, ledger_sums, truth_sums
+from tests.support.ledgers import killed_mid_ingest, ledger_rows, next_kill_target
 from tests.support.process import Serve
 from tests.support.wait import poll
 
@@ -32,9 +26,7 @@ def test_serve_killed_mid_ingest_then_restarted_counts_the_truth(
     rng = random.Random(9)
     mid_ingest = 0
     for _ in range(4):
-        # The kill point is a count of committed rows, not a moment (see test_report_truth).
-        have = ledger_rows(state)
-        target = rng.randint(have + 1, total) if have < total else total
+        target = next_kill_target(rng, state, total)
         serve = Serve(home, state, *SERVE_FLAGS, wait=False)
 
         def reached(n: int = target, run: Serve = serve) -> bool:
@@ -44,8 +36,7 @@ def test_serve_killed_mid_ingest_then_restarted_counts_the_truth(
             poll(reached, 120, "the run's rows", interval=0.005, retry=(OSError, sqlite3.Error))
         finally:
             serve.kill9()
-        rows = ledger_rows(state)
-        mid_ingest += 0 < rows < total or (rows > 0 and raw_pending(state))
+        mid_ingest += killed_mid_ingest(state, total)
     assert mid_ingest, "no kill landed in the middle of an ingest"
     serve = Serve(home, state, *SERVE_FLAGS)
     try:

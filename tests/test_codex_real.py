@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from exporter.cli.commands import main
-from exporter.sqlite import sqlite3
 from tests.support.codex_count import count_turns
+from tests.support.ledgers import ledger_value
 from tests.support.paths import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "codex_real"
@@ -25,15 +25,6 @@ def _report(home: Path, state: Path, capsys: pytest.CaptureFixture[str], *extra:
     assert main(["report", "--json", "--data-dir", str(home), "--state-dir", str(state),
                  "--timezone", "UTC", *extra]) == 0
     return json.loads(capsys.readouterr().out)
-
-
-def _reasoning(state: Path) -> int:
-    """The reasoning tokens the ledger holds."""
-    con = sqlite3.connect(state / "ledger.sqlite3")
-    try:
-        return int(con.execute("SELECT sum(reasoning) FROM requests").fetchone()[0])
-    finally:
-        con.close()
 
 
 def _complete_home(tmp: Path) -> Path:
@@ -55,7 +46,9 @@ def test_every_turn_once_equals_the_independent_count(
     assert got["cache_read_tokens"] == truth["cached_input_tokens"]
     assert got["output_tokens"] == truth["output_tokens"]
     assert got["cache_write_5m_tokens"] == got["cache_write_1h_tokens"] == 0
-    assert _reasoning(tmp_path / "state") == truth["reasoning_output_tokens"] == 64_770
+    reasoning = ledger_value(tmp_path / "state" / "ledger.sqlite3",
+                             "SELECT sum(reasoning) FROM requests")
+    assert reasoning == truth["reasoning_output_tokens"] == 64_770
 
 
 def test_parents_present_every_day_equals_ccusage(

@@ -29,6 +29,7 @@ from tests.support.codex import (
     rollout_files,
     truth_sums,
 )
+from tests.support.ledgers import ledger_value
 from tests.support.scan import counting_ledger
 
 
@@ -211,17 +212,8 @@ def test_a_fork_grown_live_is_a_session_of_its_own(tmp_path: Path) -> None:
     """Read live, pass by pass, a fork's own turns still stay under the fork's id."""
     truth = generate_home(tmp_path / "source", CodexOptions(seed=1, sessions=8))
     _grow(tmp_path / "source", tmp_path / "live", tmp_path / "l.sqlite3", 1)
-    assert _sessions(tmp_path / "l.sqlite3") == truth["sessions"]
-
-
-def _sessions(ledger: Path) -> int:
-    from exporter.sqlite import sqlite3
-
-    con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
-    try:
-        return int(con.execute("SELECT count(DISTINCT session) FROM requests").fetchone()[0])
-    finally:
-        con.close()
+    assert ledger_value(tmp_path / "l.sqlite3",
+                        "SELECT count(DISTINCT session) FROM requests") == truth["sessions"]
 
 
 def test_a_generated_mixed_root_reports_both_agents_exactly(

@@ -9,22 +9,17 @@ from exporter.ingest.scan import Scanner
 from exporter.ledger.opening import REPAGE_FAILED
 from exporter.ledger.schema import PAGE_SIZE
 from exporter.sqlite import sqlite3
+from tests.support.ledgers import page_size
 from tests.support.scan import REAL_TOTALS, counting_ledger, totals
 
 
-def _page_size(path: Path) -> int:
-    """The page size in an SQLite file's header (bytes 16-17; 1 stands for 65536)."""
-    size = int.from_bytes(path.read_bytes()[16:18], "big")
-    return 65536 if size == 1 else size
-
-
-def test_a_new_ledger_is_made_with_its_page_size(real_tree: Path, tmp_path: Path) -> None:
+def test_a_new_ledger_is_made_with_itspage_size(real_tree: Path, tmp_path: Path) -> None:
     """A fresh file gets 4 KiB pages, kept through a pass and a reopen."""
     path = tmp_path / "l.db"
     ledger = counting_ledger(path)
     Scanner(ledger, projects_dirs([real_tree]), workers=1).scan()
     ledger.close()
-    assert _page_size(path) == PAGE_SIZE == 4096
+    assert page_size(path) == PAGE_SIZE == 4096
     again = counting_ledger(path)
     assert totals(again.requests()) == REAL_TOTALS
 
@@ -38,7 +33,7 @@ def _made_with_16k_pages(real_tree: Path, path: Path) -> None:
     ledger = counting_ledger(path)
     Scanner(ledger, projects_dirs([real_tree]), workers=1).scan()
     ledger.close()
-    assert _page_size(path) == 16384
+    assert page_size(path) == 16384
 
 
 def test_a_file_made_with_16k_pages_is_rewritten_once_and_counts_exactly(
@@ -49,7 +44,7 @@ def test_a_file_made_with_16k_pages_is_rewritten_once_and_counts_exactly(
     ledger = counting_ledger(path)
     assert ledger.read("PRAGMA journal_mode") == [("wal",)]
     ledger.close()
-    assert _page_size(path) == PAGE_SIZE
+    assert page_size(path) == PAGE_SIZE
     again = counting_ledger(path)
     assert totals(again.requests()) == REAL_TOTALS
     assert again.read("PRAGMA integrity_check") == [("ok",)]
@@ -66,9 +61,9 @@ def test_a_reader_in_the_file_puts_the_rewrite_off(real_tree: Path, tmp_path: Pa
     assert totals(ledger.requests()) == REAL_TOTALS
     ledger.close()
     reader.close()
-    assert _page_size(path) == 16384
+    assert page_size(path) == 16384
     counting_ledger(path).close()
-    assert _page_size(path) == PAGE_SIZE
+    assert page_size(path) == PAGE_SIZE
 
 
 def test_a_rewrite_that_failed_once_is_not_tried_again(real_tree: Path, tmp_path: Path) -> None:
@@ -81,4 +76,4 @@ def test_a_rewrite_that_failed_once_is_not_tried_again(real_tree: Path, tmp_path
     ledger = counting_ledger(path)
     assert totals(ledger.requests()) == REAL_TOTALS
     ledger.close()
-    assert _page_size(path) == 16384
+    assert page_size(path) == 16384

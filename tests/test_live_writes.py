@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from exporter.ledger.schema import PAGE_SIZE
-from exporter.ledger.wal import committed_frames
 from tests.support.daemon import Driven
+from tests.support.ledgers import WalFrames
 from tests.support.live import LiveSession
 
 LINES = 40
@@ -28,22 +28,19 @@ def driven(tmp_path: Path) -> Iterator[Driven]:
 
 def _wal_frames(driven: Driven, live: LiveSession, every: float, lines: int) -> int:
     """WAL frames committed while ``lines`` lines arrive ``every`` seconds apart, each woken."""
-    ledger = driven.daemon.parts.ledger_path
-    written, last = 0, committed_frames(ledger)
+    frames = WalFrames(driven.daemon.parts.ledger_path)
     for _ in range(lines):
         driven.append_live(live)
         driven.daemon.follower.wake([str(driven.session)])
         driven.step()
         driven.mono.advance(every)
         driven.clock.advance(every)
-        now = committed_frames(ledger)
-        written += now - last if now >= last else now  # (a checkpoint starts the WAL again)
-        last = now
+        frames.look()
     for _ in range(12):  # the last batch, read within a few quiet ticks
         driven.mono.advance(1.0)
         driven.step()
-    now = committed_frames(ledger)
-    return written + (now - last if now >= last else now)
+    frames.look()
+    return frames.total
 
 
 @pytest.mark.parametrize("every", [0.25, 1.0], ids=["4/s", "1/s"])

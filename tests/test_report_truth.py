@@ -18,7 +18,7 @@ from exporter.cli.commands import main
 from exporter.sqlite import sqlite3
 from exporter.synth import GenOptions, generate
 from tests.support.figures import assert_matches
-from tests.support.ledgers import ledger_rows
+from tests.support.ledgers import killed_mid_ingest, ledger_rows, next_kill_target
 from tests.support.wait import poll
 
 
@@ -73,12 +73,7 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
     rng = random.Random(9)
     mid_ingest = 0
     for _ in range(8):
-        # The kill point is a random count of committed rows ahead of what the ledger holds
-        # (all of them: during a first pass's deriving), not a moment: a wall-clock aim
-        # missed on a loaded machine, where one run faster than the timing run completed
-        # the ledger and left every later kill nothing to interrupt.
-        have = ledger_rows(state)
-        target = rng.randint(have + 1, total) if have < total else total
+        target = next_kill_target(rng, state, total)
         proc = subprocess.Popen(
             [sys.executable, "-m", "exporter", "report", "--json", "--data-dir", str(tree),
              "--state-dir", str(state), "--batch-mb", "0.25", "--workers", "1"],
@@ -91,22 +86,6 @@ def test_killed_at_random_points_then_exact(tmp_path: Path,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        rows = ledger_rows(state)
-        # Mid-ingest: part of the rows committed, or all of a first pass's rows with its
-        # gaps, owners and rollups not yet derived (a raw pass, see Ledger.bulk).
-        mid_ingest += 0 < rows < total or (rows > 0 and _raw_pending(state))
+        mid_ingest += killed_mid_ingest(state, total)
     assert mid_ingest, "no kill landed in the middle of an ingest"
     assert_matches(report(tree, state, capsys), truth)
-
-
-def _raw_pending(state: Path) -> bool:
-    """Whether the ledger holds a first pass whose derived state is not yet computed."""
-    from exporter.ledger.staging import RAW_PASS
-
-    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
-    try:
-        return con.execute("SELECT 1 FROM meta WHERE name = ?", (RAW_PASS,)).fetchone() is not None
-    except sqlite3.OperationalError:  # killed before the schema was committed
-        return False
-    finally:
-        con.close()

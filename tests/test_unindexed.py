@@ -12,11 +12,13 @@ from exporter.projections.periods import UTC_ZONE, Range
 from exporter.projections.selection import of_ledger
 from exporter.records import Appearance, Parsed, Request
 from exporter.sqlite import sqlite3
+from tests.support.ledgers import ledger_value
 from tests.support.records import request
 from tests.support.report_ledgers import ROOT
 
 START = 1_780_000_000.0
 PERCENTS = (1, 50, 90, 99, 100)
+COUNT_WAITING = f"SELECT count(*) FROM requests WHERE {unindexed.WAITING}"
 
 
 def _batch(ledger: Ledger, reqs: list[Request], file: str) -> None:
@@ -48,15 +50,6 @@ def _figures(ledger: Ledger) -> list[object]:
             [kth(sel, "output", p=p, n=n) for p in PERCENTS]]
 
 
-def _waiting(path: Path) -> int:
-    """Rows outside the value indexes, read from the file."""
-    db = sqlite3.connect(path)
-    try:
-        return unindexed.waiting(db)
-    finally:
-        db.close()
-
-
 def test_rows_wait_until_a_fold_and_the_figures_never_move(tmp_path: Path) -> None:
     """Batches' rows wait until FOLD_ROWS do, then all go in at once; percentiles stay exact."""
     path = tmp_path / "ledger.sqlite3"
@@ -66,7 +59,7 @@ def test_rows_wait_until_a_fold_and_the_figures_never_move(tmp_path: Path) -> No
         batch = _requests(n, seed, len(rows))
         _batch(ledger, batch, f"f{seed}")
         rows += batch
-        assert _waiting(path) == len(rows)
+        assert ledger_value(path, COUNT_WAITING) == len(rows)
     contexts = sorted(r.input + r.cache_read for r in rows)
     outputs = sorted(r.output for r in rows)
     want = [[percentile(contexts, p) for p in PERCENTS], [percentile(outputs, p) for p in PERCENTS]]
@@ -74,7 +67,7 @@ def test_rows_wait_until_a_fold_and_the_figures_never_move(tmp_path: Path) -> No
     last = _requests(1, 9, len(rows))
     _batch(ledger, last, "f9")  # the FOLD_ROWS-th waiting row: every one goes in
     rows += last
-    assert _waiting(path) == 0
+    assert ledger_value(path, COUNT_WAITING) == 0
     assert ledger.read("SELECT count(*) FROM requests WHERE indexed = 1") == [(len(rows),)]
     assert ledger.read("SELECT count(*) FROM requests INDEXED BY requests_output "
                        "WHERE indexed = 1 AND output >= 0") == [(len(rows),)]

@@ -112,19 +112,3 @@ def pieces(data: bytes, cuts: Sequence[int]) -> Iterator[bytes]:
     for cut in [*sorted(cuts), len(data)]:
         yield data[at:cut]
         at = cut
-
-
-def raw_pending(state: Path) -> bool:
-    """Whether the ledger holds a first pass whose derived state is not computed yet."""
-    from exporter.ledger.staging import RAW_PASS
-
-    path = state / "ledger.sqlite3"
-    if not path.exists():
-        return False
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute("SELECT 1 FROM meta WHERE name = ?", (RAW_PASS,)).fetchone() is not None
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        con.close()

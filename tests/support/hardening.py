@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from exporter.sqlite import sqlite3
 from tests.support.exposition import total
+from tests.support.ledgers import ledger_value
 from tests.support.paths import ROOT
 from tests.support.wait import poll
 
@@ -82,22 +82,14 @@ def ledger_report(state: Path, tree: Path) -> Any:
 
 def ledger_counter(state: Path, name: str, label: str = "") -> int:
     """One persistent counter, read from the ledger file directly (read-only)."""
-    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
-    try:
-        row = con.execute("SELECT value FROM counters WHERE name=? AND label=?",
-                          (name, label)).fetchone()
-        return int(row[0]) if row else 0
-    finally:
-        con.close()
+    return int(ledger_value(state / "ledger.sqlite3",
+                            "SELECT value FROM counters WHERE name=? AND label=?",
+                            (name, label)) or 0)
 
 
 def integrity(state: Path) -> str:
     """PRAGMA integrity_check of the ledger."""
-    con = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
-    try:
-        return str(con.execute("PRAGMA integrity_check").fetchone()[0])
-    finally:
-        con.close()
+    return str(ledger_value(state / "ledger.sqlite3", "PRAGMA integrity_check"))
 
 
 def can_drop_dac() -> list[str] | None:

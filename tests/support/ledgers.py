@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from exporter.ledger.store import Ledger
+from exporter.ledger.wal import committed_frames
 from exporter.projections.metrics import MetricsOptions
 from exporter.projections.pricing import RateTable
 from exporter.records import Appearance, Parsed, Request
@@ -79,6 +82,58 @@ def replica(source: Ledger, path: Path, keep: Callable[[Request], bool] = lambda
     return ledger_of(path, kept, files={p: f for p, f in files.items() if f[2]}, options=options)
 
 
+def ledger_value(path: Path, sql: str, params: Sequence[object] = ()) -> Any:
+    """The first column of the first row of one query on a ledger file, read-only (None: no row)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = con.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+    finally:
+        con.close()
+
+
+def page_size(path: Path) -> int:
+    """The page size in an SQLite file's header (bytes 16-17; 1 stands for 65536)."""
+    with path.open("rb") as fh:
+        size = int.from_bytes(fh.read(18)[16:18], "big")
+    return 65536 if size == 1 else size
+
+
+def next_kill_target(rng: random.Random, state: Path, total: int) -> int:
+    """A random count of committed rows ahead of what the state dir's ledger holds.
+
+    A kill aimed at a row count, not a moment: a wall-clock aim missed on a
+    loaded machine, where a run faster than the timing run completed the
+    ledger and left every later kill nothing to interrupt. All of them once
+    the ledger holds every row (a first pass's deriving).
+    """
+    have = ledger_rows(state)
+    return rng.randint(have + 1, total) if have < total else total
+
+
+def raw_pending(state: Path) -> bool:
+    """Whether the ledger holds a first pass whose derived state is not computed yet."""
+    from exporter.ledger.staging import RAW_PASS
+
+    path = state / "ledger.sqlite3"
+    if not path.exists():
+        return False
+    try:
+        return ledger_value(path, "SELECT 1 FROM meta WHERE name = ?", (RAW_PASS,)) is not None
+    except sqlite3.OperationalError:  # killed before the schema was committed
+        return False
+
+
+def killed_mid_ingest(state: Path, total: int) -> bool:
+    """Whether a kill left the ledger mid-ingest.
+
+    Some of ``total`` rows committed, or all of a first pass's rows with their
+    gaps, owners and rollups not yet derived (a raw pass, see Ledger.bulk).
+    """
+    rows = ledger_rows(state)
+    return 0 < rows < total or (rows > 0 and raw_pending(state))
+
+
 def ledger_rows(state: Path) -> int:
     """Rows committed to a state dir's ledger so far (0 before it has its schema)."""
     path = state / "ledger.sqlite3"
@@ -91,3 +146,16 @@ def ledger_rows(state: Path) -> int:
         return 0
     finally:
         con.close()
+
+
+class WalFrames:
+    """WAL frames committed over a span, across the WAL's restarts (each fold-in's)."""
+
+    def __init__(self, ledger: Path) -> None:
+        self.ledger, self.total, self._last = ledger, 0, committed_frames(ledger)
+
+    def look(self) -> None:
+        """Count the frames committed since the last look."""
+        now = committed_frames(self.ledger)
+        self.total += now - self._last if now >= self._last else now
+        self._last = now
