@@ -27,30 +27,30 @@ def folder_of(path: str, root: str) -> str:
     return rest.split("/", 1)[0] if "/" in rest else ""
 
 
-def _inside(path: str, wanted: Sequence[str]) -> bool:
+def inside(path: str, wanted: Sequence[str]) -> bool:
     """Whether a root's path is at or below one of the ``wanted`` absolute paths."""
     return any(path == w or path.startswith(w.rstrip("/") + "/") for w in wanted)
 
 
-def _absolute(roots: Sequence[str | Path]) -> list[str]:
+def absolute(roots: Sequence[str | Path]) -> list[str]:
     """The roots as absolute paths without a trailing slash (``/`` stays)."""
     return [os.path.abspath(os.fspath(r)).rstrip("/") or "/" for r in roots]
 
 
 def root_ids(ids: dict[str, int], roots: Sequence[str | Path]) -> list[int]:
     """The ids (of ``ids``: path → id) of the roots at or below ``roots``."""
-    wanted = _absolute(roots)
-    return sorted(rid for path, rid in ids.items() if _inside(path, wanted))
+    wanted = absolute(roots)
+    return sorted(rid for path, rid in ids.items() if inside(path, wanted))
 
 
 def mask(root_bits: dict[str, int], roots: Sequence[str | Path] | None) -> int | None:
     """The ``requests.roots`` bits of the roots at or below ``roots`` (None: everything)."""
     if roots is None:
         return None
-    wanted = _absolute(roots)
+    wanted = absolute(roots)
     out = 0
     for path, bit in root_bits.items():
-        if _inside(path, wanted):
+        if inside(path, wanted):
             out |= bit
     return out
 

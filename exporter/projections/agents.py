@@ -16,13 +16,13 @@ model's context window (the prompt's share of it: :mod:`context_share`).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 from exporter.ingest.formats import AGENT_NAMES, AGENTS, CLAUDE, CODEX
+from exporter.ledger.scopes import absolute, inside
 from exporter.projections.class_prices import ClassPrices
 from exporter.projections.facts import Facts
 from exporter.projections.selection import Selection
@@ -55,15 +55,10 @@ def name(agent: str) -> str:
     return AGENT_NAMES.get(agent, agent)
 
 
-def _inside(path: str, wanted: Sequence[str]) -> bool:
-    """Whether a root's path is at or below one of the ``wanted`` absolute paths."""
-    return any(path == w or path.startswith(w.rstrip("/") + "/") for w in wanted)
-
-
 def roots_of(known: Mapping[str, str], dirs: Sequence[str | Path], agent: str) -> list[str]:
     """The roots (of ``known``: path → agent) at or below ``dirs`` whose logs are ``agent``'s."""
-    wanted = [os.path.abspath(os.fspath(d)).rstrip("/") or "/" for d in dirs]
-    return sorted(p for p, a in known.items() if a == agent and _inside(p, wanted))
+    wanted = absolute(dirs)
+    return sorted(p for p, a in known.items() if a == agent and inside(p, wanted))
 
 
 @dataclass(frozen=True, slots=True)
