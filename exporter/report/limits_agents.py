@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from exporter.ingest.formats import AGENT_NAMES
+from exporter.projections.agents import name as agent_name
 from exporter.projections.periods import Zone, iso
 from exporter.projections.plan.estimate import Estimate
 from exporter.projections.plan.pace import LIMIT_AHEAD, LIMIT_REACHED, NOT_ENOUGH, Pace
@@ -32,7 +32,7 @@ def agents_json(figures: PlanFigures, found: Mapping[str, Sequence[Instance]], n
     """Per other agent: samples, windows now (as the status line's rows), instances, rejections."""
     out: dict[str, Any] = {}
     for agent, own in figures.agents.items():
-        out[agent] = {"name": AGENT_NAMES.get(agent, agent), "samples": own.samples,
+        out[agent] = {"name": agent_name(agent), "samples": own.samples,
                       "sample_age_seconds": own.sample_age_seconds,
                       "windows": windows_json(own, now, zone),
                       "instances": [instance_json(i, now, zone) for i in found.get(agent, ())],
@@ -119,7 +119,7 @@ def render_agents(figures: PlanFigures, found: Mapping[str, Sequence[Instance]],
     ``table``: the instances as the status line's instance table draws them.
     """
     for agent, own in figures.agents.items():
-        name = AGENT_NAMES.get(agent, agent)
+        name = agent_name(agent)
         say(console, text(f"{name} plan limits (from its logs, {own.samples:,} readings)"))
         if not own.windows:
             say(console, text(f"  No {name} window recorded yet."))

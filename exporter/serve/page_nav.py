@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Final
 
-from exporter.ingest.formats import AGENT_NAMES
+from exporter.projections.agents import name as agent_name
 from exporter.projections.periods import Zone, date_day
 from exporter.serve.page_figures import WINDOW_DAYS, PageData
 from exporter.serve.page_range import PageQuery
@@ -82,7 +82,7 @@ def notes(data: PageData) -> str:
     if data.span is None:
         where = visible(", ".join(data.roots) or "no directory")
         whose = "Claude Code transcripts" if data.query.agent is None else (
-            f"{AGENT_NAMES.get(data.query.agent, data.query.agent)} logs")
+            f"{agent_name(data.query.agent)} logs")
         return ('<p class="hint" data-note="no-transcripts">'
                 f"No {escape(whose)} found "
                 f"in {escape(where)}. Use Claude Code first, start <code>serve</code> with "

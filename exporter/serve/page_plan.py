@@ -12,7 +12,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Final
 
-from exporter.ingest.formats import AGENT_NAMES
+from exporter.projections.agents import name as agent_name
 from exporter.projections.periods import Zone
 from exporter.projections.plan import pace
 from exporter.serve import page_nav, svg
@@ -41,7 +41,7 @@ def agents(data: PageData, money: Callable[[float], str]) -> str:
     """Each other agent's windows under its name (empty when none logged any)."""
     return "".join(
         f'<div data-agent-plan="{escape(agent)}"><p><b>'
-        f"{escape(AGENT_NAMES.get(agent, agent))}</b> (from its logs)</p>"
+        f"{escape(agent_name(agent))}</b> (from its logs)</p>"
         + "".join(_window(agent, w, data, money) for w in windows) + "</div>"
         for agent, windows in data.agent_plan.items())
 
